@@ -1,0 +1,49 @@
+// ladder: train GPT models and serve them. This file only dispatches
+// subcommands; each lives in src/cli/.
+#include <cstdio>
+#include <cstring>
+
+#include "src/cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"train", ladder::TrainCommand, "train a GPT from a config on a text file or token shards"},
+    {"eval", ladder::EvalCommand, "score a text file with a trained model (loss, perplexity)"},
+    {"generate", ladder::GenerateCommand, "sample text from a trained model"},
+    {"tokenizer", ladder::TokenizerCommand, "train | encode | decode a byte-level BPE tokenizer"},
+    {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
+    {"bench", ladder::BenchCommand, "train: measure throughput against the machine's GEMM rate"},
+    {"version", ladder::VersionCommand, "print the version and the compiled backends"},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out, "usage: ladder <command> [flags]   (ladder <command> --help for its flags)\n\n"
+                    "commands:\n");
+  for (const Subcommand& c : kSubcommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return 2;
+  }
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintUsage(stdout);
+    return 0;
+  }
+  for (const Subcommand& c : kSubcommands) {
+    if (!std::strcmp(argv[1], c.name)) return c.run(argc - 2, argv + 2);
+  }
+  std::fprintf(stderr, "ladder: unknown command '%s' (see 'ladder --help')\n", argv[1]);
+  return 2;
+}

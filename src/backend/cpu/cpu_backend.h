@@ -1,0 +1,53 @@
+// The CPU backend: the reference implementation of every op, fp32 throughout.
+// GEMMs go to OpenBLAS (cblas_sgemm); everything else is OpenMP loops. Each op
+// family lives in its own file (embedding.cc, layernorm.cc, matmul.cc,
+// gelu.cc, attention.cc, cross_entropy.cc, optimizer.cc).
+//
+// Threads: OpenBLAS is linked in its OpenMP build, so BLAS calls and our own
+// loops share one OpenMP pool instead of two pools fighting over the cores.
+// A BLAS call made inside one of our parallel regions runs single-threaded.
+#pragma once
+
+#include "src/backend/backend.h"
+
+namespace ladder {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+  absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+
+  absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
+                                        Tensor residual_in, Tensor branch, Tensor gamma,
+                                        Tensor beta) override;
+  absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta,
+                                         Tensor dy, Tensor x, Tensor gamma, Tensor mean,
+                                         Tensor rstd) override;
+
+  absl::Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
+  absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor weight) override;
+
+  absl::Status GeluForward(Tensor out, Tensor inp) override;
+  absl::Status GeluBackward(Tensor dinp, Tensor dout, Tensor inp) override;
+
+  absl::Status AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
+                                AttentionKind kind, Tensor scratch) override;
+  absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                 int num_heads, AttentionKind kind, Tensor scratch) override;
+
+  absl::Status CrossEntropyForward(Tensor losses, Tensor logits, Tensor targets,
+                                   int vocab_size) override;
+  absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
+                                    int vocab_size, float dloss) override;
+
+  absl::Status SumOfSquares(Tensor x, double* result) override;
+  absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+                           const AdamWParams& p) override;
+
+  absl::Status Fill(Tensor x, float value) override;
+};
+
+}  // namespace ladder

@@ -1,0 +1,16 @@
+// The subcommands of the `ladder` binary. Each takes the arguments after its
+// own name and returns the process exit code (0 ok, 1 runtime failure,
+// 2 bad input). One file per subcommand in src/cli/.
+#pragma once
+
+namespace ladder {
+
+int TrainCommand(int argc, char** argv);      // train.cc
+int EvalCommand(int argc, char** argv);       // eval.cc
+int GenerateCommand(int argc, char** argv);   // generate.cc
+int TokenizerCommand(int argc, char** argv);  // tokenizer.cc: train | encode | decode
+int DataCommand(int argc, char** argv);       // data.cc: prepare
+int BenchCommand(int argc, char** argv);      // bench.cc: train
+int VersionCommand(int argc, char** argv);    // version.cc
+
+}  // namespace ladder

@@ -1,0 +1,47 @@
+// Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
+//
+// Why counter-based: the n-th number of a stream is a pure function of
+// (seed, stream, n). A GPU thread, a CPU loop, a tensor-parallel shard or a
+// resumed run can each compute exactly the values it needs without replaying
+// the sequence. Initial weights use this to give every parallel layout the same
+// starting point: element i of logical tensor k is always drawn from
+// (seed, stream=k, counter=i), whichever rank owns it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace ladder {
+
+// One Philox4x32-10 block: four 32-bit random words for a 128-bit counter.
+std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+
+// Uniform float in (0, 1) from 32 random bits (never exactly 0 or 1).
+inline float UniformFromBits(uint32_t bits) {
+  return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+// Writes elements [begin, begin + count) of the normal stream (seed, stream)
+// scaled to N(mean, stddev) into out[0..count). Element i depends only on
+// (seed, stream, i), so a shard can draw its slice of a logical tensor.
+void FillNormal(float* out, int64_t begin, int64_t count, uint64_t seed, uint64_t stream,
+                float mean, float stddev);
+
+// A sequential generator over one (seed, stream). Its whole state is the
+// position `offset`, so it can be saved and restored exactly.
+class PhiloxStream {
+ public:
+  PhiloxStream(uint64_t seed, uint64_t stream, uint64_t offset = 0)
+      : seed_(seed), stream_(stream), offset_(offset) {}
+
+  uint32_t NextU32();
+  float NextUniform() { return UniformFromBits(NextU32()); }
+  uint64_t offset() const { return offset_; }
+
+ private:
+  uint64_t seed_;
+  uint64_t stream_;
+  uint64_t offset_;  // index of the next 32-bit word
+};
+
+}  // namespace ladder

@@ -1,0 +1,64 @@
+// Tensor: a non-owning, contiguous, row-major view of typed memory on a device.
+// Ownership lives in arenas (model parameters, activations); ops receive views.
+#pragma once
+
+#include <array>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace ladder {
+
+enum class DType : uint8_t { kF32, kBF16, kI32, kI8 };
+enum class Device : uint8_t { kCpu, kCuda };
+
+inline size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI8: return 1;
+  }
+  return 0;
+}
+
+struct Tensor {
+  static constexpr int kMaxRank = 4;
+
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  Device device = Device::kCpu;
+  int rank = 0;
+  std::array<int64_t, kMaxRank> shape{};
+
+  Tensor() = default;
+  Tensor(void* p, DType t, std::initializer_list<int64_t> dims, Device d = Device::kCpu)
+      : data(p), dtype(t), device(d), rank(static_cast<int>(dims.size())) {
+    assert(rank <= kMaxRank);
+    int i = 0;
+    for (int64_t v : dims) shape[i++] = v;
+  }
+  static Tensor F32(float* p, std::initializer_list<int64_t> dims) {
+    return Tensor(p, DType::kF32, dims);
+  }
+  static Tensor I32(int32_t* p, std::initializer_list<int64_t> dims) {
+    return Tensor(p, DType::kI32, dims);
+  }
+
+  bool empty() const { return data == nullptr; }
+  // Size of dimension i; negative i counts from the back.
+  int64_t dim(int i) const { return shape[i < 0 ? rank + i : i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= shape[i];
+    return n;
+  }
+  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  float* f32() const { return static_cast<float*>(data); }
+  int32_t* i32() const { return static_cast<int32_t*>(data); }
+  std::string ShapeString() const;
+};
+
+}  // namespace ladder
