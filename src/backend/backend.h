@@ -23,9 +23,12 @@
 // (a CUDA kernel, a vectorized variant) is tested against it.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "src/core/tensor.h"
 
 namespace ladder {
@@ -44,6 +47,8 @@ struct AdamWParams {
   float grad_scale = 1.0f;    // multiplies the gradient first (clipping)
   int step = 1;               // 1-based, for bias correction
 };
+
+using DeviceBuffer = std::unique_ptr<void, std::function<void(void*)>>;
 
 class Backend {
  public:
@@ -122,7 +127,13 @@ class Backend {
                                    const AdamWParams& p) = 0;
 
   // ---- memory helpers -------------------------------------------------------
+  // Zero-initialized device memory, 64-byte aligned, freed with the buffer.
+  virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
   virtual absl::Status Fill(Tensor x, float value) = 0;
+  // Copies between a tensor on this backend's device and host memory of
+  // x.bytes() bytes (the only way code above the interface reads results).
+  virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
+  virtual absl::Status CopyFromHost(Tensor dst, const void* src) = 0;
 };
 
 // Scratch floats AttentionForward/Backward need for a kind and shape.

@@ -1,6 +1,7 @@
 // Status helpers. Every fallible function across a module boundary returns
 // absl::Status or absl::StatusOr<T>; no exceptions cross modules. The CLI maps
-// InvalidArgument / NotFound / OutOfRange / FailedPrecondition to exit code 2
+// InvalidArgument / NotFound / OutOfRange / FailedPrecondition / DataLoss
+// (a corrupt input file) to exit code 2
 // (bad input) and every other error to exit code 1 (runtime failure).
 #pragma once
 
@@ -37,6 +38,7 @@ inline int ExitCodeFor(const absl::Status& s) {
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDataLoss:  // a corrupt input file
       return 2;
     default:
       return 1;

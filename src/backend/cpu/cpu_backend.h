@@ -8,6 +8,8 @@
 // A BLAS call made inside one of our parallel regions runs single-threaded.
 #pragma once
 
+#include <cstring>
+
 #include "src/backend/backend.h"
 
 namespace ladder {
@@ -47,7 +49,16 @@ class CpuBackend final : public Backend {
   absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
                            const AdamWParams& p) override;
 
+  absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   absl::Status Fill(Tensor x, float value) override;
+  absl::Status CopyToHost(void* dst, Tensor src) override {
+    std::memcpy(dst, src.data, src.bytes());
+    return absl::OkStatus();
+  }
+  absl::Status CopyFromHost(Tensor dst, const void* src) override {
+    std::memcpy(dst.data, src, dst.bytes());
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace ladder

@@ -1,0 +1,56 @@
+// Device helpers shared by the kernels: warp reductions, vectorized loads and
+// stores, element-type conversions. Only nvcc sees this file.
+#pragma once
+
+#include <cstddef>
+
+namespace ladder {
+namespace kernels {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+// Sum of v over the 32 lanes of a warp, returned to every lane. A butterfly
+// (xor) exchange: the order of the adds is fixed by the lane numbers, so the
+// result is bitwise the same on every run, and all lanes get the same bits.
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(kFullMask, v, offset);
+  }
+  return v;
+}
+
+// kVec elements moved as one memory transaction. With kVec * sizeof(T) == 16
+// a warp reads 512 contiguous bytes in one instruction (LDG.128) instead of
+// four; with kVec == 1 this is a plain scalar access. The caller guarantees
+// the alignment (see the launchers' choice of kVec).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
+template <int kVec, typename T>
+__device__ __forceinline__ Vec<T, kVec> LoadVec(const T* p) {
+  return *reinterpret_cast<const Vec<T, kVec>*>(p);
+}
+
+template <int kVec, typename T>
+__device__ __forceinline__ void StoreVec(T* p, const Vec<T, kVec>& x) {
+  *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+// True iff p is aligned for 16-byte vector accesses.
+inline bool Aligned16(const void* p) { return reinterpret_cast<size_t>(p) % 16 == 0; }
+
+// Storage type <-> fp32 compute type. Kernels compute in fp32 whatever they
+// store; bf16 overloads (cuda_bf16.h) join these when the bf16 path does.
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
+
+}  // namespace kernels
+}  // namespace ladder

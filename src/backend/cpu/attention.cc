@@ -1,0 +1,645 @@
+// Causal multi-head self-attention on the CPU, in two variants.
+//
+// Per (batch b, head h), with Q, K, V the [T, HS] slices of qkv and
+// scale = 1/sqrt(HS):
+//     S = scale * Q K^T           (T x T scores; S[i,j] masked to -inf for j > i)
+//     P = softmax(S) row by row   (lse[i] = log sum_j exp(S[i,j]) is saved)
+//     O = P V
+//
+// kNaive does exactly that: it writes the T x T scores of every (b,h) to
+// `scratch`, turns them into probabilities in place, then multiplies by V.
+// It is the teaching variant and the reference the fast one is tested
+// against, but it needs O(T^2) memory and streams the T x T matrix through
+// memory three times.
+//
+// kFlash (the default) fuses the three steps, as FlashAttention does. Queries
+// are taken a tile of kTile rows at a time; for each query tile we walk the key
+// tiles up to the diagonal, computing a kTile x kTile block of S (in cache),
+// exponentiating it and immediately multiplying it into the output. The softmax
+// normaliser is not known until the last key tile, so we keep an *online
+// softmax*: a running row max m and running sum l = sum exp(S - m). When a new
+// tile raises the max from m to m', everything accumulated so far was scaled
+// by exp(-m) instead of exp(-m'), so we multiply l and the output accumulator
+// by exp(m - m') and carry on. At the end O /= l and lse = m + log(l). One pass,
+// nothing T x T in memory: O(T) extra state per head, and each block of S lives
+// in L1/L2 from the moment it is computed until it has been used.
+//
+// The backward (FlashAttention-2) recomputes P = exp(S - lse) tile by tile from
+// Q, K and the saved lse instead of storing it, so it too is O(T) in memory:
+//     D[i]  = sum_d dO[i,d] O[i,d]         (= sum_j P[i,j] dP[i,j])
+//     dV   += P^T dO          dP = dO V^T
+//     dS    = P * (dP - D)    (softmax backward, elementwise)
+//     dQ   += scale * dS K    dK += scale * dS^T Q
+//
+// Speed: the block products are small (64 x 64 x HS) and many; a BLAS call
+// would repack both operands every time, costing about as much as the
+// arithmetic. So one register-blocked kernel (Gemm below) does all five
+// products on operands laid out once per head, at close to the machine's
+// sgemm rate, and the per-score work (max, exp, masks) uses 8-lane vectors.
+// Parallelism is over (b, h).
+//
+// Determinism: every output element is written by exactly one thread and
+// accumulated in a fixed order (key tiles ascending), so results do not depend
+// on the number of threads or on the schedule.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_common.h"
+#include "src/backend/shape_check.h"
+#include "src/core/status.h"
+
+namespace ladder {
+namespace {
+
+// Query and key tile size of the flash variant. 64 keeps a score block
+// (16 KiB) and the Q/K/V tiles in L1/L2, and is large enough that the block
+// GEMMs run near full speed.
+constexpr int64_t kTile = 64;
+
+struct Dims {
+  int64_t B, T, C, NH, HS;
+};
+
+// Validates qkv [B,T,3C] and num_heads, and fills the dimensions.
+absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, Dims* d) {
+  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !cpu::DimsValid(qkv) ||
+      qkv.dim(2) % 3 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
+                                                   qkv.empty() ? " (empty)" : "",
+                                                   ", expected f32 [B,T,3C]"));
+  }
+  d->B = qkv.dim(0);
+  d->T = qkv.dim(1);
+  d->C = qkv.dim(2) / 3;
+  if (num_heads <= 0 || d->C % num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": num_heads=", num_heads,
+                                                   " must be positive and divide C=", d->C));
+  }
+  d->NH = num_heads;
+  d->HS = d->C / num_heads;
+  return cpu::CheckCpu(op, "qkv", qkv);
+}
+
+absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor& scratch,
+                          const Dims& d) {
+  const int64_t need = AttentionScratchFloats(kind, d.B, d.T, d.NH);
+  if (need == 0) return absl::OkStatus();
+  if (scratch.empty() || scratch.dtype != DType::kF32 || scratch.numel() < need) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": scratch has shape ", scratch.ShapeString(),
+                     scratch.empty() ? " (empty)" : "", ", kNaive needs at least B*NH*T*T = ",
+                     need, " f32"));
+  }
+  return cpu::CheckCpu(op, "scratch", scratch);
+}
+
+// ---------------------------------------------------------------------------
+// kNaive: plain loops over the materialized T x T matrix of each (b, h).
+// ---------------------------------------------------------------------------
+
+void NaiveForward(float* out, float* lse, const float* qkv, float* scratch, const Dims& d) {
+  const int64_t T = d.T, C = d.C, HS = d.HS, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* base = qkv + b * T * C3 + h * HS;  // q of token 0; k at +C, v at +2C
+    float* att = scratch + bh * T * T;
+    for (int64_t i = 0; i < T; ++i) {
+      const float* q = base + i * C3;
+      float* row = att + i * T;
+      // scores of the keys this query may see (j <= i), and their max
+      float maxv = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* k = base + j * C3 + C;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < HS; ++c) dot += q[c] * k[c];
+        row[j] = dot * scale;
+        maxv = std::max(maxv, row[j]);
+      }
+      // softmax in place (subtracting the max keeps exp in range)
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = std::exp(row[j] - maxv);
+        sum += row[j];
+      }
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;  // the causal mask
+      lse[bh * T + i] = maxv + std::log(sum);
+      const float inv = 1.0f / sum;
+      // out = P @ V
+      float* o = out + (b * T + i) * C + h * HS;
+      for (int64_t c = 0; c < HS; ++c) o[c] = 0.0f;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] *= inv;
+        const float* v = base + j * C3 + 2 * C;
+        for (int64_t c = 0; c < HS; ++c) o[c] += row[j] * v[c];
+      }
+    }
+  }
+}
+
+void NaiveBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, float* scratch, const Dims& d) {
+  const int64_t T = d.T, C = d.C, HS = d.HS, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* base = qkv + b * T * C3 + h * HS;
+    float* dbase = dqkv + b * T * C3 + h * HS;
+    float* att = scratch + bh * T * T;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t c = 0; c < HS; ++c) {
+        dbase[t * C3 + c] = dbase[t * C3 + C + c] = dbase[t * C3 + 2 * C + c] = 0.0f;
+      }
+    }
+    // Recompute P = exp(S - lse) from the scores: no T x T state survives
+    // between forward and backward.
+    for (int64_t i = 0; i < T; ++i) {
+      const float* q = base + i * C3;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* k = base + j * C3 + C;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < HS; ++c) dot += q[c] * k[c];
+        att[i * T + j] = std::exp(dot * scale - lse[bh * T + i]);
+      }
+    }
+    for (int64_t i = 0; i < T; ++i) {
+      const float* q = base + i * C3;
+      const float* dO = dout + (b * T + i) * C + h * HS;
+      const float* o = out + (b * T + i) * C + h * HS;
+      float* dq = dbase + i * C3;
+      // D = rowsum(dO * O), which equals sum_j P[i,j] dP[i,j]
+      float D = 0.0f;
+      for (int64_t c = 0; c < HS; ++c) D += dO[c] * o[c];
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* k = base + j * C3 + C;
+        const float* v = base + j * C3 + 2 * C;
+        float* dk = dbase + j * C3 + C;
+        float* dv = dbase + j * C3 + 2 * C;
+        const float p = att[i * T + j];
+        float dp = 0.0f;  // dP = dO V^T
+        for (int64_t c = 0; c < HS; ++c) {
+          dp += dO[c] * v[c];
+          dv[c] += p * dO[c];  // dV = P^T dO
+        }
+        const float ds = p * (dp - D) * scale;  // softmax backward, times the score scale
+        for (int64_t c = 0; c < HS; ++c) {
+          dq[c] += ds * k[c];  // dQ = dS K
+          dk[c] += ds * q[c];  // dK = dS^T Q
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// kFlash: tiles of kTile queries x kTile keys.
+// ---------------------------------------------------------------------------
+
+// The block products use one register-blocked kernel:
+//     C[M,N] (+)= alpha * A[M,K] B[K,N]
+// with B read a row at a time as 8-float vectors and A read an element at a
+// time (broadcast), at any row/column stride. That one form covers all five
+// products: A = Q, dO, P, dS or a transposed P/dS (just swapped strides);
+// B = rows of V, K, Q or dO, or of K^T / V^T. Each 6 x 16 block of C lives in
+// 12 AVX registers for the whole k loop: 2 vector loads and 6 broadcasts feed
+// 12 FMAs, like the inner kernel of a BLAS (without its packing).
+typedef float v8 __attribute__((vector_size(32)));  // GCC/Clang vector extension
+
+inline v8 Load8(const float* p) {
+  v8 v;
+  __builtin_memcpy(&v, p, sizeof v);  // unaligned load
+  return v;
+}
+inline void Store8(float* p, v8 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// ---- the softmax rows, 8 lanes at a time ----------------------------------
+// Written with explicit vectors: this work is per score element, like the
+// block products, and GCC leaves the masked loops scalar (several times
+// slower). Rows are padded to a multiple of 16 floats.
+typedef int32_t v8i __attribute__((vector_size(32)));
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+inline v8 Splat(float x) { return v8{} + x; }
+// Lane mask: key k + j is valid (earlier than or at the query) iff k + j < nvalid.
+inline v8i Valid(int64_t k, int64_t nvalid) {
+  return v8i{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<int32_t>(k) < static_cast<int32_t>(nvalid);
+}
+
+// exp(x) per lane: the same Cephes polynomial as cpu::ExpF (~1 ulp), with 2^n
+// built in the exponent bits; below -87 gives 0, NaN stays NaN.
+inline v8 Exp8(v8 x) {
+  const v8i under = x < -87.0f;
+  v8 xc = under ? Splat(-87.0f) : x;
+  xc = xc > 88.0f ? Splat(88.0f) : xc;
+  const v8 t = xc * 1.44269504088896341f + 12582912.0f;  // round(x / ln2) in the low bits
+  const v8 n = t - 12582912.0f;
+  v8 r = xc - n * 0.693359375f;  // x - n ln2, ln2 split in two for precision
+  r = r - n * -2.12194440e-4f;
+  v8 p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const v8i pow2 = (std::bit_cast<v8i>(t) - 0x4B400000 + 127) << 23;  // 2^n
+  return under ? Splat(0.0f) : p * std::bit_cast<v8>(pow2);
+}
+
+// Max of s[k] over the valid keys k < nvalid.
+inline float RowMax(const float* s, int64_t nvalid) {
+  v8 mx = Splat(kNegInf);
+  for (int64_t k = 0; k < nvalid; k += 8) {
+    const v8 x = Load8(s + k);
+    mx = Valid(k, nvalid) && x > mx ? x : mx;
+  }
+  float m = mx[0];
+  for (int j = 1; j < 8; ++j) m = std::max(m, mx[j]);
+  return m;
+}
+
+// s[k] = exp(s[k] - sub) for k < nvalid and 0 for nvalid <= k < n (n a
+// multiple of 8); returns the row sum (lanes added in a fixed order). Only the
+// 8-lane groups that hold valid keys pay for the exp: on a diagonal tile that
+// is half of them.
+inline float RowExp(float* s, int64_t n, int64_t nvalid, float sub) {
+  v8 sum{};
+  int64_t k = 0;
+  for (; k < nvalid; k += 8) {
+    const v8 e = Valid(k, nvalid) ? Exp8(Load8(s + k) - sub) : v8{};
+    Store8(s + k, e);
+    sum += e;
+  }
+  for (; k < n; k += 8) Store8(s + k, v8{});
+  float total = 0.0f;
+  for (int j = 0; j < 8; ++j) total += sum[j];
+  return total;
+}
+
+// Where operand A points, and how to step through it.
+struct MatA {
+  const float* p;
+  int64_t rs, cs;  // A(i, k) = p[i * rs + k * cs]
+};
+
+// One MR x (8*NV) block of C over k in [k0, k1).
+template <int MR, int NV>
+void Block(int64_t k0, int64_t k1, MatA a, const float* b, int64_t ldb, float* c, int64_t ldc,
+           float alpha, bool accumulate) {
+  v8 acc[MR][NV];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NV; ++j) acc[i][j] = v8{};
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    v8 bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = Load8(b + k * ldb + 8 * j);
+    for (int i = 0; i < MR; ++i) {
+      const float av = a.p[i * a.rs + k * a.cs];
+      for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NV; ++j) {
+      v8 r = alpha * acc[i][j];
+      if (accumulate) r += Load8(c + i * ldc + 8 * j);
+      Store8(c + i * ldc + 8 * j, r);
+    }
+  }
+}
+
+template <int NV>
+void BlockRows(int mr, int64_t k0, int64_t k1, MatA a, const float* b, int64_t ldb, float* c,
+               int64_t ldc, float alpha, bool accumulate) {
+  switch (mr) {
+    case 6: return Block<6, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 5: return Block<5, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 4: return Block<4, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 3: return Block<3, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 2: return Block<2, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    default: return Block<1, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+  }
+}
+
+// How the causal mask trims a block product. `off` = first query of the
+// query tile - first key of the key tile (>= 0; >= kTile means no trimming).
+enum class Causal {
+  kNone,
+  kColsToDiag,   // C rows are queries, columns keys: only columns <= row + off
+  kInnerToDiag,  // C rows are queries, k runs over keys: only k <= row + off
+  kInnerFromDiag,  // C rows are keys, k runs over queries: only k >= row - off
+};
+
+constexpr int kMR = 6;
+
+// C[M,N] = alpha * A B (+ C if accumulate). With a Causal trim, the work of a
+// row block is limited to what the mask lets through; entries of C the trim
+// skips are left unwritten (kColsToDiag: the caller never reads them) or get
+// only the terms that can be nonzero (the others multiply a masked, zero P).
+void Gemm(int64_t M, int64_t N, int64_t K, MatA a, const float* b, int64_t ldb, float* c,
+          int64_t ldc, float alpha, bool accumulate, Causal causal = Causal::kNone,
+          int64_t off = 0) {
+  for (int64_t i = 0; i < M; i += kMR) {
+    const int mr = static_cast<int>(std::min<int64_t>(kMR, M - i));
+    int64_t n_end = N, k0 = 0, k1 = K;
+    if (causal == Causal::kColsToDiag) n_end = std::min(N, i + mr + off);
+    if (causal == Causal::kInnerToDiag) k1 = std::min(K, i + mr + off);
+    if (causal == Causal::kInnerFromDiag) k0 = std::max<int64_t>(0, i - off);
+    const MatA ai{a.p + i * a.rs, a.rs, a.cs};
+    float* ci = c + i * ldc;
+    int64_t j = 0;
+    for (; j < n_end && N - j >= 16; j += 16) {
+      BlockRows<2>(mr, k0, k1, ai, b + j, ldb, ci + j, ldc, alpha, accumulate);
+    }
+    if (j < n_end && N - j >= 8) {
+      BlockRows<1>(mr, k0, k1, ai, b + j, ldb, ci + j, ldc, alpha, accumulate);
+      j += 8;
+    }
+    for (; j < n_end; ++j) {  // fewer than 8 columns left (HS not a multiple of 8)
+      for (int r = 0; r < mr; ++r) {
+        float s = 0.0f;
+        for (int64_t k = k0; k < k1; ++k) s += ai.p[r * a.rs + k * a.cs] * b[k * ldb + j];
+        ci[r * ldc + j] = alpha * s + (accumulate ? ci[r * ldc + j] : 0.0f);
+      }
+    }
+  }
+}
+
+// Copies a head's [T, HS] slice of a strided tensor (row stride ld) into a
+// contiguous buffer, and back. On contiguous copies each block product's
+// operands sit on a few pages (rows of qkv are 3C floats apart). The rows of a
+// head are far apart, so the hardware prefetcher does not see a stream;
+// asking for the row kAhead rows later keeps several misses in flight.
+constexpr int64_t kAhead = 8;
+inline void PrefetchRow(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i);
+}
+inline void PrefetchRowForWrite(float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 1);
+}
+// dst[0..n) = src[0..n), inline: rows are short (HS floats), so a memmove call
+// per row would cost as much as the copy.
+inline void CopyRow(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Store8(dst + i, Load8(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+void Gather(float* dst, const float* src, int64_t ld, int64_t T, int64_t HS) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + kAhead < T) PrefetchRow(src + (t + kAhead) * ld, HS);
+    CopyRow(dst + t * HS, src + t * ld, HS);
+  }
+}
+void Scatter(float* dst, int64_t ld, const float* src, int64_t T, int64_t HS) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + kAhead < T) PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
+    CopyRow(dst + t * ld, src + t * HS, HS);
+  }
+}
+
+// In-register transpose of an 8 x 8 block (the classic unpack / shuffle /
+// 128-bit permute sequence, written with __builtin_shufflevector).
+inline void Transpose8x8(v8 r[8]) {
+  v8 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {  // interleave row pairs
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4) {  // gather 4-element column pieces
+    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int i = 0; i < 4; ++i) {  // join the 128-bit halves
+    r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
+// K^T (and V^T) of a head, one [HS, kTile] block per key tile:
+//     dst[(t / kTile) * HS * kTile + d * kTile + t % kTile] = src[t * ld + d],
+// zero for t >= T up to the next multiple of kTile. Blocking by tile (rather
+// than one [HS, T] matrix) keeps the row stride at kTile floats: with a large
+// power-of-two stride (T = 256, 512, ...) the 64 rows a block product walks
+// would all fall into a few L1 cache sets and evict each other.
+void TransposeTiles(float* dst, const float* src, int64_t ld, int64_t T, int64_t HS) {
+  const int64_t Tp = (T + kTile - 1) / kTile * kTile;
+  const int64_t HS8 = HS / 8 * 8;
+  for (int64_t t0 = 0; t0 < Tp; t0 += 8) {  // 8 rows at a time (kTile is a multiple of 8)
+    float* tile = dst + (t0 / kTile) * HS * kTile + t0 % kTile;
+    for (int64_t i = 0; i < 8; ++i) {
+      if (t0 + kAhead + i < T) PrefetchRow(src + (t0 + kAhead + i) * ld, HS);
+    }
+    for (int64_t d0 = 0; d0 < HS8; d0 += 8) {
+      v8 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = t0 + i < T ? Load8(src + (t0 + i) * ld + d0) : v8{};
+      Transpose8x8(r);
+      for (int j = 0; j < 8; ++j) Store8(tile + (d0 + j) * kTile, r[j]);
+    }
+    for (int64_t d = HS8; d < HS; ++d) {  // HS not a multiple of 8
+      for (int64_t i = 0; i < 8; ++i) tile[d * kTile + i] = t0 + i < T ? src[(t0 + i) * ld + d] : 0.0f;
+    }
+  }
+}
+
+inline int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Work is split over (b, h): each thread owns whole heads, so it gathers a
+// head's Q, K, V once for all its tiles, and (in the backward) owns all of the
+// head's dQ, dK, dV, accumulating them in a fixed order with no atomics.
+// B*NH is many times the core count for the models trained here.
+void FlashForward(float* out, float* lse, const float* qkv, const Dims& d) {
+  const int64_t T = d.T, C = d.C, HS = d.HS, C3 = 3 * C, BH = d.B * d.NH;
+  const int64_t Tp = (T + kTile - 1) / kTile * kTile;  // key count padded to whole tiles
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* base = qkv + b * T * C3 + h * HS;  // q of token 0; k at +C, v at +2C
+    float* Q = cpu::ScratchFloats(2 * T * HS + HS * Tp + kTile * HS + kTile * kTile + 2 * kTile);
+    float* V = Q + T * HS;         // [T, HS]
+    float* KT = V + T * HS;        // K transposed, by tiles (TransposeTiles)
+    float* O = KT + HS * Tp;       // output accumulator of one query tile, [kTile, HS]
+    float* S = O + kTile * HS;     // one score block, then P in place
+    float* m = S + kTile * kTile;  // running row max
+    float* l = m + kTile;          // running sum of exp(S - m)
+    Gather(Q, base, C3, T, HS);
+    Gather(V, base + 2 * C, C3, T, HS);
+    TransposeTiles(KT, base + C, C3, T, HS);
+
+    for (int64_t i0 = 0; i0 < T; i0 += kTile) {
+      const int64_t nq = std::min(kTile, T - i0);
+      // key tiles up to and including the diagonal one
+      for (int64_t j0 = 0; j0 < i0 + nq; j0 += kTile) {
+        const int64_t nk = std::min(kTile, i0 + nq - j0), nkp = RoundUp16(nk), off = i0 - j0;
+        // S = scale * Q K^T for this block
+        Gemm(nq, nkp, HS, {Q + i0 * HS, HS, 1}, KT + j0 * HS, kTile, S, kTile, scale, false,
+             Causal::kColsToDiag, off);
+        // Online softmax, row by row: update the max, exponentiate, rescale.
+        // Masked keys (k >= nvalid, later than the query) get P = 0.
+        for (int64_t r = 0; r < nq; ++r) {
+          float* s = S + r * kTile;
+          const int64_t nvalid = std::min(nk, r + off + 1);  // causal: keys <= query
+          const float row_max = RowMax(s, nvalid);
+          const float mx = j0 == 0 ? row_max : std::max(m[r], row_max);
+          const float sum = RowExp(s, nkp, nvalid, mx);
+          if (j0 == 0) {
+            l[r] = sum;
+          } else {
+            // the max moved from m to mx: rescale what was accumulated under the old max
+            const float corr = std::exp(m[r] - mx);
+            l[r] = l[r] * corr + sum;
+            float* o = O + r * HS;
+#pragma omp simd
+            for (int64_t c = 0; c < HS; ++c) o[c] *= corr;
+          }
+          m[r] = mx;
+        }
+        // O += P V (the first key tile initializes O)
+        Gemm(nq, HS, nk, {S, kTile, 1}, V + j0 * HS, HS, O, HS, 1.0f, j0 > 0,
+             Causal::kInnerToDiag, off);
+      }
+      // out = O / l;  lse = m + log(l)
+      for (int64_t r = 0; r < nq; ++r) {
+        const float inv = 1.0f / l[r];
+        const float* o = O + r * HS;
+        float* dst = out + (b * T + i0 + r) * C + h * HS;
+        if (r + kAhead < nq) PrefetchRowForWrite(dst + kAhead * C, HS);
+#pragma omp simd
+        for (int64_t c = 0; c < HS; ++c) dst[c] = o[c] * inv;
+        lse[bh * T + i0 + r] = m[r] + std::log(l[r]);
+      }
+    }
+  }
+}
+
+void FlashBackward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, const Dims& d) {
+  const int64_t T = d.T, C = d.C, HS = d.HS, C3 = 3 * C, BH = d.B * d.NH;
+  const int64_t Tp = (T + kTile - 1) / kTile * kTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* base = qkv + b * T * C3 + h * HS;
+    const float* L = lse + bh * T;
+    // Contiguous [T, HS] copies of Q, K, dO and the dQ, dK, dV accumulators;
+    // K and V also transposed by tiles; two score blocks; D.
+    float* Q = cpu::ScratchFloats(6 * T * HS + 2 * HS * Tp + 2 * kTile * kTile + T);
+    float* K = Q + T * HS;
+    float* dO = K + T * HS;
+    float* dQ = dO + T * HS;
+    float* dK = dQ + T * HS;
+    float* dV = dK + T * HS;
+    float* KT = dV + T * HS;
+    float* VT = KT + HS * Tp;
+    float* P = VT + HS * Tp;  // P, then dS in place
+    float* dP = P + kTile * kTile;
+    float* D = dP + kTile * kTile;
+    Gather(Q, base, C3, T, HS);
+    Gather(K, base + C, C3, T, HS);
+    Gather(dO, dout + b * T * C + h * HS, C, T, HS);
+    TransposeTiles(KT, K, HS, T, HS);
+    TransposeTiles(VT, base + 2 * C, C3, T, HS);
+    std::fill(dQ, dQ + 3 * T * HS, 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* go = dO + t * HS;
+      const float* o = out + (b * T + t) * C + h * HS;
+      if (t + kAhead < T) PrefetchRow(o + kAhead * C, HS);
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t c = 0; c < HS; ++c) acc += go[c] * o[c];
+      D[t] = acc;  // D = rowsum(dO * O)
+    }
+
+    // Key tiles outside: dK and dV of a tile accumulate over the query tiles
+    // at or below the diagonal; dQ of each query tile accumulates over key
+    // tiles in increasing order.
+    for (int64_t j0 = 0; j0 < T; j0 += kTile) {
+      const int64_t nk = std::min(kTile, T - j0), nkp = RoundUp16(nk);
+      for (int64_t i0 = j0; i0 < T; i0 += kTile) {
+        const int64_t nq = std::min(kTile, T - i0), off = i0 - j0;
+        // P = exp(scale * Q K^T - lse), recomputed;  dP = dO V^T
+        Gemm(nq, nkp, HS, {Q + i0 * HS, HS, 1}, KT + j0 * HS, kTile, P, kTile, scale, false,
+             Causal::kColsToDiag, off);
+        Gemm(nq, nkp, HS, {dO + i0 * HS, HS, 1}, VT + j0 * HS, kTile, dP, kTile, 1.0f, false,
+             Causal::kColsToDiag, off);
+        for (int64_t r = 0; r < nq; ++r) {
+          float* p = P + r * kTile;
+          const float lr = L[i0 + r];
+          const int64_t nvalid = std::min(nk, r + off + 1);
+          RowExp(p, nkp, nvalid, lr);
+        }
+        // dV += P^T dO
+        Gemm(nk, HS, nq, {P, 1, kTile}, dO + i0 * HS, HS, dV + j0 * HS, HS, 1.0f, true,
+             Causal::kInnerFromDiag, off);
+        // dS = P * (dP - D), in place of P (masked entries stay 0)
+        for (int64_t r = 0; r < nq; ++r) {
+          float* p = P + r * kTile;
+          const float* dp = dP + r * kTile;
+          const float Dr = D[i0 + r];
+          const int64_t nvalid = std::min(nk, r + off + 1);
+          for (int64_t k = 0; k < nvalid; k += 8) {  // beyond nvalid, P is already 0
+            const v8 ds = Load8(p + k) * (Load8(dp + k) - Dr);
+            Store8(p + k, Valid(k, nvalid) ? ds : v8{});
+          }
+        }
+        // dQ += scale * dS K;  dK += scale * dS^T Q
+        Gemm(nq, HS, nk, {P, kTile, 1}, K + j0 * HS, HS, dQ + i0 * HS, HS, scale, true,
+             Causal::kInnerToDiag, off);
+        Gemm(nk, HS, nq, {P, 1, kTile}, Q + i0 * HS, HS, dK + j0 * HS, HS, scale, true,
+             Causal::kInnerFromDiag, off);
+      }
+    }
+    float* dbase = dqkv + b * T * C3 + h * HS;
+    Scatter(dbase, C3, dQ, T, HS);
+    Scatter(dbase + C, C3, dK, T, HS);
+    Scatter(dbase + 2 * C, C3, dV, T, HS);
+  }
+}
+
+}  // namespace
+
+absl::Status CpuBackend::AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
+                                          AttentionKind kind, Tensor scratch) {
+  constexpr absl::string_view kOp = "AttentionForward";
+  Dims d;
+  RETURN_IF_ERROR(CheckQkv(kOp, qkv, num_heads, &d));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "out", out, DType::kF32, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "lse", lse, DType::kF32, {d.B, d.NH, d.T}));
+  RETURN_IF_ERROR(CheckScratch(kOp, kind, scratch, d));
+  if (kind == AttentionKind::kNaive) {
+    NaiveForward(out.f32(), lse.f32(), qkv.f32(), scratch.f32(), d);
+  } else {
+    FlashForward(out.f32(), lse.f32(), qkv.f32(), d);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                           Tensor lse, int num_heads, AttentionKind kind,
+                                           Tensor scratch) {
+  constexpr absl::string_view kOp = "AttentionBackward";
+  Dims d;
+  RETURN_IF_ERROR(CheckQkv(kOp, qkv, num_heads, &d));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "dqkv", dqkv, DType::kF32, {d.B, d.T, 3 * d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "dout", dout, DType::kF32, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "out", out, DType::kF32, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "lse", lse, DType::kF32, {d.B, d.NH, d.T}));
+  RETURN_IF_ERROR(CheckScratch(kOp, kind, scratch, d));
+  if (kind == AttentionKind::kNaive) {
+    NaiveBackward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), scratch.f32(), d);
+  } else {
+    FlashBackward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

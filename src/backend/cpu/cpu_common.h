@@ -1,0 +1,216 @@
+// Helpers shared by the CPU ops: shape checks for row-wise views, threading
+// ranges, deterministic lane reductions and a vectorizable expf.
+//
+// Why lane reductions: without -ffast-math the compiler may not reorder a float
+// sum, so `s += x[i]` runs one add at a time. Keeping kLanes independent partial
+// sums (lane j takes elements j, j+kLanes, ...) gives the vectorizer a loop it
+// may map onto SIMD registers as written, and fixes the summation order in the
+// source, so the result never depends on alignment, vector width or threads.
+#pragma once
+
+#include <omp.h>
+
+#include <bit>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "src/backend/shape_check.h"
+#include "src/core/status.h"
+#include "src/core/tensor.h"
+
+namespace ladder {
+namespace cpu {
+
+// Below this many elements an elementwise loop runs on the calling thread:
+// waking the OpenMP team costs more than the work.
+inline constexpr int64_t kParallelMin = 1 << 14;
+
+inline bool DimsValid(const Tensor& t) {
+  if (t.rank < 1 || t.rank > Tensor::kMaxRank) return false;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0) return false;
+  }
+  return true;
+}
+
+inline absl::Status CheckCpu(absl::string_view op, absl::string_view what, const Tensor& t) {
+  if (t.device == Device::kCpu) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is not a CPU tensor"));
+}
+
+// CheckShape (exact shape) plus the device.
+inline absl::Status CheckExact(absl::string_view op, absl::string_view what, const Tensor& t,
+                               DType dtype, std::initializer_list<int64_t> dims) {
+  absl::Status s = CheckShape(op, what, t, dtype, dims);
+  if (!s.ok()) return s;
+  return CheckCpu(op, what, t);
+}
+
+// Reads the row-wise view [numel / last_dim, last_dim] of a tensor that
+// defines an op's sizes. The last dimension must be positive.
+inline absl::Status RowView(absl::string_view op, absl::string_view what, const Tensor& t,
+                            DType dtype, int64_t* rows, int64_t* cols) {
+  if (t.empty() || t.dtype != dtype || !DimsValid(t) || t.dim(-1) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
+        t.dtype != dtype ? " (wrong dtype)" : "", ", expected [rows, cols] with cols > 0"));
+  }
+  *cols = t.dim(-1);
+  *rows = t.numel() / *cols;
+  return CheckCpu(op, what, t);
+}
+
+// OK iff `t` is non-empty, of `dtype`, and viewed row-wise is [rows, cols]
+// (any leading dimensions whose product is rows).
+inline absl::Status CheckRows(absl::string_view op, absl::string_view what, const Tensor& t,
+                              DType dtype, int64_t rows, int64_t cols) {
+  bool ok = !t.empty() && t.dtype == dtype && DimsValid(t) && t.dim(-1) == cols &&
+            t.numel() == rows * cols;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
+                     t.dtype != dtype ? " (wrong dtype)" : "", ", expected [", rows, ",", cols,
+                     "] (leading dims may be split)"));
+  }
+  return CheckCpu(op, what, t);
+}
+
+// OK iff `t` is non-empty, of `dtype`, and holds exactly n elements (any shape:
+// per-row statistics may be [N] or [B,T]).
+inline absl::Status CheckNumel(absl::string_view op, absl::string_view what, const Tensor& t,
+                               DType dtype, int64_t n) {
+  bool ok = !t.empty() && t.dtype == dtype && DimsValid(t) && t.numel() == n;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
+                     t.dtype != dtype ? " (wrong dtype)" : "", ", expected ", n, " elements"));
+  }
+  return CheckCpu(op, what, t);
+}
+
+// The slice [begin, end) of [0, total) that thread `tid` of `nt` owns, with
+// boundaries on multiples of `align` (so two threads never share a cache line
+// of the output when align = 16 floats). Depends only on (total, tid, nt).
+struct Range {
+  int64_t begin, end;
+};
+inline Range ThreadRange(int64_t total, int64_t align, int tid, int nt) {
+  int64_t blocks = (total + align - 1) / align;
+  int64_t b0 = blocks * tid / nt, b1 = blocks * (tid + 1) / nt;
+  int64_t begin = b0 * align, end = b1 * align;
+  if (begin > total) begin = total;
+  if (end > total) end = total;
+  return {begin, end};
+}
+
+// ---- deterministic reductions ---------------------------------------------
+
+inline constexpr int kLanes = 16;  // two AVX2 registers of floats
+
+// sum_i f(i) for i in [0, n), in the fixed lane order described above.
+template <typename F>
+inline float LaneSum(int64_t n, F f) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  }
+  for (int j = 0; i + j < n; ++j) acc[j] += f(i + j);
+  // Fold the lanes pairwise (a fixed tree).
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+// Two sums in one pass (e.g. sum x and sum x*y of a LayerNorm row).
+template <typename F, typename G>
+inline void LaneSum2(int64_t n, F f, G g, float* sf, float* sg) {
+  float a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      a[j] += f(i + j);
+      b[j] += g(i + j);
+    }
+  }
+  for (int j = 0; i + j < n; ++j) {
+    a[j] += f(i + j);
+    b[j] += g(i + j);
+  }
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) {
+      a[j] += a[j + w];
+      b[j] += b[j + w];
+    }
+  }
+  *sf = a[0];
+  *sg = b[0];
+}
+
+// max_i x[i] (n >= 1). Written as compare-and-select so it vectorizes.
+inline float LaneMax(const float* x, int64_t n) {
+  float acc[kLanes];
+  for (int j = 0; j < kLanes; ++j) acc[j] = x[0];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  }
+  for (int j = 0; i + j < n; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = acc[0];
+  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+
+// ---- vectorizable exp ------------------------------------------------------
+// glibc's expf is a call the vectorizer cannot inline. This is Cephes' expf
+// (Cody-Waite reduction x = n ln2 + r, degree-6 polynomial for e^r, 2^n built
+// in the exponent bits), max relative error ~1e-7. Every step is branch-free
+// arithmetic or bit logic, so a loop calling it vectorizes (a float ternary
+// here would leave a branch the vectorizer refuses, hence the bit masks).
+// Returns 0 below -87.3 (where e^x leaves the normal range), +inf above 88.37
+// (where 2^n would; true overflow is at 88.72), NaN for NaN.
+inline float ExpF(float x) {
+  const int32_t under = -static_cast<int32_t>(x < -87.3f);
+  const int32_t over = -static_cast<int32_t>(x > 88.37f);
+  // Out-of-range lanes compute e^0 and are replaced at the end.
+  const float xc = std::bit_cast<float>(std::bit_cast<int32_t>(x) & ~(under | over));
+  // n = round(x / ln2) via the 1.5 * 2^23 trick: the integer lands in the low
+  // mantissa bits of t.
+  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;  // ln2 split in two for an exact reduction
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t pow2 = (std::bit_cast<int32_t>(t) - 0x4B400000 + 127) << 23;
+  int32_t yb = std::bit_cast<int32_t>(p * std::bit_cast<float>(pow2));
+  yb &= ~under;                                                           // -> 0
+  yb = (yb & ~over) | (std::bit_cast<int32_t>(__builtin_inff()) & over);  // -> inf
+  return std::bit_cast<float>(yb);
+}
+
+// A per-thread scratch buffer that only grows, so hot paths do not allocate
+// after the first call of a given size.
+inline float* ScratchFloats(size_t n) {
+  static thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+inline double* ScratchDoubles(size_t n) {
+  static thread_local std::vector<double> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+}  // namespace cpu
+}  // namespace ladder

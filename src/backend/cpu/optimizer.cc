@@ -1,0 +1,115 @@
+// Optimizer-side ops: the gradient-norm reduction, AdamW and Fill.
+//
+// SumOfSquares feeds gradient clipping, and the clip scale multiplies every
+// gradient, so its bits must not depend on how threads were scheduled. The
+// input is cut into fixed-size chunks; each chunk's sum (double, in a fixed
+// lane order) goes to its own slot, and the slots are added in chunk order on
+// one thread. Same input, same bits, whatever the thread count.
+//
+// AdamW (decoupled weight decay, Loshchilov & Hutter), per element:
+//   g = grad * grad_scale
+//   m = beta1 m + (1 - beta1) g          v = beta2 v + (1 - beta2) g^2
+//   mhat = m / (1 - beta1^step)          vhat = v / (1 - beta2^step)
+//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+// One fused pass reads param, grad, m, v once and writes param, m, v.
+#include <algorithm>
+#include <cmath>
+
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_common.h"
+
+namespace ladder {
+namespace {
+
+// Elements per SumOfSquares chunk (fixed: it sets the summation order).
+constexpr int64_t kSumChunk = 1 << 14;
+
+// sum x[i]^2 in double with 8 fixed lanes.
+double ChunkSumOfSquares(const float* x, int64_t n) {
+  constexpr int kL = 8;
+  double acc[kL] = {};
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) {
+    for (int j = 0; j < kL; ++j) {
+      const double v = x[i + j];
+      acc[j] += v * v;
+    }
+  }
+  for (int j = 0; i + j < n; ++j) {
+    const double v = x[i + j];
+    acc[j] += v * v;
+  }
+  for (int w = kL / 2; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+}  // namespace
+
+absl::Status CpuBackend::SumOfSquares(Tensor x, double* result) {
+  constexpr char kOp[] = "SumOfSquares";
+  if (result == nullptr) return absl::InvalidArgumentError("SumOfSquares: result is null");
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(cpu::RowView(kOp, "x", x, DType::kF32, &rows, &cols));
+  const int64_t n = rows * cols;
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  double* slot = cpu::ScratchDoubles(static_cast<size_t>(chunks));
+  const float* p = x.f32();
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t begin = k * kSumChunk;
+    slot[k] = ChunkSumOfSquares(p + begin, std::min(kSumChunk, n - begin));
+  }
+  double sum = 0.0;
+  for (int64_t k = 0; k < chunks; ++k) sum += slot[k];
+  *result = sum;
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+                                     const AdamWParams& p) {
+  constexpr char kOp[] = "AdamWUpdate";
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(cpu::RowView(kOp, "param", param, DType::kF32, &rows, &cols));
+  RETURN_IF_ERROR(cpu::CheckRows(kOp, "grad", grad, DType::kF32, rows, cols));
+  RETURN_IF_ERROR(cpu::CheckRows(kOp, "m", m, DType::kF32, rows, cols));
+  RETURN_IF_ERROR(cpu::CheckRows(kOp, "v", v, DType::kF32, rows, cols));
+  if (p.step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", p.step, " must be >= 1"));
+  }
+  const int64_t n = rows * cols;
+  // Bias corrections, computed once in double (beta2^step is close to 1 for
+  // small steps, so 1 - beta2^step would lose digits in float).
+  const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, p.step)));
+  const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta2}, p.step)));
+  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay;
+  const float gs = p.grad_scale;
+  float* w = param.f32();
+  const float* g = grad.f32();
+  float* m1 = m.f32();
+  float* m2 = v.f32();
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gs;
+    const float mi = b1 * m1[i] + (1.0f - b1) * gi;
+    const float vi = b2 * m2[i] + (1.0f - b2) * gi * gi;
+    m1[i] = mi;
+    m2[i] = vi;
+    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
+    w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Fill(Tensor x, float value) {
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(cpu::RowView("Fill", "x", x, DType::kF32, &rows, &cols));
+  const int64_t n = rows * cols;
+  float* p = x.f32();
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

@@ -1,0 +1,33 @@
+// Residual add + LayerNorm on the GPU: the Tensor/Status face of
+// kernels/residual_layernorm.cu. Same semantics as Backend::ResidualLayerNorm*
+// (src/backend/backend.h); tensors must be fp32 and on the GPU (Device::kCuda).
+// Work is enqueued on `stream` (default: the legacy default stream) and not
+// waited for: a fault inside a kernel surfaces at the next synchronization.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "src/core/tensor.h"
+
+namespace ladder {
+namespace cuda {
+
+absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
+                                      Tensor residual_in, Tensor branch, Tensor gamma,
+                                      Tensor beta, cudaStream_t stream = nullptr);
+
+// Floats of GPU scratch ResidualLayerNormBackward needs for rows x cols.
+int64_t ResidualLayerNormBackwardScratchFloats(int64_t rows, int64_t cols);
+
+// scratch: an f32 GPU tensor of at least ResidualLayerNormBackwardScratchFloats
+// elements (the per-block partial sums of dgamma/dbeta; its contents are
+// overwritten). The owner of a workspace passes a slice of it.
+absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta, Tensor dy,
+                                       Tensor x, Tensor gamma, Tensor mean, Tensor rstd,
+                                       Tensor scratch, cudaStream_t stream = nullptr);
+
+}  // namespace cuda
+}  // namespace ladder

@@ -1,0 +1,96 @@
+// ladder bench train: training throughput as a fraction of this machine's
+// GEMM rate, both measured in the same process. Weights and tokens are random
+// (the speed of a step does not depend on what the tokens say).
+#include <omp.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/cli/commands.h"
+#include "src/core/flags.h"
+#include "src/core/philox.h"
+#include "src/core/status.h"
+#include "src/tools/ceiling.h"
+#include "src/train/trainer.h"
+
+namespace ladder {
+namespace {
+
+struct BenchFlags {
+  std::string config;
+  int64_t steps = 5, warmup = 1, batch_size = 0;
+};
+
+absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
+  if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
+  if (f.steps <= 0 || f.warmup < 0) {
+    return absl::InvalidArgumentError("--steps must be positive and --warmup >= 0");
+  }
+  ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
+  if (flags.IsSet("batch-size")) rc.batch_size = static_cast<int>(f.batch_size);
+  rc.total_batch_tokens = 0;  // one micro-batch per step: time what one step costs
+  rc.steps = f.steps + f.warmup;
+  RETURN_IF_ERROR(rc.Validate());
+
+  // Random tokens: enough windows for every step without wrapping.
+  const int64_t n = (rc.steps + 1) * rc.batch_size * (rc.model.context + 1) + 1;
+  std::vector<int32_t> tokens(n);
+  PhiloxStream rng(rc.seed, kSyntheticDataStream);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.NextU32() % rc.model.vocab_size);
+
+  const double gemm = MeasureSgemmGflops();
+  CpuBackend backend;
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &tokens, &tokens, gemm));
+  std::printf("bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads\n",
+              f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
+              omp_get_max_threads());
+  std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 3)\n", gemm);
+  for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
+  StepRecord sum;
+  for (int64_t i = 0; i < f.steps; ++i) {
+    ASSIGN_OR_RETURN(StepRecord r, trainer->Step());
+    sum.t_step += r.t_step;
+    sum.t_data += r.t_data;
+    sum.t_forward += r.t_forward;
+    sum.t_backward += r.t_backward;
+    sum.t_optimizer += r.t_optimizer;
+  }
+  const double tokens_per_s = static_cast<double>(trainer->tokens_per_step()) * f.steps / sum.t_step;
+  const double gflops = tokens_per_s * rc.model.TrainingFlopsPerToken() / 1e9;
+  std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
+              1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,
+              100 * sum.t_backward / sum.t_step, 100 * sum.t_optimizer / sum.t_step,
+              100 * sum.t_data / sum.t_step);
+  std::printf("%.0f tokens/s, %.1f GFLOP/s = %.1f%% of the sgemm ceiling\n", tokens_per_s, gflops,
+              100 * gflops / gemm);
+  std::printf("{\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"gemm_gflops\":%.2f,\"fraction\":%.4f}\n",
+              tokens_per_s, gflops, gemm, gflops / gemm);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  if (argc < 1 || std::string(argv[0]) != "train") {
+    if (argc >= 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
+      std::printf("usage: ladder bench train [flags]   (ladder bench train --help)\n");
+      return 0;
+    }
+    std::fprintf(stderr, "ladder bench: expected 'train'%s\n",
+                 argc >= 1 ? absl::StrCat(", got '", argv[0], "'").c_str() : "");
+    return 2;
+  }
+  BenchFlags f;
+  FlagSet flags("ladder bench train",
+                "Training tokens/s and GFLOP/s as a fraction of a cblas_sgemm measured in the "
+                "same run. The last line is JSON.");
+  flags.String("config", &f.config, "model config to time (required)");
+  flags.Int("steps", &f.steps, "timed steps");
+  flags.Int("warmup", &f.warmup, "untimed steps first");
+  flags.Int("batch-size", &f.batch_size, "sequences per step (default: the config's batch_size)");
+  return RunCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
+}
+
+}  // namespace ladder

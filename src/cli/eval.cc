@@ -1,0 +1,82 @@
+// ladder eval: mean next-token cross-entropy and perplexity of a text under a
+// trained model. The text is encoded with the model's own tokenizer (no
+// special tokens) and cut into consecutive non-overlapping windows of
+// `context` tokens; within a window each token after the first is predicted
+// from the ones before it, so every token but a window's first is scored once.
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/cli/commands.h"
+#include "src/cli/model_dir.h"
+#include "src/core/file_util.h"
+#include "src/core/flags.h"
+#include "src/core/status.h"
+#include "src/model/gpt.h"
+
+namespace ladder {
+namespace {
+
+constexpr int kBatch = 8;  // windows per forward
+
+absl::Status Eval(const std::string& model_dir, const std::string& text_path) {
+  if (model_dir.empty()) return absl::InvalidArgumentError("missing --model DIR");
+  if (text_path.empty()) return absl::InvalidArgumentError("missing --text FILE");
+  ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(model_dir));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(text_path));
+  const std::vector<int32_t> ids = dir.tokenizer.Encode(text);
+  const int T = dir.model.config.context;
+  if (ids.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text_path, "' encodes to ", ids.size(), " tokens; need at least 2"));
+  }
+  CpuBackend backend;
+  ASSIGN_OR_RETURN(auto model, Gpt::Create(dir.model.config, &backend, kBatch, false));
+  RETURN_IF_ERROR(model->SetWeights(dir.model.weights.data()));
+
+  double loss_sum = 0.0;
+  int64_t predicted = 0, windows = 0;
+  std::vector<float> losses;
+  // Full windows go kBatch at a time; a final partial window (>= 2 tokens) alone.
+  const size_t full = ids.size() / T;
+  auto score = [&](size_t first_window, int B, int len) -> absl::Status {
+    std::vector<int32_t> in(size_t(B) * (len - 1)), tg(size_t(B) * (len - 1));
+    for (int b = 0; b < B; ++b) {
+      const int32_t* w = ids.data() + (first_window + b) * T;
+      std::copy(w, w + len - 1, in.begin() + size_t(b) * (len - 1));
+      std::copy(w + 1, w + len, tg.begin() + size_t(b) * (len - 1));
+    }
+    RETURN_IF_ERROR(model->Forward(in.data(), tg.data(), B, len - 1).status());
+    RETURN_IF_ERROR(model->Losses(&losses));
+    for (float l : losses) loss_sum += l;
+    predicted += static_cast<int64_t>(losses.size());
+    windows += B;
+    return absl::OkStatus();
+  };
+  for (size_t w = 0; w < full; w += kBatch) {
+    RETURN_IF_ERROR(score(w, static_cast<int>(std::min<size_t>(kBatch, full - w)), T));
+  }
+  const int tail = static_cast<int>(ids.size() - full * T);
+  if (tail >= 2) RETURN_IF_ERROR(score(full, 1, tail));
+
+  const double loss = loss_sum / static_cast<double>(predicted);
+  std::fprintf(stderr, "scored %lld tokens in %lld windows of up to %d tokens\n",
+               static_cast<long long>(predicted), static_cast<long long>(windows), T);
+  std::printf("{\"loss\":%.6f,\"perplexity\":%.6f,\"tokens\":%lld,\"windows\":%lld}\n", loss,
+              std::exp(loss), static_cast<long long>(predicted), static_cast<long long>(windows));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int EvalCommand(int argc, char** argv) {
+  std::string model, text;
+  FlagSet flags("ladder eval", "Score a text file with a trained model: loss and perplexity.");
+  flags.String("model", &model, "model directory written by 'ladder train' (required)");
+  flags.String("text", &text, "UTF-8 text file to score (required)");
+  return RunCommand(flags, argc, argv, [&] { return Eval(model, text); });
+}
+
+}  // namespace ladder

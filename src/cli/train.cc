@@ -1,0 +1,126 @@
+// ladder train: trains a model from a config on a text file or prepared token
+// shards, writes metrics as it goes and the model directory at the end.
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/cli/commands.h"
+#include "src/cli/model_dir.h"
+#include "src/core/file_util.h"
+#include "src/core/flags.h"
+#include "src/core/status.h"
+#include "src/core/timer.h"
+#include "src/data/dataset.h"
+#include "src/tools/ceiling.h"
+#include "src/train/trainer.h"
+
+namespace ladder {
+namespace {
+
+struct TrainFlags {
+  std::string config, data, out, tokenizer;
+  int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
+};
+
+// The tokenizer for a run: an explicit file, the one beside prepared shards,
+// plain bytes for a 256 vocabulary, or one trained on the text now.
+absl::StatusOr<Tokenizer> ResolveTokenizer(const RunConfig& rc) {
+  if (!rc.tokenizer.empty()) return Tokenizer::Load(rc.tokenizer);
+  if (std::filesystem::is_directory(rc.data)) {
+    return Tokenizer::Load(rc.data + "/tokenizer.bpe");
+  }
+  if (rc.model.vocab_size == 256) return Tokenizer::ByteLevel();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(rc.data));
+  Timer t;
+  ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Train(text, rc.model.vocab_size));
+  std::fprintf(stderr, "trained a %d-token BPE tokenizer on %s in %.1fs\n", tok.vocab_size(),
+               rc.data.c_str(), t.Seconds());
+  return tok;
+}
+
+absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
+  if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
+  if (f.out.empty()) return absl::InvalidArgumentError("missing --out DIR");
+  ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
+  if (flags.IsSet("data")) rc.data = f.data;
+  if (flags.IsSet("tokenizer")) rc.tokenizer = f.tokenizer;
+  if (flags.IsSet("steps")) rc.steps = f.steps;
+  if (flags.IsSet("seed")) rc.seed = static_cast<uint64_t>(f.seed);
+  if (flags.IsSet("log-every")) rc.log_every = f.log_every;
+  if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
+  RETURN_IF_ERROR(rc.Validate());
+  if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
+  if (!std::filesystem::exists(rc.data)) {
+    return absl::NotFoundError(absl::StrCat("data '", rc.data, "' does not exist"));
+  }
+
+  ASSIGN_OR_RETURN(Tokenizer tok, ResolveTokenizer(rc));
+  if (tok.vocab_size() != rc.model.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", tok.vocab_size(),
+                                                   " tokens but the config's vocab_size is ",
+                                                   rc.model.vocab_size));
+  }
+  ASSIGN_OR_RETURN(TokenSplits data, LoadCorpus(rc.data, tok, rc.val_fraction));
+  std::error_code ec;
+  std::filesystem::create_directories(f.out, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
+  ASSIGN_OR_RETURN(MetricsWriter metrics, MetricsWriter::Open(f.out + "/metrics.jsonl"));
+
+  const double peak = MeasureSgemmGflops(1024, 3);
+  CpuBackend backend;
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak));
+  const Gpt& model = trainer->model();
+  const double mib = 1.0 / (1 << 20);
+  std::fprintf(stderr,
+               "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
+               "parameters\n"
+               "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
+               "accumulation)\n"
+               "memory: weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
+               "backend %s, sgemm ceiling %.1f GFLOP/s\n",
+               rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context,
+               rc.model.vocab_size, rc.model.padded_vocab(),
+               rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
+               static_cast<long long>(trainer->tokens_per_step()), rc.batch_size,
+               rc.model.context, rc.AccumulationSteps(), model.weights().bytes() * mib,
+               model.grads().bytes() * mib, 2 * model.weights().bytes() * mib,
+               model.activation_sizes().total_floats() * 4 * mib, std::string(backend.name()).c_str(),
+               peak);
+
+  Timer run_timer;
+  RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
+    RETURN_IF_ERROR(metrics.Write(r));
+    if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
+      const double eta = run_timer.Seconds() / r.step * (rc.steps - r.step);
+      std::fprintf(stderr, "%s\n", r.ProgressLine(rc.steps, eta).c_str());
+    }
+    return absl::OkStatus();
+  }));
+
+  std::vector<float> weights(model.table().total_floats());
+  RETURN_IF_ERROR(model.GetWeights(weights.data()));
+  RETURN_IF_ERROR(SaveModelDir(f.out, rc.model, weights, tok));
+  std::fprintf(stderr, "saved %s/model.bin and %s/tokenizer.bpe (%.0fs)\n", f.out.c_str(),
+               f.out.c_str(), run_timer.Seconds());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int TrainCommand(int argc, char** argv) {
+  TrainFlags f;
+  FlagSet flags("ladder train", "Train a GPT on the CPU from a config (configs/*.conf).");
+  flags.String("config", &f.config, "model and run config file (required)");
+  flags.String("data", &f.data, "text file or prepared shard directory (overrides the config)");
+  flags.String("out", &f.out, "output directory: metrics.jsonl, model.bin, tokenizer.bpe (required)");
+  flags.String("tokenizer", &f.tokenizer, "tokenizer file (default: trained on the data, or bytes)");
+  flags.Int("steps", &f.steps, "optimizer steps (overrides the config)");
+  flags.Int("seed", &f.seed, "random seed for weights and batches (overrides the config)");
+  flags.Int("log-every", &f.log_every, "steps between progress lines (overrides the config)");
+  flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = end only");
+  return RunCommand(flags, argc, argv, [&] { return Train(f, flags); });
+}
+
+}  // namespace ladder

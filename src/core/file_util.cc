@@ -1,0 +1,60 @@
+#include "src/core/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace ladder {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory, not a file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  return ss.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](const char* what) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot ", what, " '", tmp, "': ", reason));
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      return fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    return fail("fsync");
+  }
+  if (::close(fd) != 0) return fail("close");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

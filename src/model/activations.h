@@ -1,0 +1,53 @@
+// The activation arena: every tensor the forward saves for the backward, and
+// the backward's scratch, laid out in one buffer whose size is a pure function
+// of (config, batch, sequence length). `ladder plan` and the trainer's memory
+// report use the same function, so predicted and allocated memory agree.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/core/tensor.h"
+#include "src/model/gpt_config.h"
+
+namespace ladder {
+
+struct LayerActivations {
+  Tensor x;                             // [B,T,C] layer input (residual stream)
+  Tensor ln1, ln1_mean, ln1_rstd;       // [N,C], [N], [N]
+  Tensor qkv;                           // [B,T,3C]
+  Tensor atty, lse;                     // [B,T,C], [B,NH,T]
+  Tensor resid_mid;                     // [N,C] x + attention branch
+  Tensor ln2, ln2_mean, ln2_rstd;       // [N,C], [N], [N]
+  Tensor fch, fch_gelu;                 // [N,4C] MLP pre- and post-GELU
+};
+
+struct GptActivations {
+  Tensor tokens, targets;               // [B,T] i32 (the batch, on the device)
+  std::vector<LayerActivations> layers;
+  Tensor x_final;                       // [N,C] residual stream after the last layer
+  Tensor lnf, lnf_mean, lnf_rstd;       // final LayerNorm
+  Tensor logits;                        // [N,Vp]; the backward turns it into dlogits in place
+  Tensor losses;                        // [N]
+  Tensor branch;                        // [N,C] scratch: attention / MLP branch output
+  Tensor attn_scratch;                  // naive attention's [B,NH,T,T] (empty for flash)
+  // Backward scratch (empty in an inference-only layout).
+  Tensor d_resid;                       // [B,T,C] gradient of the residual stream
+  Tensor d_ln;                          // [N,C] gradient of a LayerNorm output
+  Tensor datty;                         // [B,T,C]
+  Tensor dqkv;                          // [B,T,3C]
+  Tensor dfch;                          // [N,4C]
+};
+
+struct ActivationSizes {
+  int64_t forward_floats = 0;   // saved for the backward (and inference)
+  int64_t backward_floats = 0;  // backward scratch
+  int64_t total_floats() const { return forward_floats + backward_floats; }
+};
+
+// Lays out the activations for a batch of B sequences of T tokens in `base`
+// (which may be null to only measure). Returns the sizes; fills *acts if non-null.
+ActivationSizes LayoutActivations(const GptConfig& cfg, int64_t B, int64_t T, bool with_backward,
+                                  float* base, GptActivations* acts);
+
+}  // namespace ladder

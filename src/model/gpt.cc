@@ -1,0 +1,174 @@
+#include "src/model/gpt.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/core/status.h"
+
+namespace ladder {
+
+Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training)
+    : cfg_(cfg),
+      backend_(backend),
+      max_batch_(max_batch),
+      training_(training),
+      table_(GptParameterSpecs(cfg)) {}
+
+absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* backend,
+                                                 int max_batch, bool training) {
+  RETURN_IF_ERROR(cfg.Validate());
+  if (max_batch <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch size must be positive, got ", max_batch));
+  }
+  std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training));
+  const size_t param_bytes = static_cast<size_t>(m->table_.total_floats()) * sizeof(float);
+  ASSIGN_OR_RETURN(m->weights_, backend->Allocate(param_bytes));
+  if (training) {
+    ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
+  }
+  m->arena_sizes_ = LayoutActivations(cfg, max_batch, cfg.context, training, nullptr, nullptr);
+  ASSIGN_OR_RETURN(m->arena_, backend->Allocate(static_cast<size_t>(
+                                  m->arena_sizes_.total_floats()) * sizeof(float)));
+  m->w_ = BindGptTensors(m->table_, static_cast<float*>(m->weights_.get()), cfg);
+  if (training) m->g_ = BindGptTensors(m->table_, static_cast<float*>(m->grads_.get()), cfg);
+  return m;
+}
+
+absl::Status Gpt::InitWeights(uint64_t seed) {
+  std::vector<float> host(table_.total_floats());
+  table_.Initialize(host.data(), seed);
+  return SetWeights(host.data());
+}
+
+absl::Status Gpt::SetWeights(const float* host) { return backend_->CopyFromHost(weights(), host); }
+
+absl::Status Gpt::GetWeights(float* host) const { return backend_->CopyToHost(host, weights()); }
+
+absl::Status Gpt::ZeroGrads() {
+  if (!training_) return absl::FailedPreconditionError("model was created for inference only");
+  return backend_->Fill(grads(), 0.0f);
+}
+
+absl::Status Gpt::Bind(int B, int T) {
+  if (B <= 0 || B > max_batch_ || T <= 0 || T > cfg_.context) {
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " x ", T,
+                                                   " tokens exceeds the model's arena (",
+                                                   max_batch_, " x ", cfg_.context, ")"));
+  }
+  if (B != bound_B_ || T != bound_T_) {
+    LayoutActivations(cfg_, B, T, training_, static_cast<float*>(arena_.get()), &acts_);
+    bound_B_ = B;
+    bound_T_ = T;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  RETURN_IF_ERROR(Bind(B, T));
+  Backend& be = *backend_;
+  GptActivations& a = acts_;
+  const int V = cfg_.vocab_size;
+  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", tokens[i], " at position ", i, " is outside the vocabulary [0, ",
+                       V, ")"));
+    }
+  }
+  RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
+
+  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte, w_.wpe));
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerTensors& w = w_.layers[l];
+    LayerActivations& la = a.layers[l];
+    // LN1 of layer 0 reads the embedding; later layers first add the previous
+    // layer's MLP branch into the residual stream (fused).
+    if (l == 0) {
+      RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd,
+                                                  la.x, Tensor(), w.ln1_w, w.ln1_b));
+    } else {
+      RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd,
+                                                  a.layers[l - 1].resid_mid, a.branch, w.ln1_w,
+                                                  w.ln1_b));
+    }
+    RETURN_IF_ERROR(be.MatmulForward(la.qkv, la.ln1, w.qkv_w, w.qkv_b));
+    RETURN_IF_ERROR(be.AttentionForward(la.atty, la.lse, la.qkv, cfg_.n_head, cfg_.attention,
+                                        a.attn_scratch));
+    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.atty, w.proj_w, w.proj_b));
+    RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd,
+                                                la.x, a.branch, w.ln2_w, w.ln2_b));
+    RETURN_IF_ERROR(be.MatmulForward(la.fch, la.ln2, w.fc_w, w.fc_b));
+    RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
+    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
+  }
+  RETURN_IF_ERROR(be.ResidualLayerNormForward(a.x_final, a.lnf, a.lnf_mean, a.lnf_rstd,
+                                              a.layers.back().resid_mid, a.branch, w_.lnf_w,
+                                              w_.lnf_b));
+  // Tied head: logits = lnf @ wte^T.
+  RETURN_IF_ERROR(be.MatmulForward(a.logits, a.lnf, w_.wte, Tensor()));
+  if (targets == nullptr) return 0.0;
+
+  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+    if (targets[i] < 0 || targets[i] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat("target id ", targets[i],
+                                                     " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
+  RETURN_IF_ERROR(be.CrossEntropyForward(a.losses, a.logits, a.targets, V));
+  std::vector<float> losses;
+  RETURN_IF_ERROR(Losses(&losses));
+  double sum = 0.0;
+  for (float x : losses) sum += x;
+  return sum / static_cast<double>(losses.size());
+}
+
+absl::Status Gpt::Backward(float dloss) {
+  if (!training_) return absl::FailedPreconditionError("model was created for inference only");
+  if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
+  Backend& be = *backend_;
+  GptActivations& a = acts_;
+  RETURN_IF_ERROR(be.CrossEntropyBackward(a.logits, a.logits, a.targets, cfg_.vocab_size, dloss));
+  RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
+  // d_resid starts as the gradient of the final residual stream.
+  RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
+  RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, a.x_final,
+                                               w_.lnf_w, a.lnf_mean, a.lnf_rstd));
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    const LayerTensors& w = w_.layers[l];
+    const LayerTensors& g = g_.layers[l];
+    LayerActivations& la = a.layers[l];
+    // MLP branch: d_resid is the gradient of its output.
+    RETURN_IF_ERROR(be.MatmulBackward(a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid, la.fch_gelu,
+                                      w.fcproj_w));
+    RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
+    RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln,
+                                                 la.resid_mid, w.ln2_w, la.ln2_mean,
+                                                 la.ln2_rstd));
+    // Attention branch.
+    RETURN_IF_ERROR(be.MatmulBackward(a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
+    RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, cfg_.n_head,
+                                         cfg_.attention, a.attn_scratch));
+    RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
+    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x,
+                                                 w.ln1_w, la.ln1_mean, la.ln1_rstd));
+  }
+  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens);
+}
+
+absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
+  if (b < 0 || b >= bound_B_ || t < 0 || t >= bound_T_) {
+    return absl::OutOfRangeError(absl::StrCat("no logits at (", b, ", ", t, ")"));
+  }
+  const int64_t Vp = cfg_.padded_vocab();
+  out->resize(cfg_.vocab_size);
+  Tensor row = Tensor::F32(acts_.logits.f32() + (int64_t{b} * bound_T_ + t) * Vp,
+                           {cfg_.vocab_size});
+  return backend_->CopyToHost(out->data(), row);
+}
+
+absl::Status Gpt::Losses(std::vector<float>* out) const {
+  out->resize(acts_.losses.numel());
+  return backend_->CopyToHost(out->data(), acts_.losses);
+}
+
+}  // namespace ladder

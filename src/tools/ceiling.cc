@@ -1,0 +1,28 @@
+#include "src/tools/ceiling.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "src/core/timer.h"
+
+namespace ladder {
+
+double MeasureSgemmGflops(int n, int reps) {
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  };
+  run();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    run();
+    best = std::min(best, t.Seconds());
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+}
+
+}  // namespace ladder

@@ -1,0 +1,65 @@
+#include "src/train/metrics.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ladder {
+namespace {
+
+// JSON has no NaN/Infinity: a non-finite value is written as null.
+std::string Num(double v) {
+  return std::isfinite(v) ? absl::StrFormat("%.6g", v) : std::string("null");
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s / 60) % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+}  // namespace
+
+std::string StepRecord::ToJson() const {
+  std::string out = absl::StrCat(
+      "{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
+      ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
+      ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data), ",\"forward\":",
+      Num(t_forward), ",\"backward\":", Num(t_backward), ",\"optimizer\":", Num(t_optimizer),
+      ",\"step\":", Num(t_step), "}");
+  if (val_loss) absl::StrAppend(&out, ",\"val_loss\":", Num(*val_loss));
+  out += "}";
+  return out;
+}
+
+std::string StepRecord::ProgressLine(int64_t total_steps, double eta_seconds) const {
+  std::string line = absl::StrFormat("step %d/%d | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%%",
+                                     step, total_steps, loss, lr, tokens_per_s / 1000.0,
+                                     100.0 * mfu);
+  if (val_loss) absl::StrAppendFormat(&line, " | val %.4f", *val_loss);
+  absl::StrAppend(&line, " | ETA ", Duration(eta_seconds));
+  return line;
+}
+
+absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot create '", path, "'"));
+  return MetricsWriter(f);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status MetricsWriter::Write(const StepRecord& r) {
+  const std::string line = r.ToJson() + "\n";
+  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0) {
+    return absl::InternalError("cannot write metrics line");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

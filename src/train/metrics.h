@@ -1,0 +1,43 @@
+// Per-step training metrics: one JSON object per line in DIR/metrics.jsonl,
+// and the progress line on stderr derived from the same record.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace ladder {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of optimizer updates done
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;  // achieved FLOP rate / the sgemm rate measured at start
+  // Time split of the step, seconds.
+  double t_data = 0, t_forward = 0, t_backward = 0, t_optimizer = 0;
+  double t_step = 0;
+  std::optional<double> val_loss;
+
+  std::string ToJson() const;
+  // "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 12.3k tok/s | MFU 23.1% | ETA 1m23s"
+  std::string ProgressLine(int64_t total_steps, double eta_seconds) const;
+};
+
+// Appends records to a JSONL file, flushing each line so a crash keeps them.
+class MetricsWriter {
+ public:
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path);
+  MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
+  MetricsWriter(const MetricsWriter&) = delete;
+  ~MetricsWriter();
+  absl::Status Write(const StepRecord& r);
+
+ private:
+  explicit MetricsWriter(std::FILE* f) : file_(f) {}
+  std::FILE* file_;
+};
+
+}  // namespace ladder

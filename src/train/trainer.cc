@@ -1,0 +1,102 @@
+#include "src/train/trainer.h"
+
+#include <cmath>
+
+#include "src/core/status.h"
+#include "src/core/timer.h"
+#include "src/train/lr_schedule.h"
+
+namespace ladder {
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, Backend* backend,
+                                                         const std::vector<int32_t>* train,
+                                                         const std::vector<int32_t>* val,
+                                                         double peak_gflops) {
+  RETURN_IF_ERROR(cfg.Validate());
+  std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops));
+  ASSIGN_OR_RETURN(t->model_, Gpt::Create(cfg.model, backend, cfg.batch_size, /*training=*/true));
+  RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
+  AdamWConfig opt;
+  opt.beta1 = cfg.beta1;
+  opt.beta2 = cfg.beta2;
+  opt.eps = cfg.eps;
+  opt.weight_decay = cfg.weight_decay;
+  opt.grad_clip = cfg.grad_clip;
+  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt));
+  t->optimizer_.emplace(std::move(adamw));
+  ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
+  ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
+  t->train_loader_.emplace(std::move(tl));
+  t->val_loader_.emplace(std::move(vl));
+  const size_t n = static_cast<size_t>(cfg.batch_size) * cfg.model.context;
+  t->inputs_.resize(n);
+  t->targets_.resize(n);
+  return t;
+}
+
+int64_t Trainer::tokens_per_step() const {
+  return int64_t{cfg_.batch_size} * cfg_.model.context * cfg_.AccumulationSteps();
+}
+
+absl::StatusOr<StepRecord> Trainer::Step() {
+  const int B = cfg_.batch_size, T = cfg_.model.context, A = cfg_.AccumulationSteps();
+  StepRecord r;
+  Timer step_timer;
+  RETURN_IF_ERROR(model_->ZeroGrads());
+  const float dloss = 1.0f / static_cast<float>(int64_t{B} * T * A);
+  double loss_sum = 0.0;
+  for (int micro = 0; micro < A; ++micro) {
+    Timer t;
+    train_loader_->Next(B, 0, B, inputs_.data(), targets_.data());
+    r.t_data += t.Seconds();
+    t.Reset();
+    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), B, T));
+    loss_sum += loss;
+    r.t_forward += t.Seconds();
+    t.Reset();
+    RETURN_IF_ERROR(model_->Backward(dloss));
+    r.t_backward += t.Seconds();
+  }
+  Timer t;
+  ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(model_->grads()));
+  r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
+  RETURN_IF_ERROR(optimizer_->Update(model_->weights(), model_->grads(), r.grad_norm, r.lr,
+                                     static_cast<int>(step_ + 1)));
+  r.t_optimizer = t.Seconds();
+  r.t_step = step_timer.Seconds();
+  ++step_;
+  r.step = step_;
+  r.loss = loss_sum / A;
+  r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.t_step;
+  if (peak_gflops_ > 0) {
+    r.mfu = r.tokens_per_s * cfg_.model.TrainingFlopsPerToken() / (peak_gflops_ * 1e9);
+  }
+  return r;
+}
+
+absl::StatusOr<double> Trainer::ValidationLoss() {
+  const int B = cfg_.batch_size, T = cfg_.model.context;
+  double sum = 0.0;
+  for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
+    val_loader_->ReadSequential(static_cast<uint64_t>(i) * B, B, inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), B, T));
+    sum += loss;
+  }
+  return sum / static_cast<double>(cfg_.eval_batches);
+}
+
+absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& on_step) {
+  while (step_ < cfg_.steps) {
+    ASSIGN_OR_RETURN(StepRecord r, Step());
+    const bool eval_now = (cfg_.eval_every > 0 && r.step % cfg_.eval_every == 0) ||
+                          r.step == cfg_.steps;
+    if (eval_now) {
+      ASSIGN_OR_RETURN(double v, ValidationLoss());
+      r.val_loss = v;
+    }
+    if (on_step) RETURN_IF_ERROR(on_step(r));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

@@ -1,0 +1,132 @@
+// Double-precision reference forwards of the backend ops, written for
+// clarity, not speed. Tests compare the CPU (fp32) ops against these and take
+// central differences of them to check every analytical backward.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+namespace ladder::ref {
+
+using Vec = std::vector<double>;
+
+inline Vec ToDouble(const std::vector<float>& x) { return Vec(x.begin(), x.end()); }
+
+inline double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:];  out [B*T, C].
+inline Vec Embedding(const std::vector<int32_t>& tokens, int B, int T, int C, const Vec& wte,
+                     const Vec& wpe) {
+  Vec out(static_cast<size_t>(B) * T * C);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const int n = b * T + t;
+      for (int c = 0; c < C; ++c) {
+        out[n * C + c] = wte[tokens[n] * C + c] + wpe[t * C + c];
+      }
+    }
+  }
+  return out;
+}
+
+struct LayerNormOut {
+  Vec residual_out;  // empty when there was no branch
+  Vec y, mean, rstd;
+};
+
+// residual_out = in + branch (if branch); y = LayerNorm(residual_out or in).
+inline LayerNormOut ResidualLayerNorm(const Vec& in, const Vec* branch, const Vec& gamma,
+                                      const Vec& beta, int N, int C) {
+  LayerNormOut o;
+  Vec x = in;
+  if (branch != nullptr) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] += (*branch)[i];
+    o.residual_out = x;
+  }
+  o.y.resize(x.size());
+  o.mean.resize(N);
+  o.rstd.resize(N);
+  for (int n = 0; n < N; ++n) {
+    const double* r = &x[n * C];
+    double m = 0;
+    for (int c = 0; c < C; ++c) m += r[c];
+    m /= C;
+    double v = 0;
+    for (int c = 0; c < C; ++c) v += (r[c] - m) * (r[c] - m);
+    v /= C;
+    const double s = 1.0 / std::sqrt(v + 1e-5);
+    for (int c = 0; c < C; ++c) o.y[n * C + c] = (r[c] - m) * s * gamma[c] + beta[c];
+    o.mean[n] = m;
+    o.rstd[n] = s;
+  }
+  return o;
+}
+
+// out [N,OC] = inp [N,C] @ w[OC,C]^T + bias (bias may be null).
+inline Vec Matmul(const Vec& inp, const Vec& w, const Vec* bias, int N, int C, int OC) {
+  Vec out(static_cast<size_t>(N) * OC);
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double s = bias != nullptr ? (*bias)[o] : 0.0;
+      for (int c = 0; c < C; ++c) s += inp[n * C + c] * w[o * C + c];
+      out[n * OC + o] = s;
+    }
+  }
+  return out;
+}
+
+// GPT-2's tanh-approximated GELU.
+inline double Gelu(double x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+inline Vec Gelu(const Vec& x) {
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = Gelu(x[i]);
+  return y;
+}
+
+// losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; logits [N,Vp].
+inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int Vp,
+                        int V) {
+  Vec loss(N);
+  for (int n = 0; n < N; ++n) {
+    const double* x = &logits[static_cast<size_t>(n) * Vp];
+    double m = x[0];
+    for (int i = 1; i < V; ++i) m = std::max(m, x[i]);
+    double s = 0;
+    for (int i = 0; i < V; ++i) s += std::exp(x[i] - m);
+    loss[n] = m + std::log(s) - x[targets[n]];
+  }
+  return loss;
+}
+
+inline double SumOfSquares(const std::vector<float>& x) {
+  double s = 0;
+  for (float v : x) s += static_cast<double>(v) * v;
+  return s;
+}
+
+// One AdamW step on one element, all in double.
+struct AdamWElem {
+  double param, m, v;
+};
+inline AdamWElem AdamW(AdamWElem e, double grad, double lr, double beta1, double beta2, double eps,
+                       double wd, double grad_scale, int step) {
+  const double g = grad * grad_scale;
+  e.m = beta1 * e.m + (1 - beta1) * g;
+  e.v = beta2 * e.v + (1 - beta2) * g * g;
+  const double mhat = e.m / (1 - std::pow(beta1, step));
+  const double vhat = e.v / (1 - std::pow(beta2, step));
+  e.param -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * e.param);
+  return e;
+}
+
+}  // namespace ladder::ref

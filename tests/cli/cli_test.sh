@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `ladder` command line: the happy path of every
+# subcommand on a micro model, and every error path: one line on stderr that
+# names the bad thing, and exit code 2.
+#   cli_test.sh LADDER_BINARY SOURCE_ROOT
+set -u
+ladder=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error CODE NEEDLE -- ARGS...: exit code CODE, exactly one stderr
+# line, and that line contains NEEDLE.
+expect_error() {
+  local code=$1 needle=$2
+  shift 3
+  "$ladder" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local got=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if [ "$got" -ne "$code" ]; then
+    fail "ladder $* exited $got, want $code (stderr: $(cat "$tmp/err"))"
+  elif [ "$lines" -ne 1 ]; then
+    fail "ladder $* printed $lines stderr lines, want 1: $(cat "$tmp/err")"
+  elif ! grep -qF -- "$needle" "$tmp/err"; then
+    fail "ladder $* stderr does not name '$needle': $(cat "$tmp/err")"
+  fi
+}
+
+expect_ok() {
+  if ! "$ladder" "$@" >"$tmp/out" 2>"$tmp/err"; then
+    fail "ladder $* failed: $(cat "$tmp/err")"
+  fi
+}
+
+# A small corpus: repeated, so the micro model learns it.
+for i in $(seq 1 200); do echo "In the beginning God created the heaven and the earth. $i"; done >"$tmp/corpus.txt"
+printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
+
+# ---- help and version -------------------------------------------------------
+for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
+           "data prepare" "bench train" version; do
+  # shellcheck disable=SC2086
+  if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
+    fail "ladder $cmd --help"
+  fi
+done
+expect_ok --help
+expect_ok version
+grep -q "^ladder " "$tmp/out" || fail "version line"
+
+# ---- happy path --------------------------------------------------------------
+expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/run" --steps 20
+for f in model.bin tokenizer.bpe metrics.jsonl; do
+  [ -s "$tmp/run/$f" ] || fail "train did not write $f"
+done
+[ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq 20 ] || fail "metrics.jsonl should have 20 lines"
+grep -q '"step":20,"loss":' "$tmp/run/metrics.jsonl" || fail "metrics.jsonl step 20"
+grep -q '"val_loss":' "$tmp/run/metrics.jsonl" || fail "metrics.jsonl has no val_loss"
+# Same seed, same binary: bitwise-identical losses.
+expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/run_again" --steps 20
+cmp -s <(grep -o '"loss":[^,]*' "$tmp/run/metrics.jsonl") \
+       <(grep -o '"loss":[^,]*' "$tmp/run_again/metrics.jsonl") || fail "same seed, different losses"
+cmp -s "$tmp/run/model.bin" "$tmp/run_again/model.bin" || fail "same seed, different weights"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 20 --seed 3
+grep -q "^In the" "$tmp/out" || fail "generate output does not start with the prompt"
+cp "$tmp/out" "$tmp/gen1"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 20 --seed 3
+cmp -s "$tmp/out" "$tmp/gen1" || fail "generate with the same seed differs"
+expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt"
+grep -q '^{"loss":[0-9.]*,"perplexity":' "$tmp/out" || fail "eval JSON line: $(cat "$tmp/out")"
+# Tokenizer round trip through the CLI, on bytes that are not valid UTF-8.
+"$ladder" tokenizer encode --tokenizer "$tmp/run/tokenizer.bpe" <"$tmp/odd.bin" >"$tmp/ids" ||
+  fail "tokenizer encode"
+"$ladder" tokenizer decode --tokenizer "$tmp/run/tokenizer.bpe" <"$tmp/ids" >"$tmp/back" ||
+  fail "tokenizer decode"
+cmp -s "$tmp/odd.bin" "$tmp/back" || fail "tokenizer encode | decode is not the identity"
+expect_ok data prepare --input "$tmp/corpus.txt" --out "$tmp/shards" --vocab-size 300
+expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/shards" --out "$tmp/run2" --steps 2
+
+# ---- error paths: one line naming the problem, exit 2 -------------------------
+expect_error 2 "unknown command 'bogus'" -- bogus
+expect_error 2 "--bogus" -- train --bogus
+expect_error 2 "nope.conf" -- train --config "$tmp/nope.conf" --out "$tmp/x"
+expect_error 2 "--steps" -- train --config "$src/tests/cli/micro.conf" --steps abc --out "$tmp/x"
+expect_error 2 "missing --out" -- train --config "$src/tests/cli/micro.conf"
+expect_error 2 "/nonexistent/corpus.txt" -- train --config "$src/tests/cli/micro.conf" \
+  --data /nonexistent/corpus.txt --out "$tmp/x"
+printf 'n_layer = 2\nn_layers = 3\n' >"$tmp/typo.conf"
+expect_error 2 "unknown key 'n_layers'" -- train --config "$tmp/typo.conf" --out "$tmp/x"
+printf 'n_layer = two\n' >"$tmp/badval.conf"
+expect_error 2 "'n_layer' expects an integer" -- train --config "$tmp/badval.conf" --out "$tmp/x"
+printf 'n_embd = 30\nn_head = 4\n' >"$tmp/badshape.conf"
+expect_error 2 "n_embd (30) must be divisible by n_head (4)" -- train --config "$tmp/badshape.conf" --out "$tmp/x"
+expect_error 2 "/nonexistent/model" -- generate --model /nonexistent/model
+expect_error 2 "temperature" -- generate --model "$tmp/run" --temperature -1
+expect_error 2 "top_p" -- generate --model "$tmp/run" --top-p 2
+expect_error 2 "--max-tokens" -- generate --model "$tmp/run" --max-tokens x
+expect_error 2 "/nonexistent/text" -- eval --model "$tmp/run" --text /nonexistent/text
+expect_error 2 "missing --text" -- eval --model "$tmp/run"
+expect_error 2 "/nonexistent/tok" -- tokenizer encode --tokenizer /nonexistent/tok
+expect_error 2 "bogus" -- tokenizer bogus
+expect_error 2 "/nonexistent/in.txt" -- data prepare --input /nonexistent/in.txt --out "$tmp/y"
+expect_error 2 "/nonexistent/b.conf" -- bench train --config /nonexistent/b.conf
+expect_error 2 "'fast'" -- bench fast
+echo "not a model" >"$tmp/run/model.bin"
+expect_error 2 "model.bin" -- generate --model "$tmp/run"
+echo "12 x 7" | "$ladder" tokenizer decode --tokenizer "$tmp/run/tokenizer.bpe" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "'x'" "$tmp/err" || fail "decode of a non-integer id: $(cat "$tmp/err")"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures CLI checks failed"
+  exit 1
+fi
+echo "all CLI checks passed"
