@@ -108,6 +108,39 @@ inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, 
   return loss;
 }
 
+// Causal multi-head attention. qkv [B,T,3C] (q, k, v of all heads per
+// token), out [B,T,C], lse [B,NH,T] (log-sum-exp of each row's scaled scores).
+inline void CausalAttention(const Vec& qkv, int B, int T, int NH, int HS, Vec* out, Vec* lse) {
+  const int64_t C = int64_t{NH} * HS, C3 = 3 * C;
+  out->assign(int64_t{B} * T * C, 0.0);
+  lse->assign(int64_t{B} * NH * T, 0.0);
+  Vec w(T);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t i = 0; i < T; ++i) {
+        const double* q = &qkv[(b * T + i) * C3 + h * HS];
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double* k = &qkv[(b * T + j) * C3 + C + h * HS];
+          double dot = 0;
+          for (int64_t c = 0; c < HS; ++c) dot += q[c] * k[c];
+          w[j] = dot * scale;
+          mx = std::max(mx, w[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += (w[j] = std::exp(w[j] - mx));
+        (*lse)[(b * NH + h) * T + i] = mx + std::log(sum);
+        double* o = &(*out)[(b * T + i) * C + h * HS];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double* v = &qkv[(b * T + j) * C3 + 2 * C + h * HS];
+          for (int64_t c = 0; c < HS; ++c) o[c] += w[j] / sum * v[c];
+        }
+      }
+    }
+  }
+}
+
 inline double SumOfSquares(const std::vector<float>& x) {
   double s = 0;
   for (float v : x) s += static_cast<double>(v) * v;
