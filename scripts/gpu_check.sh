@@ -10,19 +10,9 @@ cd "$(dirname "$0")/.."
 build_dir=${1:-build-gpu}
 
 # Build dependencies (Debian packages), installed only if missing.
-packages=(meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev
-          libopenblas-openmp-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "gpu_check: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+source scripts/lib/packages.sh
+install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
+  libopenblas-openmp-dev
 
 echo "== nvidia-smi"
 gpus=0

@@ -7,19 +7,9 @@ cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 shift || true
 
-packages=(meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev
-          libopenblas-openmp-dev openmpi-bin libopenmpi-dev bible-kjv python3)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+source scripts/lib/packages.sh
+install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
+  libopenblas-openmp-dev openmpi-bin libopenmpi-dev bible-kjv python3
 
 # The default corpus: the King James Bible from Debian's bible-kjv (data/README.md).
 if [ ! -s data/kjv.txt ]; then

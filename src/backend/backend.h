@@ -11,8 +11,9 @@
 //  - Gradients of *activations* are overwritten unless the comment says
 //    "accumulates" (the residual stream's gradient does, by design).
 //  - Ops are deterministic: the same inputs give bitwise-identical outputs
-//    (no float atomics, fixed reduction order), whatever the thread count's
-//    scheduling.
+//    (no float atomics, fixed reduction order). The CPU backend's own
+//    reductions are even independent of the thread count; OpenBLAS's sgemm
+//    is deterministic for a fixed thread count.
 //  - Row-wise ops (LayerNorm, matmul, GELU, cross-entropy, optimizer) view a
 //    tensor as [numel / last_dim, last_dim]; embedding and attention need the
 //    [B,T,...] shapes written below.
@@ -98,8 +99,10 @@ class Backend {
   // uses channels [h*HS, (h+1)*HS) of each), C = num_heads * HS.
   // out [B,T,C] = softmax(q k^T / sqrt(HS) + causal mask) v, heads concatenated.
   // lse [B,NH,T] receives each row's log-sum-exp of the scaled scores (both
-  // kinds save it). scratch: kNaive needs B*NH*T*T floats (see
-  // AttentionScratchFloats); kFlash needs none and accepts an empty tensor.
+  // kinds save it). scratch: kNaive needs at least B*NH*T*T floats (see
+  // AttentionScratchFloats); kFlash needs none and accepts an empty tensor
+  // (a backend may keep small per-thread tile buffers of its own).
+  // out must not alias qkv; in the backward dqkv aliases none of the inputs.
   virtual absl::Status AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
                                         AttentionKind kind, Tensor scratch) = 0;
   // dqkv [B,T,3C] (overwritten) from dout [B,T,C], recomputing probabilities

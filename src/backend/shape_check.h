@@ -1,15 +1,43 @@
-// Shape validation shared by backends: one clear InvalidArgument per mismatch.
+// Shape validation shared by backends: one clear InvalidArgument per mismatch,
+// naming the op and the tensor. Each check also requires the tensor to live on
+// the backend's device; cpu/cpu_common.h and cuda/cuda_check.h bind that.
 #pragma once
 
-#include "absl/strings/string_view.h"
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "src/core/tensor.h"
 
 namespace ladder {
 
-// OK iff `t` is non-empty, has `dtype` and exactly the given shape.
+inline bool DimsValid(const Tensor& t) {
+  if (t.rank < 1 || t.rank > Tensor::kMaxRank) return false;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0) return false;
+  }
+  return true;
+}
+
+inline absl::Status CheckDevice(Device device, absl::string_view op, absl::string_view what,
+                                const Tensor& t) {
+  if (t.device == device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is not a ",
+                                                 device == Device::kCpu ? "CPU" : "CUDA",
+                                                 " tensor"));
+}
+
+namespace internal {
+inline std::string Describe(const Tensor& t, DType dtype) {
+  return absl::StrCat(t.ShapeString(), t.empty() ? " (empty)" : "",
+                      t.dtype != dtype ? " (wrong dtype)" : "");
+}
+}  // namespace internal
+
+// OK iff `t` is non-empty, has `dtype` and exactly the given shape (any device).
 inline absl::Status CheckShape(absl::string_view op, absl::string_view what, const Tensor& t,
                                DType dtype, std::initializer_list<int64_t> dims) {
   bool ok = !t.empty() && t.dtype == dtype && t.rank == static_cast<int>(dims.size());
@@ -20,9 +48,63 @@ inline absl::Status CheckShape(absl::string_view op, absl::string_view what, con
   }
   if (ok) return absl::OkStatus();
   Tensor want(nullptr, dtype, dims);
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(),
-                                                 t.empty() ? " (empty)" : "", ", expected ",
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
+                                                 internal::Describe(t, dtype), ", expected ",
                                                  want.ShapeString()));
+}
+
+// CheckShape plus the device.
+inline absl::Status CheckExact(Device device, absl::string_view op, absl::string_view what,
+                               const Tensor& t, DType dtype, std::initializer_list<int64_t> dims) {
+  absl::Status s = CheckShape(op, what, t, dtype, dims);
+  if (!s.ok()) return s;
+  return CheckDevice(device, op, what, t);
+}
+
+// The row-wise view [numel / last_dim, last_dim] of the tensor that sets an
+// op's sizes. The last dimension must be positive and both fit an int.
+inline absl::Status RowView(Device device, absl::string_view op, absl::string_view what,
+                            const Tensor& t, DType dtype, int64_t* rows, int64_t* cols) {
+  if (t.empty() || t.dtype != dtype || !DimsValid(t) || t.dim(-1) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
+                                                   internal::Describe(t, dtype),
+                                                   ", expected [rows, cols] with cols > 0"));
+  }
+  *cols = t.dim(-1);
+  *rows = t.numel() / *cols;
+  if (*rows > INT_MAX || *cols > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
+                                                   t.ShapeString(), ": too many rows or cols"));
+  }
+  return CheckDevice(device, op, what, t);
+}
+
+// OK iff `t` is non-empty, of `dtype`, and viewed row-wise is [rows, cols]
+// (any leading dimensions whose product is rows).
+inline absl::Status CheckRows(Device device, absl::string_view op, absl::string_view what,
+                              const Tensor& t, DType dtype, int64_t rows, int64_t cols) {
+  if (t.empty() || t.dtype != dtype || !DimsValid(t) || t.dim(-1) != cols ||
+      t.numel() != rows * cols) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
+                                                   internal::Describe(t, dtype), ", expected [",
+                                                   rows, ",", cols,
+                                                   "] (leading dims may be split)"));
+  }
+  return CheckDevice(device, op, what, t);
+}
+
+// OK iff `t` is non-empty, of `dtype`, and holds exactly n elements (any
+// shape: per-row statistics may be [N] or [B,T]), or at least n when
+// `at_least` is set (scratch buffers).
+inline absl::Status CheckNumel(Device device, absl::string_view op, absl::string_view what,
+                               const Tensor& t, DType dtype, int64_t n, bool at_least = false) {
+  const bool size_ok = at_least ? t.numel() >= n : t.numel() == n;
+  if (t.empty() || t.dtype != dtype || !DimsValid(t) || !size_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
+                                                   internal::Describe(t, dtype), ", expected ",
+                                                   at_least ? "at least " : "", n, " elements"));
+  }
+  return CheckDevice(device, op, what, t);
 }
 
 }  // namespace ladder

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/backend/reference_ops.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/core/philox.h"
 
@@ -84,37 +85,11 @@ Result ForwardBackward(const Problem& p, AttentionKind kind) {
   return r;
 }
 
-// Double-precision reference forward, plain loops: out [B,T,C], lse [B,NH,T].
+// Double-precision reference forward (tests/backend/reference_ops.h).
 void ReferenceForward(const Shape& s, const std::vector<double>& qkv, std::vector<double>* out,
                       std::vector<double>* lse) {
-  const int64_t T = s.T, C = s.C(), HS = s.HS, C3 = 3 * C;
-  out->assign(s.B * T * C, 0.0);
-  lse->assign(s.B * s.NH * T, 0.0);
-  std::vector<double> w(T);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.NH; ++h) {
-      for (int64_t i = 0; i < T; ++i) {
-        const double* q = &qkv[(b * T + i) * C3 + h * HS];
-        double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          const double* k = &qkv[(b * T + j) * C3 + C + h * HS];
-          double dot = 0;
-          for (int64_t c = 0; c < HS; ++c) dot += q[c] * k[c];
-          w[j] = dot * scale;
-          mx = std::max(mx, w[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (w[j] = std::exp(w[j] - mx));
-        (*lse)[(b * s.NH + h) * T + i] = mx + std::log(sum);
-        double* o = &(*out)[(b * T + i) * C + h * HS];
-        for (int64_t j = 0; j <= i; ++j) {
-          const double* v = &qkv[(b * T + j) * C3 + 2 * C + h * HS];
-          for (int64_t c = 0; c < HS; ++c) o[c] += w[j] / sum * v[c];
-        }
-      }
-    }
-  }
+  ref::CausalAttention(qkv, static_cast<int>(s.B), static_cast<int>(s.T), static_cast<int>(s.NH),
+                       static_cast<int>(s.HS), out, lse);
 }
 
 // Checks |got - want| <= atol + rtol * |want| elementwise; reports the worst.

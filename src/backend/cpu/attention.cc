@@ -68,7 +68,7 @@ struct Dims {
 
 // Validates qkv [B,T,3C] and num_heads, and fills the dimensions.
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, Dims* d) {
-  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !cpu::DimsValid(qkv) ||
+  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !DimsValid(qkv) ||
       qkv.dim(2) % 3 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
                                                    qkv.empty() ? " (empty)" : "",
@@ -212,13 +212,18 @@ void NaiveBackward(float* dqkv, const float* dout, const float* qkv, const float
 // 12 AVX registers for the whole k loop: 2 vector loads and 6 broadcasts feed
 // 12 FMAs, like the inner kernel of a BLAS (without its packing).
 typedef float v8 __attribute__((vector_size(32)));  // GCC/Clang vector extension
+#if defined(__GNUC__) && !defined(__clang__)
+// Built without AVX (-Dnative=false), GCC warns that passing v8 by value has
+// a different ABI there; these are all internal functions, so it cannot matter.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 inline v8 Load8(const float* p) {
   v8 v;
   __builtin_memcpy(&v, p, sizeof v);  // unaligned load
   return v;
 }
-inline void Store8(float* p, v8 v) { __builtin_memcpy(p, &v, sizeof v); }
+inline void Store8(float* p, const v8& v) { __builtin_memcpy(p, &v, sizeof v); }
 
 // ---- the softmax rows, 8 lanes at a time ----------------------------------
 // Written with explicit vectors: this work is per score element, like the
@@ -234,23 +239,11 @@ inline v8i Valid(int64_t k, int64_t nvalid) {
 
 // exp(x) per lane: the same Cephes polynomial as cpu::ExpF (~1 ulp), with 2^n
 // built in the exponent bits; below -87 gives 0, NaN stays NaN.
-inline v8 Exp8(v8 x) {
+inline v8 Exp8(const v8& x) {
   const v8i under = x < -87.0f;
   v8 xc = under ? Splat(-87.0f) : x;
   xc = xc > 88.0f ? Splat(88.0f) : xc;
-  const v8 t = xc * 1.44269504088896341f + 12582912.0f;  // round(x / ln2) in the low bits
-  const v8 n = t - 12582912.0f;
-  v8 r = xc - n * 0.693359375f;  // x - n ln2, ln2 split in two for precision
-  r = r - n * -2.12194440e-4f;
-  v8 p = Splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const v8i pow2 = (std::bit_cast<v8i>(t) - 0x4B400000 + 127) << 23;  // 2^n
-  return under ? Splat(0.0f) : p * std::bit_cast<v8>(pow2);
+  return under ? Splat(0.0f) : cpu::ExpInRange<v8, v8i>(xc);
 }
 
 // Max of s[k] over the valid keys k < nvalid.
@@ -336,7 +329,15 @@ enum class Causal {
   kInnerFromDiag,  // C rows are keys, k runs over queries: only k >= row - off
 };
 
+// A block of C is kMR rows x 8*kNV columns. With AVX, 6 x 16 takes 12 of the
+// 16 ymm registers. Without it (-Dnative=false) each v8 is two xmm registers,
+// so the block is 6 x 8, or the accumulators would spill to the stack.
 constexpr int kMR = 6;
+#ifdef __AVX__
+constexpr int kNV = 2;
+#else
+constexpr int kNV = 1;
+#endif
 
 // C[M,N] = alpha * A B (+ C if accumulate). With a Causal trim, the work of a
 // row block is limited to what the mask lets through; entries of C the trim
@@ -354,8 +355,8 @@ void Gemm(int64_t M, int64_t N, int64_t K, MatA a, const float* b, int64_t ldb, 
     const MatA ai{a.p + i * a.rs, a.rs, a.cs};
     float* ci = c + i * ldc;
     int64_t j = 0;
-    for (; j < n_end && N - j >= 16; j += 16) {
-      BlockRows<2>(mr, k0, k1, ai, b + j, ldb, ci + j, ldc, alpha, accumulate);
+    for (; j < n_end && N - j >= 8 * kNV; j += 8 * kNV) {
+      BlockRows<kNV>(mr, k0, k1, ai, b + j, ldb, ci + j, ldc, alpha, accumulate);
     }
     if (j < n_end && N - j >= 8) {
       BlockRows<1>(mr, k0, k1, ai, b + j, ldb, ci + j, ldc, alpha, accumulate);

@@ -29,67 +29,25 @@ namespace cpu {
 // waking the OpenMP team costs more than the work.
 inline constexpr int64_t kParallelMin = 1 << 14;
 
-inline bool DimsValid(const Tensor& t) {
-  if (t.rank < 1 || t.rank > Tensor::kMaxRank) return false;
-  for (int i = 0; i < t.rank; ++i) {
-    if (t.shape[i] < 0) return false;
-  }
-  return true;
-}
-
+// The shared shape checks (src/backend/shape_check.h), bound to the CPU.
 inline absl::Status CheckCpu(absl::string_view op, absl::string_view what, const Tensor& t) {
-  if (t.device == Device::kCpu) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is not a CPU tensor"));
+  return CheckDevice(Device::kCpu, op, what, t);
 }
-
-// CheckShape (exact shape) plus the device.
 inline absl::Status CheckExact(absl::string_view op, absl::string_view what, const Tensor& t,
                                DType dtype, std::initializer_list<int64_t> dims) {
-  absl::Status s = CheckShape(op, what, t, dtype, dims);
-  if (!s.ok()) return s;
-  return CheckCpu(op, what, t);
+  return ladder::CheckExact(Device::kCpu, op, what, t, dtype, dims);
 }
-
-// Reads the row-wise view [numel / last_dim, last_dim] of a tensor that
-// defines an op's sizes. The last dimension must be positive.
 inline absl::Status RowView(absl::string_view op, absl::string_view what, const Tensor& t,
                             DType dtype, int64_t* rows, int64_t* cols) {
-  if (t.empty() || t.dtype != dtype || !DimsValid(t) || t.dim(-1) <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
-        t.dtype != dtype ? " (wrong dtype)" : "", ", expected [rows, cols] with cols > 0"));
-  }
-  *cols = t.dim(-1);
-  *rows = t.numel() / *cols;
-  return CheckCpu(op, what, t);
+  return ladder::RowView(Device::kCpu, op, what, t, dtype, rows, cols);
 }
-
-// OK iff `t` is non-empty, of `dtype`, and viewed row-wise is [rows, cols]
-// (any leading dimensions whose product is rows).
 inline absl::Status CheckRows(absl::string_view op, absl::string_view what, const Tensor& t,
                               DType dtype, int64_t rows, int64_t cols) {
-  bool ok = !t.empty() && t.dtype == dtype && DimsValid(t) && t.dim(-1) == cols &&
-            t.numel() == rows * cols;
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
-                     t.dtype != dtype ? " (wrong dtype)" : "", ", expected [", rows, ",", cols,
-                     "] (leading dims may be split)"));
-  }
-  return CheckCpu(op, what, t);
+  return ladder::CheckRows(Device::kCpu, op, what, t, dtype, rows, cols);
 }
-
-// OK iff `t` is non-empty, of `dtype`, and holds exactly n elements (any shape:
-// per-row statistics may be [N] or [B,T]).
 inline absl::Status CheckNumel(absl::string_view op, absl::string_view what, const Tensor& t,
                                DType dtype, int64_t n) {
-  bool ok = !t.empty() && t.dtype == dtype && DimsValid(t) && t.numel() == n;
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(), t.empty() ? " (empty)" : "",
-                     t.dtype != dtype ? " (wrong dtype)" : "", ", expected ", n, " elements"));
-  }
-  return CheckCpu(op, what, t);
+  return ladder::CheckNumel(Device::kCpu, op, what, t, dtype, n);
 }
 
 // The slice [begin, end) of [0, total) that thread `tid` of `nt` owns, with
@@ -174,26 +132,34 @@ inline float LaneMax(const float* x, int64_t n) {
 // here would leave a branch the vectorizer refuses, hence the bit masks).
 // Returns 0 below -87.3 (where e^x leaves the normal range), +inf above 88.37
 // (where 2^n would; true overflow is at 88.72), NaN for NaN.
-inline float ExpF(float x) {
-  const int32_t under = -static_cast<int32_t>(x < -87.3f);
-  const int32_t over = -static_cast<int32_t>(x > 88.37f);
-  // Out-of-range lanes compute e^0 and are replaced at the end.
-  const float xc = std::bit_cast<float>(std::bit_cast<int32_t>(x) & ~(under | over));
+// e^xc for xc already clamped to the normal range, on a float or a GCC float
+// vector F (I: the int type of the same width): the reduction and polynomial
+// shared by ExpF below and the attention kernel's 8-lane exp.
+template <typename F, typename I>
+inline F ExpInRange(F xc) {
   // n = round(x / ln2) via the 1.5 * 2^23 trick: the integer lands in the low
   // mantissa bits of t.
-  const float t = xc * 1.44269504088896341f + 12582912.0f;
-  const float n = t - 12582912.0f;
-  float r = xc - n * 0.693359375f;  // ln2 split in two for an exact reduction
+  const F t = xc * 1.44269504088896341f + 12582912.0f;
+  const F n = t - 12582912.0f;
+  F r = xc - n * 0.693359375f;  // ln2 split in two for an exact reduction
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  F p = F{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t pow2 = (std::bit_cast<int32_t>(t) - 0x4B400000 + 127) << 23;
-  int32_t yb = std::bit_cast<int32_t>(p * std::bit_cast<float>(pow2));
+  const I pow2 = (std::bit_cast<I>(t) - 0x4B400000 + 127) << 23;  // 2^n
+  return p * std::bit_cast<F>(pow2);
+}
+
+inline float ExpF(float x) {
+  const int32_t under = -static_cast<int32_t>(x < -87.3f);
+  const int32_t over = -static_cast<int32_t>(x > 88.37f);
+  // Out-of-range lanes compute e^0 and are replaced at the end.
+  const float xc = std::bit_cast<float>(std::bit_cast<int32_t>(x) & ~(under | over));
+  int32_t yb = std::bit_cast<int32_t>(ExpInRange<float, int32_t>(xc));
   yb &= ~under;                                                           // -> 0
   yb = (yb & ~over) | (std::bit_cast<int32_t>(__builtin_inff()) & over);  // -> inf
   return std::bit_cast<float>(yb);
