@@ -89,7 +89,7 @@ int BenchCommand(int argc, char** argv) {
   flags.String("config", &f.config, "model config to time (required)");
   flags.Int("steps", &f.steps, "timed steps");
   flags.Int("warmup", &f.warmup, "untimed steps first");
-  flags.Int("batch-size", &f.batch_size, "sequences per step (default: the config's batch_size)");
+  flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
   return RunCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
 }
 

@@ -113,13 +113,16 @@ int TrainCommand(int argc, char** argv) {
   TrainFlags f;
   FlagSet flags("ladder train", "Train a GPT on the CPU from a config (configs/*.conf).");
   flags.String("config", &f.config, "model and run config file (required)");
-  flags.String("data", &f.data, "text file or prepared shard directory (overrides the config)");
+  constexpr const char* kConfig = "the config's";
+  flags.String("data", &f.data, "text file or prepared shard directory", kConfig);
   flags.String("out", &f.out, "output directory: metrics.jsonl, model.bin, tokenizer.bpe (required)");
-  flags.String("tokenizer", &f.tokenizer, "tokenizer file (default: trained on the data, or bytes)");
-  flags.Int("steps", &f.steps, "optimizer steps (overrides the config)");
-  flags.Int("seed", &f.seed, "random seed for weights and batches (overrides the config)");
-  flags.Int("log-every", &f.log_every, "steps between progress lines (overrides the config)");
-  flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = end only");
+  flags.String("tokenizer", &f.tokenizer, "tokenizer file",
+               "the config's, else the shard directory's, bytes for vocab 256, or trained on the data");
+  flags.Int("steps", &f.steps, "optimizer steps", kConfig);
+  flags.Int("seed", &f.seed, "random seed for weights and batches", kConfig);
+  flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);
+  flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
+            kConfig);
   return RunCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

@@ -14,15 +14,17 @@ FlagSet::FlagSet(std::string command, std::string summary, std::string positiona
       summary_(std::move(summary)),
       positional_usage_(std::move(positional_usage)) {}
 
-void FlagSet::String(const std::string& name, std::string* target, const std::string& help) {
-  flags_.push_back({name, help, *target, false, [target](const std::string& v) {
+void FlagSet::String(const std::string& name, std::string* target, const std::string& help,
+                     const char* shown_default) {
+  flags_.push_back({name, help, shown_default ? shown_default : *target, false, [target](const std::string& v) {
                       *target = v;
                       return absl::OkStatus();
                     }});
 }
 
-void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat(*target), false,
+void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help,
+                  const char* shown_default) {
+  flags_.push_back({name, help, shown_default ? shown_default : absl::StrCat(*target), false,
                     [this, name, target](const std::string& v) {
                       if (!absl::SimpleAtoi(v, target)) {
                         return absl::InvalidArgumentError(absl::StrCat(
@@ -32,8 +34,9 @@ void FlagSet::Int(const std::string& name, int64_t* target, const std::string& h
                     }});
 }
 
-void FlagSet::Double(const std::string& name, double* target, const std::string& help) {
-  flags_.push_back({name, help, absl::StrCat(*target), false,
+void FlagSet::Double(const std::string& name, double* target, const std::string& help,
+                     const char* shown_default) {
+  flags_.push_back({name, help, shown_default ? shown_default : absl::StrCat(*target), false,
                     [name, target](const std::string& v) {
                       if (!absl::SimpleAtod(v, target)) {
                         return absl::InvalidArgumentError(

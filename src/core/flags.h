@@ -22,9 +22,14 @@ class FlagSet {
   // `command` as the user types it ("ladder train"); `summary` one line.
   FlagSet(std::string command, std::string summary, std::string positional_usage = "");
 
-  void String(const std::string& name, std::string* target, const std::string& help);
-  void Int(const std::string& name, int64_t* target, const std::string& help);
-  void Double(const std::string& name, double* target, const std::string& help);
+  // `shown_default` replaces the printed default in --help (e.g. "from the
+  // config" for a flag that overrides a config key).
+  void String(const std::string& name, std::string* target, const std::string& help,
+              const char* shown_default = nullptr);
+  void Int(const std::string& name, int64_t* target, const std::string& help,
+           const char* shown_default = nullptr);
+  void Double(const std::string& name, double* target, const std::string& help,
+              const char* shown_default = nullptr);
   void Bool(const std::string& name, bool* target, const std::string& help);
 
   // Parses argv[0..argc) (the arguments after the subcommand). Errors are
