@@ -56,13 +56,23 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
-  // ---- embedding -----------------------------------------------------------
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-  // out [B,T,C] f32, tokens [B,T] i32 (each in [0, wte.dim(0))), wte [Vp,C], wpe [maxT,C].
-  virtual absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:].
-  virtual absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout,
-                                         Tensor tokens) = 0;
+  // ---- embedding (vocabulary-parallel) --------------------------------------
+  // wte [Vshard,C] holds the rows [vocab_start, vocab_start + Vshard) of the
+  // logical (padded) token embedding; the single-process model passes the
+  // whole table with vocab_start = 0. For each token:
+  //   out[b,t,:] = (token in the shard ? wte[token - vocab_start,:] : 0)
+  //              + (wpe empty ? 0 : wpe[t,:])
+  // A token outside the shard contributes zero (that is the normal case under
+  // tensor parallelism, not an error); a negative token is an error. Tensor
+  // parallel use: every rank looks up its own shard, one rank passes wpe, and
+  // an all-reduce (sum) of `out` gives the full embedding.
+  // out [B,T,C] f32, tokens [B,T] i32 (>= 0), wte [Vshard,C], wpe [maxT,C] or empty.
+  virtual absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                        int64_t vocab_start) = 0;
+  // dwte[token - vocab_start,:] += dout[b,t,:] for the tokens in the shard only;
+  // dwpe[t,:] += sum_b dout[b,t,:] (skipped if dwpe is empty).
+  virtual absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                         int64_t vocab_start) = 0;
 
   // ---- residual + LayerNorm (fused) ---------------------------------------
   // residual_out = residual_in + branch;  y = LayerNorm(residual_out) * gamma + beta.
@@ -111,15 +121,47 @@ class Backend {
                                          Tensor lse, int num_heads, AttentionKind kind,
                                          Tensor scratch) = 0;
 
-  // ---- fused softmax + cross-entropy ----------------------------------------
-  // losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; columns >= V
-  // (vocabulary padding) are ignored. logits [N,Vp], targets [N] i32 in [0,V).
-  virtual absl::Status CrossEntropyForward(Tensor losses, Tensor logits, Tensor targets,
-                                           int vocab_size) = 0;
-  // dlogits[n,:] = dloss * (softmax(logits[n,:V]) - onehot(targets[n])), and
-  // 0 in the padded columns. dlogits may alias logits (done in place).
+  // ---- softmax cross-entropy (vocabulary-parallel) -------------------------
+  // loss[n] = logsumexp(logits[n,:V]) - logits[n,target[n]], computed on a
+  // vocabulary SHARD of the logits so the full [N,Vp] logits are never gathered
+  // (Megatron's vocab-parallel cross-entropy). A shard holds the columns
+  // [vocab_start, vocab_start + Vshard) of the padded vocabulary; of those only
+  // global columns < vocab_size (V) are real, the rest is padding that takes
+  // no part in the softmax and gets 0 gradient. Three steps, with an all-reduce
+  // across the tensor-parallel group between them (single process: the one
+  // shard holds everything and the all-reduces are no-ops):
+  //   1. CrossEntropyRowMax     -> shard max m_k;        all-reduce MAX -> m
+  //   2. CrossEntropyPartials   -> sum_j exp(x_j - m) and the target's logit
+  //      (0 on shards that do not hold it);               all-reduce SUM (both)
+  //   3. CrossEntropyLoss       -> lse = m + log(sum), loss = lse - target_logit
+  // The backward needs only the row's lse: softmax = exp(x - lse), so each
+  // shard computes its own columns of dlogits with no communication.
+  // Row-wise [N, Vshard] views; targets [N] i32 in [0, V); stats [N] f32.
+  //
+  // row_max[n] = max of the shard's real columns of logits[n,:]. A shard with
+  // no real column (all padding) writes the lowest finite float (-FLT_MAX),
+  // not -inf: the MAX all-reduce then ignores it and nothing downstream sees
+  // an infinity.
+  virtual absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
+                                          int vocab_size) = 0;
+  // sum_exp[n] = sum over the shard's real columns j of exp(logits[n,j] - row_max[n])
+  // with row_max the GLOBAL max (after the all-reduce); target_logit[n] =
+  // logits[n, targets[n] - vocab_start] if the target is in this shard, else 0.
+  virtual absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                            Tensor targets, Tensor row_max, int64_t vocab_start,
+                                            int vocab_size) = 0;
+  // From the reduced statistics: lse[n] = row_max[n] + log(sum_exp[n]) (saved
+  // for the backward), losses[n] = lse[n] - target_logit[n] (evaluated as
+  // (row_max - target_logit) + log(sum_exp), which keeps a small loss's
+  // digits). All [N].
+  virtual absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
+                                        Tensor target_logit) = 0;
+  // dlogits[n,j] = dloss * (exp(logits[n,j] - lse[n]) - [vocab_start + j == targets[n]])
+  // on the shard's real columns, 0 on its padded columns. dlogits may alias
+  // logits (done in place).
   virtual absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
-                                            int vocab_size, float dloss) = 0;
+                                            Tensor lse, int64_t vocab_start, int vocab_size,
+                                            float dloss) = 0;
 
   // ---- optimizer -----------------------------------------------------------
   // Sum of squares of x in double precision, in a fixed reduction order.

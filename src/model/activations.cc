@@ -57,6 +57,10 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, int64_t B, int64_t T, bo
   a.lnf_rstd = bump.F32({N});
   a.logits = bump.F32({N, Vp});
   a.losses = bump.F32({N});
+  a.row_max = bump.F32({N});
+  a.sum_exp = bump.F32({N});
+  a.target_logit = bump.F32({N});
+  a.lse = bump.F32({N});
   a.branch = bump.F32({N, C});
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();

@@ -29,6 +29,11 @@ struct GptActivations {
   Tensor lnf, lnf_mean, lnf_rstd;       // final LayerNorm
   Tensor logits;                        // [N,Vp]; the backward turns it into dlogits in place
   Tensor losses;                        // [N]
+  // Cross-entropy statistics [N] (backend.h): the logits' row max, the sum of
+  // exp(logit - row_max), the target's logit, and lse = row_max + log(sum_exp),
+  // which the backward reads. (`lse` here is the cross-entropy's; each layer's
+  // `lse` is its attention's.)
+  Tensor row_max, sum_exp, target_logit, lse;
   Tensor branch;                        // [N,C] scratch: attention / MLP branch output
   Tensor attn_scratch;                  // naive attention's [B,NH,T,T] (empty for flash)
   // Backward scratch (empty in an inference-only layout).

@@ -75,7 +75,7 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
 
-  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte, w_.wpe));
+  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte, w_.wpe, 0));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
     LayerActivations& la = a.layers[l];
@@ -113,7 +113,12 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
-  RETURN_IF_ERROR(be.CrossEntropyForward(a.losses, a.logits, a.targets, V));
+  // The vocabulary-parallel cross-entropy (backend.h) on the one shard that
+  // holds the whole vocabulary: no reductions between the steps.
+  RETURN_IF_ERROR(be.CrossEntropyRowMax(a.row_max, a.logits, 0, V));
+  RETURN_IF_ERROR(be.CrossEntropyPartials(a.sum_exp, a.target_logit, a.logits, a.targets,
+                                          a.row_max, 0, V));
+  RETURN_IF_ERROR(be.CrossEntropyLoss(a.losses, a.lse, a.row_max, a.sum_exp, a.target_logit));
   std::vector<float> losses;
   RETURN_IF_ERROR(Losses(&losses));
   double sum = 0.0;
@@ -126,7 +131,8 @@ absl::Status Gpt::Backward(float dloss) {
   if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
   Backend& be = *backend_;
   GptActivations& a = acts_;
-  RETURN_IF_ERROR(be.CrossEntropyBackward(a.logits, a.logits, a.targets, cfg_.vocab_size, dloss));
+  RETURN_IF_ERROR(
+      be.CrossEntropyBackward(a.logits, a.logits, a.targets, a.lse, 0, cfg_.vocab_size, dloss));
   RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
   // d_resid starts as the gradient of the final residual stream.
   RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
@@ -152,7 +158,7 @@ absl::Status Gpt::Backward(float dloss) {
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x,
                                                  w.ln1_w, la.ln1_mean, la.ln1_rstd));
   }
-  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens);
+  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens, 0);
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {

@@ -6,6 +6,9 @@
 //  - analytical backward vs central differences of the double reference
 //    (eps 1e-6, loss L = sum(out * w) for random w):  rtol 1e-4, atol 1e-5
 //  - accumulation (+=) vs prefill + fresh gradient:    rtol 1e-6, atol 1e-6
+//  - vocabulary shards (T = 2, 4) vs the unsplit op: cross-entropy losses,
+//    lse and dlogits rtol 1e-5, atol 1e-6 (only sum_exp's summation order
+//    differs); row max, target logit and all embedding results bitwise.
 // Determinism claims are checked bitwise (EXPECT_EQ on the raw floats).
 #include <omp.h>
 
@@ -158,9 +161,14 @@ TEST_F(BackendOpsTest, EmbeddingForwardMatchesReference) {
   Ints tok = RandomInts(B * T, 1, Vp);
   Floats wte = Uniform(Vp * C, 2), wpe = Uniform(maxT * C, 3), out(B * T * C);
   ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}))
+                                    F32(wpe, {maxT, C}), 0)
                   .ok());
   EXPECT_TRUE(AllClose(out, ref::Embedding(tok, B, T, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
+  // No wpe: the token rows alone.
+  ASSERT_TRUE(
+      cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}), Tensor(), 0)
+          .ok());
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, B, T, C, D(wte), Vec()), kFwdRtol, kFwdAtol));
 }
 
 TEST_F(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
@@ -169,7 +177,7 @@ TEST_F(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
   Floats wte = Uniform(Vp * C, 4), wpe = Uniform(maxT * C, 5), w = Uniform(B * T * C, 6);
   Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
   ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {B, T, C}),
-                                     I32(tok, {B, T}))
+                                     I32(tok, {B, T}), 0)
                   .ok());
   const Vec wd = D(w);
   auto num_wte = NumericGrad(
@@ -180,6 +188,31 @@ TEST_F(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
   EXPECT_TRUE(AllClose(dwpe, num_wpe, kGradRtol, kGradAtol));
 }
 
+TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
+  // A shard holding rows [2, 5) of a 7-row vocabulary, without wpe: tokens
+  // outside the shard contribute nothing and get no gradient.
+  const int B = 2, T = 4, C = 5, rows = 3, start = 2;
+  Ints tok = {0, 2, 4, 6, 3, 2, 5, 1};
+  Floats wte = Uniform(rows * C, 12), w = Uniform(B * T * C, 13), out(B * T * C);
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {rows, C}),
+                                    Tensor(), start)
+                  .ok());
+  EXPECT_TRUE(
+      AllClose(out, ref::Embedding(tok, B, T, C, D(wte), Vec(), start), kFwdRtol, kFwdAtol));
+  for (int n : {0, 3, 6, 7}) {  // tokens 0, 6, 5, 1: outside the shard
+    for (int c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], 0.0f) << n << "," << c;
+  }
+  Floats dwte(rows * C, 0.0f);
+  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {rows, C}), Tensor(), F32(w, {B, T, C}),
+                                     I32(tok, {B, T}), start)
+                  .ok());
+  const Vec wd = D(w);
+  EXPECT_TRUE(AllClose(dwte, NumericGrad(D(wte), [&](const Vec& x) {
+                         return ref::Dot(ref::Embedding(tok, B, T, C, x, Vec(), start), wd);
+                       }),
+                       kGradRtol, kGradAtol));
+}
+
 TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
   const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;
   Ints tok = RandomInts(B * T, 7, Vp);
@@ -188,7 +221,7 @@ TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
   auto run = [&](const Floats& init_wte, const Floats& init_wpe) {
     Floats dwte = init_wte, dwpe = init_wpe;
     EXPECT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}),
-                                       F32(dout, {B, T, C}), I32(tok, {B, T}))
+                                       F32(dout, {B, T, C}), I32(tok, {B, T}), 0)
                     .ok());
     return Concat(dwte, dwpe);
   };
@@ -201,26 +234,75 @@ TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
   ExpectSameForThreadCounts([&] { return run(pre_wte, pre_wpe); });
 }
 
+// Tensor parallelism's vocabulary-parallel embedding, with a plain loop in
+// place of the all-reduce: T shards of Vp/T rows each, wpe on shard 0 only.
+// The sum of the shard lookups is the unsplit lookup and each shard's dwte is
+// its rows of the unsplit dwte, both bitwise: every element is the same sum
+// with zeros added (exact).
+TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
+  const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;  // above the parallel threshold
+  Ints tok = RandomInts(B * T, 14, Vp);
+  Floats wte = Uniform(Vp * C, 15), wpe = Uniform(maxT * C, 16), dout = Uniform(B * T * C, 17);
+  Floats out(B * T * C), dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
+                                    F32(wpe, {maxT, C}), 0)
+                  .ok());
+  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}),
+                                     F32(dout, {B, T, C}), I32(tok, {B, T}), 0)
+                  .ok());
+  for (int shards : {2, 4}) {
+    const int rows = Vp / shards;
+    Floats sum(B * T * C, 0.0f);
+    for (int k = 0; k < shards; ++k) {
+      const int start = k * rows;
+      Floats w(wte.begin() + start * C, wte.begin() + (start + rows) * C), part(B * T * C);
+      Floats dw(rows * C, 0.0f), dp(maxT * C, 0.0f);
+      const Tensor pe = k == 0 ? F32(wpe, {maxT, C}) : Tensor();
+      const Tensor dpe = k == 0 ? F32(dp, {maxT, C}) : Tensor();
+      ASSERT_TRUE(cpu_.EmbeddingForward(F32(part, {B, T, C}), I32(tok, {B, T}), F32(w, {rows, C}),
+                                        pe, start)
+                      .ok());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the all-reduce
+      ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dw, {rows, C}), dpe, F32(dout, {B, T, C}),
+                                         I32(tok, {B, T}), start)
+                      .ok());
+      EXPECT_TRUE(BitwiseEqual(
+          dw, Floats(dwte.begin() + start * C, dwte.begin() + (start + rows) * C)))
+          << "shard " << k << " of " << shards;
+      if (k == 0) {
+        EXPECT_TRUE(BitwiseEqual(dp, dwpe)) << shards << " shards";
+      }
+    }
+    EXPECT_TRUE(BitwiseEqual(sum, out)) << shards << " shards";
+  }
+}
+
 TEST_F(BackendOpsTest, EmbeddingRejectsBadShapesAndTokens) {
   const int B = 2, T = 3, C = 4, Vp = 5, maxT = 3;
   Ints tok = {0, 1, 2, 3, 4, 0};
   Floats wte(Vp * C), wpe(maxT * C), out(B * T * C), small_wpe(2 * C);
   EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}))
+                                    F32(wpe, {maxT, C}), 0)
                   .ok());
   ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C - 1}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(wpe, {maxT, C})),
+                                      F32(wpe, {maxT, C}), 0),
                 "EmbeddingForward");
   ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(small_wpe, {2, C})),  // T > maxT
+                                      F32(small_wpe, {2, C}), 0),  // T > maxT
                 "EmbeddingForward");
-  tok[4] = Vp;  // out of the vocabulary
   ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(wpe, {maxT, C})),
+                                      F32(wpe, {maxT, C}), -1),
+                "vocab_start");
+  tok[4] = Vp;  // beyond this shard: legal, it contributes nothing
+  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
+                                    F32(wpe, {maxT, C}), 0)
+                  .ok());
+  tok[4] = -1;  // not a token at all
+  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
+                                      F32(wpe, {maxT, C}), 0),
                 "EmbeddingForward");
-  tok[4] = -1;
   ExpectInvalid(cpu_.EmbeddingBackward(F32(wte, {Vp, C}), F32(wpe, {maxT, C}), F32(out, {B, T, C}),
-                                       I32(tok, {B, T})),
+                                       I32(tok, {B, T}), 0),
                 "EmbeddingBackward");
 }
 
@@ -497,6 +579,36 @@ TEST_F(BackendOpsTest, GeluRejectsBadShapes) {
 
 // ---- cross-entropy ---------------------------------------------------------------
 
+// The forward's statistics and losses for one row block.
+struct CeForwardOut {
+  Floats row_max, sum_exp, target_logit, loss, lse;
+};
+
+// The three forward steps on a single shard holding the whole vocabulary
+// (vocab_start 0, no reductions between the steps: one process).
+CeForwardOut CeForward(CpuBackend& cpu, Floats& logits, Ints& tg, int N, int Vp, int V) {
+  CeForwardOut o{Floats(N), Floats(N), Floats(N), Floats(N), Floats(N)};
+  EXPECT_TRUE(cpu.CrossEntropyRowMax(F32(o.row_max, {N}), F32(logits, {N, Vp}), 0, V).ok());
+  EXPECT_TRUE(cpu.CrossEntropyPartials(F32(o.sum_exp, {N}), F32(o.target_logit, {N}),
+                                       F32(logits, {N, Vp}), I32(tg, {N}), F32(o.row_max, {N}),
+                                       0, V)
+                  .ok());
+  EXPECT_TRUE(cpu.CrossEntropyLoss(F32(o.loss, {N}), F32(o.lse, {N}), F32(o.row_max, {N}),
+                                   F32(o.sum_exp, {N}), F32(o.target_logit, {N}))
+                  .ok());
+  return o;
+}
+
+// Columns [begin, begin + width) of a row-major [N, cols] matrix.
+Floats Columns(const Floats& x, int N, int cols, int begin, int width) {
+  Floats r(static_cast<size_t>(N) * width);
+  for (int n = 0; n < N; ++n) {
+    std::copy(x.begin() + n * cols + begin, x.begin() + n * cols + begin + width,
+              r.begin() + n * width);
+  }
+  return r;
+}
+
 TEST_F(BackendOpsTest, CrossEntropyForwardMatchesReferenceAndIgnoresPadding) {
   const int N = 7, Vp = 160, V = 150;
   Floats logits = Uniform(N * Vp, 101, -4.0f, 4.0f);
@@ -505,9 +617,14 @@ TEST_F(BackendOpsTest, CrossEntropyForwardMatchesReferenceAndIgnoresPadding) {
   }
   for (int i = 0; i < V; ++i) logits[3 * Vp + i] += 1000.0f;  // large logits: stable
   Ints tg = RandomInts(N, 102, V);
-  Floats loss(N);
-  ASSERT_TRUE(cpu_.CrossEntropyForward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}), V).ok());
-  EXPECT_TRUE(AllClose(loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
+  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
+  EXPECT_TRUE(AllClose(o.loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(o.lse, ref::LogSumExp(D(logits), N, Vp, V), kFwdRtol, kFwdAtol));
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(o.target_logit[n], logits[n * Vp + tg[n]]) << n;
+    EXPECT_EQ(o.row_max[n], *std::max_element(logits.begin() + n * Vp, logits.begin() + n * Vp + V))
+        << n;
+  }
 }
 
 TEST_F(BackendOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
@@ -515,10 +632,11 @@ TEST_F(BackendOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
   const float dloss = 0.37f;
   Floats logits = Uniform(N * Vp, 111, -3.0f, 3.0f);
   Ints tg = {4, 0, 9};
+  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
   Floats dlogits(N * Vp, 5.0f);  // padded columns must come back 0
-  ASSERT_TRUE(
-      cpu_.CrossEntropyBackward(F32(dlogits, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}), V, dloss)
-          .ok());
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(dlogits, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                        F32(o.lse, {N}), 0, V, dloss)
+                  .ok());
   auto num = NumericGrad(D(logits), [&](const Vec& x) {
     double s = 0;
     for (double l : ref::CrossEntropy(x, tg, N, Vp, V)) s += l;
@@ -535,14 +653,15 @@ TEST_F(BackendOpsTest, CrossEntropyBackwardInPlace) {
   Floats logits = Uniform(N * Vp, 121, -5.0f, 5.0f);
   for (int n = 0; n < N; ++n) logits[n * Vp + V + 1] = 1e4f;  // padding garbage
   Ints tg = RandomInts(N, 122, V);
+  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
   Floats separate(N * Vp);
-  ASSERT_TRUE(
-      cpu_.CrossEntropyBackward(F32(separate, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}), V, 0.5f)
-          .ok());
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(separate, {N, Vp}), F32(logits, {N, Vp}),
+                                        I32(tg, {N}), F32(o.lse, {N}), 0, V, 0.5f)
+                  .ok());
   Floats inplace = logits;
-  ASSERT_TRUE(
-      cpu_.CrossEntropyBackward(F32(inplace, {N, Vp}), F32(inplace, {N, Vp}), I32(tg, {N}), V, 0.5f)
-          .ok());
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(inplace, {N, Vp}), F32(inplace, {N, Vp}),
+                                        I32(tg, {N}), F32(o.lse, {N}), 0, V, 0.5f)
+                  .ok());
   EXPECT_TRUE(BitwiseEqual(inplace, separate));
   for (int n = 0; n < N; ++n) {
     double row = 0;  // softmax - onehot sums to 0 over the real vocabulary
@@ -552,20 +671,137 @@ TEST_F(BackendOpsTest, CrossEntropyBackwardInPlace) {
   }
 }
 
+TEST_F(BackendOpsTest, CrossEntropyIsDeterministicAcrossThreadCounts) {
+  const int N = 80, Vp = 384, V = 250;  // N * V above the parallel threshold
+  Floats logits = Uniform(N * Vp, 123, -5.0f, 5.0f);
+  Ints tg = RandomInts(N, 124, V);
+  ExpectSameForThreadCounts([&] {
+    CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
+    Floats d(N * Vp);
+    EXPECT_TRUE(cpu_.CrossEntropyBackward(F32(d, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                          F32(o.lse, {N}), 0, V, 1.0f)
+                    .ok());
+    return Concat(Concat(Concat(o.row_max, o.sum_exp), Concat(o.loss, o.lse)), d);
+  });
+}
+
+// Tensor parallelism's vocabulary-parallel cross-entropy, with plain loops in
+// place of the all-reduces: the [N, Vp] logits split into T = 2 and 4 column
+// shards (vocab_start = k Vp / T). With Vp = 384 and V = 250, the last shard
+// of 2 is partly padding and the last of 4 is padding only. The shard maxes
+// combine with max (exact), the partial sums and target logits with sums; the
+// losses then equal the unsplit ones up to the summation order of sum_exp
+// (rtol 1e-5, atol 1e-6, as forward vs reference), and each shard's dlogits
+// equals its columns of the unsplit dlogits (same tolerance: the lse differ by
+// a rounding or two).
+TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
+  const int N = 16, Vp = 384, V = 250;
+  const float dloss = 0.25f;
+  Floats logits = Uniform(N * Vp, 131, -5.0f, 5.0f);
+  for (int n = 0; n < N; ++n) {
+    for (int i = V; i < Vp; ++i) logits[n * Vp + i] = 1e4f;  // padding garbage
+  }
+  for (int i = 200; i < V; ++i) logits[3 * Vp + i] += 1000.0f;  // one shard holds the max
+  Ints tg = RandomInts(N, 132, V);
+  const int edges[] = {0, 95, 96, 191, 192, V - 1};  // targets at the shard boundaries
+  for (int i = 0; i < 6; ++i) tg[i] = edges[i];
+  CeForwardOut whole = CeForward(cpu_, logits, tg, N, Vp, V);
+  Floats dwhole(N * Vp);
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(dwhole, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                        F32(whole.lse, {N}), 0, V, dloss)
+                  .ok());
+  for (int shards : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << shards << " shards");
+    const int Vs = Vp / shards;
+    std::vector<Floats> part(shards);
+    for (int k = 0; k < shards; ++k) part[k] = Columns(logits, N, Vp, k * Vs, Vs);
+    // Step 1: shard maxes, all-reduce MAX.
+    Floats row_max(N, -std::numeric_limits<float>::infinity());
+    for (int k = 0; k < shards; ++k) {
+      Floats m(N);
+      ASSERT_TRUE(cpu_.CrossEntropyRowMax(F32(m, {N}), F32(part[k], {N, Vs}), k * Vs, V).ok());
+      for (int n = 0; n < N; ++n) {
+        if (k * Vs >= V) {  // padding only
+          EXPECT_EQ(m[n], -std::numeric_limits<float>::max());
+        }
+        row_max[n] = std::max(row_max[n], m[n]);
+      }
+    }
+    EXPECT_TRUE(BitwiseEqual(row_max, whole.row_max));
+    // Step 2: partial sums and target logits against the global max, all-reduce SUM.
+    Floats sum_exp(N, 0.0f), target_logit(N, 0.0f);
+    for (int k = 0; k < shards; ++k) {
+      Floats s(N), t(N);
+      ASSERT_TRUE(cpu_.CrossEntropyPartials(F32(s, {N}), F32(t, {N}), F32(part[k], {N, Vs}),
+                                            I32(tg, {N}), F32(row_max, {N}), k * Vs, V)
+                      .ok());
+      for (int n = 0; n < N; ++n) {
+        const bool holds = tg[n] >= k * Vs && tg[n] < (k + 1) * Vs;
+        EXPECT_EQ(t[n], holds ? logits[n * Vp + tg[n]] : 0.0f) << "shard " << k << " row " << n;
+        if (k * Vs >= V) {
+          EXPECT_EQ(s[n], 0.0f);
+        }
+        sum_exp[n] += s[n];
+        target_logit[n] += t[n];
+      }
+    }
+    EXPECT_TRUE(BitwiseEqual(target_logit, whole.target_logit));
+    // Step 3: the losses from the reduced statistics.
+    Floats loss(N), lse(N);
+    ASSERT_TRUE(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(row_max, {N}),
+                                      F32(sum_exp, {N}), F32(target_logit, {N}))
+                    .ok());
+    EXPECT_TRUE(AllClose(loss, D(whole.loss), kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(lse, D(whole.lse), kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
+    // Backward: each shard its own columns, in place, from the reduced lse.
+    for (int k = 0; k < shards; ++k) {
+      Floats d = part[k];
+      ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(d, {N, Vs}), F32(d, {N, Vs}), I32(tg, {N}),
+                                            F32(lse, {N}), k * Vs, V, dloss)
+                      .ok());
+      EXPECT_TRUE(AllClose(d, D(Columns(dwhole, N, Vp, k * Vs, Vs)), kFwdRtol, kFwdAtol))
+          << "shard " << k;
+      if (k * Vs >= V) {
+        EXPECT_TRUE(BitwiseEqual(d, Floats(N * Vs, 0.0f))) << "shard " << k;
+      }
+    }
+  }
+}
+
 TEST_F(BackendOpsTest, CrossEntropyRejectsBadInput) {
   const int N = 2, Vp = 8;
-  Floats logits(N * Vp), loss(N);
+  Floats logits(N * Vp), loss(N), lse(N), mx(N), se(N, 1.0f), tl(N);
   Ints tg = {1, 7};
-  EXPECT_TRUE(cpu_.CrossEntropyForward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}), 8).ok());
-  ExpectInvalid(cpu_.CrossEntropyForward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}), 7),
+  EXPECT_TRUE(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 8).ok());
+  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N + 1}), F32(logits, {N, Vp}), 0, 8), "row_max");
+  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), -8, 8),
+                "vocab_start");
+  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 0), "vocab_size");
+  EXPECT_TRUE(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {N}), F32(logits, {N, Vp}),
+                                        I32(tg, {N}), F32(mx, {N}), 0, 8)
+                  .ok());
+  ExpectInvalid(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {N}), F32(logits, {N, Vp}),
+                                          I32(tg, {N}), F32(mx, {N}), 0, 7),
                 "targets");  // 7 >= V
-  ExpectInvalid(cpu_.CrossEntropyForward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}), 9),
-                "vocab_size");
-  ExpectInvalid(cpu_.CrossEntropyForward(F32(loss, {1}), F32(logits, {N, Vp}), I32(tg, {N}), 8),
+  ExpectInvalid(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {1}), F32(logits, {N, Vp}),
+                                          I32(tg, {N}), F32(mx, {N}), 0, 8),
+                "target_logit");
+  EXPECT_TRUE(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {N}),
+                                    F32(tl, {N}))
+                  .ok());
+  ExpectInvalid(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {1}),
+                                      F32(tl, {N})),
+                "sum_exp");
+  ExpectInvalid(cpu_.CrossEntropyLoss(Tensor(), F32(lse, {N}), F32(mx, {N}), F32(se, {N}),
+                                      F32(tl, {N})),
                 "losses");
-  ExpectInvalid(
-      cpu_.CrossEntropyBackward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}), 8, 1.0f),
-      "dlogits");
+  ExpectInvalid(cpu_.CrossEntropyBackward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                          F32(lse, {N}), 0, 8, 1.0f),
+                "dlogits");
+  ExpectInvalid(cpu_.CrossEntropyBackward(F32(logits, {N, Vp}), F32(logits, {N, Vp}),
+                                          I32(tg, {N}), F32(lse, {1}), 0, 8, 1.0f),
+                "lse");
 }
 
 // ---- optimizer ---------------------------------------------------------------------

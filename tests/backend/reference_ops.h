@@ -21,15 +21,20 @@ inline double Dot(const Vec& a, const Vec& b) {
   return s;
 }
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:];  out [B*T, C].
+// A vocabulary shard's embedding: wte [rows, C] holds the logical rows
+// [vocab_start, vocab_start + rows);  out [B*T, C] with
+// out[b,t,:] = (token in the shard ? wte[token - vocab_start,:] : 0) + (wpe empty ? 0 : wpe[t,:]).
 inline Vec Embedding(const std::vector<int32_t>& tokens, int B, int T, int C, const Vec& wte,
-                     const Vec& wpe) {
-  Vec out(static_cast<size_t>(B) * T * C);
+                     const Vec& wpe, int64_t vocab_start = 0) {
+  const int64_t rows = static_cast<int64_t>(wte.size()) / C;
+  Vec out(static_cast<size_t>(B) * T * C, 0.0);
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const int n = b * T + t;
+      const int64_t r = tokens[n] - vocab_start;
       for (int c = 0; c < C; ++c) {
-        out[n * C + c] = wte[tokens[n] * C + c] + wpe[t * C + c];
+        if (r >= 0 && r < rows) out[n * C + c] += wte[r * C + c];
+        if (!wpe.empty()) out[n * C + c] += wpe[t * C + c];
       }
     }
   }
@@ -93,18 +98,25 @@ inline Vec Gelu(const Vec& x) {
   return y;
 }
 
-// losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; logits [N,Vp].
-inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int Vp,
-                        int V) {
-  Vec loss(N);
+// lse[n] = logsumexp(logits[n,:V]); logits [N,Vp], columns >= V ignored.
+inline Vec LogSumExp(const Vec& logits, int N, int Vp, int V) {
+  Vec lse(N);
   for (int n = 0; n < N; ++n) {
     const double* x = &logits[static_cast<size_t>(n) * Vp];
     double m = x[0];
     for (int i = 1; i < V; ++i) m = std::max(m, x[i]);
     double s = 0;
     for (int i = 0; i < V; ++i) s += std::exp(x[i] - m);
-    loss[n] = m + std::log(s) - x[targets[n]];
+    lse[n] = m + std::log(s);
   }
+  return lse;
+}
+
+// losses[n] = logsumexp(logits[n,:V]) - logits[n,targets[n]]; logits [N,Vp].
+inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int Vp,
+                        int V) {
+  Vec loss = LogSumExp(logits, N, Vp, V);
+  for (int n = 0; n < N; ++n) loss[n] -= logits[static_cast<size_t>(n) * Vp + targets[n]];
   return loss;
 }
 

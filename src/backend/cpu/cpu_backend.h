@@ -18,8 +18,10 @@ class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
 
-  absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
-  absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                int64_t vocab_start) override;
+  absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                 int64_t vocab_start) override;
 
   absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
                                         Tensor residual_in, Tensor branch, Tensor gamma,
@@ -40,10 +42,15 @@ class CpuBackend final : public Backend {
   absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                  int num_heads, AttentionKind kind, Tensor scratch) override;
 
-  absl::Status CrossEntropyForward(Tensor losses, Tensor logits, Tensor targets,
-                                   int vocab_size) override;
-  absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
-                                    int vocab_size, float dloss) override;
+  absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
+                                  int vocab_size) override;
+  absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                    Tensor targets, Tensor row_max, int64_t vocab_start,
+                                    int vocab_size) override;
+  absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
+                                Tensor target_logit) override;
+  absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
+                                    int64_t vocab_start, int vocab_size, float dloss) override;
 
   absl::Status SumOfSquares(Tensor x, double* result) override;
   absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,

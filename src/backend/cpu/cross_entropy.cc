@@ -1,13 +1,26 @@
-// Softmax fused with cross-entropy, one row (token) at a time:
-//   loss[n]    = logsumexp(logits[n,:V]) - logits[n,target]
-//   dlogits[n] = dloss * (softmax(logits[n,:V]) - onehot(target)), 0 for cols >= V
+// Softmax cross-entropy over a vocabulary shard, one row (token) at a time.
 //
-// The probabilities are never stored: N x Vp floats is the largest tensor of
-// the whole model (50304 columns for GPT-2), so the backward recomputes them
-// from the logits and writes the gradient over the logits in place. Each row
-// subtracts its max before exp, so exp never overflows and the largest term is
-// exactly 1. Columns >= V are vocabulary padding (Vp is a multiple of 128 for
-// GEMM-friendly shapes); they take no part in the softmax and get 0 gradient.
+// The logits are the largest tensor of the model ([N, Vp], 50304 columns for
+// GPT-2), so under tensor parallelism each rank keeps only its columns
+// [vocab_start, vocab_start + Vshard) and the full row is never gathered.
+// logsumexp splits into per-shard pieces that only need [N]-sized reductions:
+//   m   = max_k (max of shard k)                       (all-reduce MAX)
+//   s   = sum_k (sum over shard k of exp(x - m))       (all-reduce SUM)
+//   x_t = sum_k (target's logit if shard k holds it, else 0)   (SUM)
+//   lse = m + log(s),  loss = lse - x_t
+// Subtracting the *global* max before exp keeps every term <= 1 and the
+// largest exactly 1, as in the single-row softmax. The backward recomputes the
+// probabilities as exp(x - lse) from the saved lse alone, so each shard writes
+// its own columns of dlogits with no communication, over the logits in place.
+// One process is the shard holding the whole vocabulary: the three ops run
+// back to back with nothing in between.
+//
+// Columns whose global index is >= V are vocabulary padding (Vp is a multiple
+// of 128 for GEMM-friendly shapes); they take no part in the softmax and get 0
+// gradient. A shard may hold only padding: its max is the lowest finite float
+// and its sum 0, which leave the reductions unchanged.
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "src/backend/cpu/cpu_backend.h"
@@ -16,19 +29,33 @@
 namespace ladder {
 namespace {
 
-constexpr char kFwd[] = "CrossEntropyForward";
+constexpr char kMax[] = "CrossEntropyRowMax";
+constexpr char kPartials[] = "CrossEntropyPartials";
+constexpr char kLoss[] = "CrossEntropyLoss";
 constexpr char kBwd[] = "CrossEntropyBackward";
 
-absl::Status CheckCrossEntropy(absl::string_view op, const Tensor& logits, const Tensor& targets,
-                               int vocab_size, int64_t* N, int64_t* Vp) {
-  RETURN_IF_ERROR(cpu::RowView(op, "logits", logits, DType::kF32, N, Vp));
-  if (vocab_size < 1 || vocab_size > *Vp) {
+// The row view [N, Vshard] of the logits and the number of the shard's real
+// (non-padding) columns, max(0, min(Vshard, V - vocab_start)).
+absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
+                        int vocab_size, int64_t* N, int64_t* Vs, int64_t* real) {
+  RETURN_IF_ERROR(cpu::RowView(op, "logits", logits, DType::kF32, N, Vs));
+  if (vocab_size < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab_size ", vocab_size, " is outside [1, ", *Vp, "]"));
+        absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));
   }
-  RETURN_IF_ERROR(cpu::CheckNumel(op, "targets", targets, DType::kI32, *N));
+  if (vocab_start < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
+  }
+  *real = std::clamp<int64_t>(vocab_size - vocab_start, 0, *Vs);
+  return absl::OkStatus();
+}
+
+absl::Status CheckTargets(absl::string_view op, const Tensor& targets, int64_t N,
+                          int vocab_size) {
+  RETURN_IF_ERROR(cpu::CheckNumel(op, "targets", targets, DType::kI32, N));
   const int32_t* t = targets.i32();
-  for (int64_t n = 0; n < *N; ++n) {
+  for (int64_t n = 0; n < N; ++n) {
     if (t[n] < 0 || t[n] >= vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": targets[", n, "] = ", t[n], " is outside [0, ", vocab_size, ")"));
@@ -37,56 +64,98 @@ absl::Status CheckCrossEntropy(absl::string_view op, const Tensor& logits, const
   return absl::OkStatus();
 }
 
-// The row's max and sum of exp(x - max) over the first V columns.
-inline void RowSoftmaxStats(const float* x, int64_t V, float* max, float* sum) {
-  const float m = cpu::LaneMax(x, V);
-  *max = m;
-  *sum = cpu::LaneSum(V, [x, m](int64_t i) { return cpu::ExpF(x[i] - m); });
-}
-
 }  // namespace
 
-absl::Status CpuBackend::CrossEntropyForward(Tensor losses, Tensor logits, Tensor targets,
-                                             int vocab_size) {
-  int64_t N = 0, Vp = 0;
-  RETURN_IF_ERROR(CheckCrossEntropy(kFwd, logits, targets, vocab_size, &N, &Vp));
-  RETURN_IF_ERROR(cpu::CheckNumel(kFwd, "losses", losses, DType::kF32, N));
+absl::Status CpuBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
+                                            int vocab_size) {
+  int64_t N = 0, Vs = 0, real = 0;
+  RETURN_IF_ERROR(CheckShard(kMax, logits, vocab_start, vocab_size, &N, &Vs, &real));
+  RETURN_IF_ERROR(cpu::CheckNumel(kMax, "row_max", row_max, DType::kF32, N));
+  const float* lg = logits.f32();
+  float* mx = row_max.f32();
+  if (real == 0) {
+    for (int64_t n = 0; n < N; ++n) mx[n] = -FLT_MAX;
+    return absl::OkStatus();
+  }
+#pragma omp parallel for schedule(static) if (N * real >= cpu::kParallelMin)
+  for (int64_t n = 0; n < N; ++n) mx[n] = cpu::LaneMax(lg + n * Vs, real);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                              Tensor targets, Tensor row_max,
+                                              int64_t vocab_start, int vocab_size) {
+  int64_t N = 0, Vs = 0, real = 0;
+  RETURN_IF_ERROR(CheckShard(kPartials, logits, vocab_start, vocab_size, &N, &Vs, &real));
+  RETURN_IF_ERROR(CheckTargets(kPartials, targets, N, vocab_size));
+  RETURN_IF_ERROR(cpu::CheckNumel(kPartials, "row_max", row_max, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kPartials, "sum_exp", sum_exp, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kPartials, "target_logit", target_logit, DType::kF32, N));
   const float* lg = logits.f32();
   const int32_t* tg = targets.i32();
-  float* loss = losses.f32();
-  const int64_t V = vocab_size;
-#pragma omp parallel for schedule(static) if (N * V >= cpu::kParallelMin)
+  const float* mx = row_max.f32();
+  float* se = sum_exp.f32();
+  float* tl = target_logit.f32();
+#pragma omp parallel for schedule(static) if (N * real >= cpu::kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = lg + n * Vp;
-    float m, s;
-    RowSoftmaxStats(x, V, &m, &s);
-    loss[n] = (m - x[tg[n]]) + std::log(s);
+    const float* x = lg + n * Vs;
+    const float m = mx[n];
+    se[n] = cpu::LaneSum(real, [x, m](int64_t i) { return cpu::ExpF(x[i] - m); });
+    const int64_t j = int64_t{tg[n]} - vocab_start;  // < real whenever >= 0: targets < V
+    tl[n] = j >= 0 && j < real ? x[j] : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max,
+                                          Tensor sum_exp, Tensor target_logit) {
+  // Every tensor holds N = losses.numel() elements (any shape: [N] or [B,T]).
+  const int64_t N = losses.numel();
+  RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "losses", losses, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "lse", lse, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "row_max", row_max, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "sum_exp", sum_exp, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "target_logit", target_logit, DType::kF32, N));
+  float* loss = losses.f32();
+  float* ls = lse.f32();
+  const float* mx = row_max.f32();
+  const float* se = sum_exp.f32();
+  const float* tl = target_logit.f32();
+#pragma omp parallel for schedule(static) if (N >= cpu::kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float log_s = std::log(se[n]);
+    ls[n] = mx[n] + log_s;
+    // (m - x_t) + log s rather than lse - x_t: m - x_t is exact when the two
+    // are close, so a confident prediction's small loss keeps its digits.
+    loss[n] = (mx[n] - tl[n]) + log_s;
   }
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
-                                              int vocab_size, float dloss) {
-  int64_t N = 0, Vp = 0;
-  RETURN_IF_ERROR(CheckCrossEntropy(kBwd, logits, targets, vocab_size, &N, &Vp));
-  RETURN_IF_ERROR(cpu::CheckRows(kBwd, "dlogits", dlogits, DType::kF32, N, Vp));
+                                              Tensor lse, int64_t vocab_start, int vocab_size,
+                                              float dloss) {
+  int64_t N = 0, Vs = 0, real = 0;
+  RETURN_IF_ERROR(CheckShard(kBwd, logits, vocab_start, vocab_size, &N, &Vs, &real));
+  RETURN_IF_ERROR(CheckTargets(kBwd, targets, N, vocab_size));
+  RETURN_IF_ERROR(cpu::CheckNumel(kBwd, "lse", lse, DType::kF32, N));
+  RETURN_IF_ERROR(cpu::CheckRows(kBwd, "dlogits", dlogits, DType::kF32, N, Vs));
   const float* lg = logits.f32();
   const int32_t* tg = targets.i32();
+  const float* ls = lse.f32();
   float* dlg = dlogits.f32();
-  const int64_t V = vocab_size;
-#pragma omp parallel for schedule(static) if (N * V >= cpu::kParallelMin)
+#pragma omp parallel for schedule(static) if (N * Vs >= cpu::kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = lg + n * Vp;
-    float* d = dlg + n * Vp;  // may be x itself: each element is read, then written
-    float m, s;
-    RowSoftmaxStats(x, V, &m, &s);
-    const float scale = dloss / s;
+    const float* x = lg + n * Vs;
+    float* d = dlg + n * Vs;  // may be x itself: each element is read, then written
+    const float l = ls[n];
     // `omp simd` tells the compiler d and x are either disjoint or identical
     // (no loop-carried dependence), so it vectorizes without an alias check.
 #pragma omp simd
-    for (int64_t i = 0; i < V; ++i) d[i] = cpu::ExpF(x[i] - m) * scale;
-    d[tg[n]] -= dloss;
-    for (int64_t i = V; i < Vp; ++i) d[i] = 0.0f;
+    for (int64_t i = 0; i < real; ++i) d[i] = cpu::ExpF(x[i] - l) * dloss;
+    const int64_t j = int64_t{tg[n]} - vocab_start;
+    if (j >= 0 && j < real) d[j] -= dloss;
+    for (int64_t i = real; i < Vs; ++i) d[i] = 0.0f;
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,9 @@
-// Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+// Token + position embedding over a vocabulary shard:
+//   out[b,t,:] = (token in [vocab_start, vocab_start + Vshard) ? wte[token - vocab_start,:] : 0)
+//              + (wpe empty ? 0 : wpe[t,:])
+// The single-process model passes the whole table (vocab_start = 0, every
+// token in range); under tensor parallelism each rank holds a slice of the
+// rows and the ranks' outputs are summed by an all-reduce.
 //
 // The forward is a gather, one row per token. The backward is a scatter-add,
 // and two equal tokens would race on the same dwte row if we split the work by
@@ -15,21 +20,24 @@ namespace {
 constexpr char kFwd[] = "EmbeddingForward";
 constexpr char kBwd[] = "EmbeddingBackward";
 
-// Validates tokens against the vocabulary so the gather/scatter stays in bounds.
-absl::Status CheckTokens(absl::string_view op, const int32_t* tok, int64_t n, int64_t vocab) {
+// Tokens outside the shard are legal (they contribute nothing); negative ones
+// are not token ids at all.
+absl::Status CheckTokens(absl::string_view op, const int32_t* tok, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    if (tok[i] < 0 || tok[i] >= vocab) {
+    if (tok[i] < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(op, ": tokens[", i, "] = ", tok[i], " is outside [0, ", vocab, ")"));
+          absl::StrCat(op, ": tokens[", i, "] = ", tok[i], " is negative"));
     }
   }
   return absl::OkStatus();
 }
 
-// Shapes shared by both directions: B, T from tokens, C and Vp from wte.
-// `d` is "" for the forward and "d" for the backward (names in messages).
+// Shapes shared by both directions: B, T from tokens, C and Vshard from wte;
+// wpe may be empty. `d` is "" for the forward and "d" for the backward (names
+// in messages).
 absl::Status CheckEmbeddingShapes(absl::string_view op, absl::string_view d, const Tensor& out,
-                                  const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+                                  const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                  int64_t vocab_start) {
   if (tokens.empty() || tokens.dtype != DType::kI32 || tokens.rank != 2 || tokens.dim(0) < 0 ||
       tokens.dim(1) < 0) {
     return absl::InvalidArgumentError(
@@ -38,60 +46,90 @@ absl::Status CheckEmbeddingShapes(absl::string_view op, absl::string_view d, con
   RETURN_IF_ERROR(cpu::CheckCpu(op, "tokens", tokens));
   if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
       wte.dim(1) <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", d, "wte has shape ", wte.ShapeString(), ", expected [Vp,C] f32"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ",
+                                                   wte.ShapeString(),
+                                                   ", expected [Vshard,C] f32"));
   }
   RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wte"), wte));
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
-  if (wpe.empty() || wpe.dtype != DType::kF32 || wpe.rank != 2 || wpe.dim(0) < T ||
-      wpe.dim(1) != C) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wpe has shape ", wpe.ShapeString(),
-                                                   ", expected [maxT,", C,
-                                                   "] with maxT >= T = ", T));
+  if (vocab_start < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
   }
-  RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wpe"), wpe));
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
+  if (!wpe.empty()) {
+    if (wpe.dtype != DType::kF32 || wpe.rank != 2 || wpe.dim(0) < T || wpe.dim(1) != C) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", d, "wpe has shape ", wpe.ShapeString(), ", expected [maxT,", C,
+                       "] f32 with maxT >= T = ", T, ", or empty"));
+    }
+    RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wpe"), wpe));
+  }
   RETURN_IF_ERROR(cpu::CheckExact(op, absl::StrCat(d, "out"), out, DType::kF32, {B, T, C}));
-  return CheckTokens(op, tokens.i32(), B * T, wte.dim(0));
+  return CheckTokens(op, tokens.i32(), B * T);
+}
+
+// The shard row of token `tok`, or -1 if the token is not in [vs, vs + rows).
+inline int64_t ShardRow(int32_t tok, int64_t vs, int64_t rows) {
+  const int64_t r = int64_t{tok} - vs;
+  return r >= 0 && r < rows ? r : -1;
 }
 
 }  // namespace
 
-absl::Status CpuBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
-  RETURN_IF_ERROR(CheckEmbeddingShapes(kFwd, "", out, tokens, wte, wpe));
-  const int64_t T = tokens.dim(1), C = wte.dim(1), N = tokens.numel();
+absl::Status CpuBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                          int64_t vocab_start) {
+  RETURN_IF_ERROR(CheckEmbeddingShapes(kFwd, "", out, tokens, wte, wpe, vocab_start));
+  const int64_t T = tokens.dim(1), C = wte.dim(1), N = tokens.numel(), rows = wte.dim(0);
   const int32_t* tok = tokens.i32();
   const float* wte_p = wte.f32();
-  const float* wpe_p = wpe.f32();
+  const float* wpe_p = wpe.empty() ? nullptr : wpe.f32();
   float* out_p = out.f32();
 #pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float* e = wte_p + static_cast<int64_t>(tok[n]) * C;
-    const float* p = wpe_p + (n % T) * C;
+    const int64_t r = ShardRow(tok[n], vocab_start, rows);
+    const float* e = r >= 0 ? wte_p + r * C : nullptr;
+    const float* p = wpe_p != nullptr ? wpe_p + (n % T) * C : nullptr;
     float* o = out_p + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    if (e != nullptr && p != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else if (e != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = e[c];
+    } else if (p != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = p[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) o[c] = 0.0f;
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-  RETURN_IF_ERROR(CheckEmbeddingShapes(kBwd, "d", dout, tokens, dwte, dwpe));
-  const int64_t T = tokens.dim(1), C = dwte.dim(1), N = tokens.numel();
+absl::Status CpuBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                           int64_t vocab_start) {
+  RETURN_IF_ERROR(CheckEmbeddingShapes(kBwd, "d", dout, tokens, dwte, dwpe, vocab_start));
+  const int64_t T = tokens.dim(1), C = dwte.dim(1), N = tokens.numel(), rows = dwte.dim(0);
   const int32_t* tok = tokens.i32();
   const float* dout_p = dout.f32();
   float* dwte_p = dwte.f32();
-  float* dwpe_p = dwpe.f32();
+  float* dwpe_p = dwpe.empty() ? nullptr : dwpe.f32();
 #pragma omp parallel if (N * C >= cpu::kParallelMin)
   {
     // This thread's channels; 16-float boundaries keep threads off each
     // other's cache lines.
-    const cpu::Range r = cpu::ThreadRange(C, 16, omp_get_thread_num(), omp_get_num_threads());
+    const cpu::Range rg = cpu::ThreadRange(C, 16, omp_get_thread_num(), omp_get_num_threads());
     for (int64_t n = 0; n < N; ++n) {
+      const int64_t r = ShardRow(tok[n], vocab_start, rows);
       const float* d = dout_p + n * C;
-      float* gw = dwte_p + static_cast<int64_t>(tok[n]) * C;
-      float* gp = dwpe_p + (n % T) * C;
-      for (int64_t c = r.begin; c < r.end; ++c) {
-        gw[c] += d[c];
-        gp[c] += d[c];
+      float* gw = r >= 0 ? dwte_p + r * C : nullptr;
+      float* gp = dwpe_p != nullptr ? dwpe_p + (n % T) * C : nullptr;
+      if (gw != nullptr && gp != nullptr) {
+        for (int64_t c = rg.begin; c < rg.end; ++c) {
+          gw[c] += d[c];
+          gp[c] += d[c];
+        }
+      } else if (gw != nullptr) {
+        for (int64_t c = rg.begin; c < rg.end; ++c) gw[c] += d[c];
+      } else if (gp != nullptr) {
+        for (int64_t c = rg.begin; c < rg.end; ++c) gp[c] += d[c];
       }
     }
   }
