@@ -2,6 +2,7 @@
 // shards, writes metrics as it goes and the model directory at the end.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +14,8 @@
 #include "src/core/status.h"
 #include "src/core/timer.h"
 #include "src/data/dataset.h"
+#include "src/parallel/grid.h"
+#include "src/parallel/mpi_comm.h"
 #include "src/tools/ceiling.h"
 #include "src/train/trainer.h"
 
@@ -22,7 +25,41 @@ namespace {
 struct TrainFlags {
   std::string config, data, out, tokenizer;
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
+  int64_t dp = 1, tp = 1;
+  double comm_timeout = 300;
 };
+
+// Every layout rule, checked on every rank before any work, so a bad layout
+// gives the same one-line error (printed by rank 0) and exit code 2 on all.
+absl::Status CheckLayout(const RunConfig& rc, const TrainFlags& f) {
+  if (f.dp < 1 || f.tp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp and --tp must be at least 1, got ", f.dp, " and ", f.tp));
+  }
+  if (f.dp * f.tp != MpiRuntime::world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("dp x tp = ", f.dp, " x ", f.tp, " = ",
+                                                   f.dp * f.tp, " but the job has ",
+                                                   MpiRuntime::world_size(), " ranks"));
+  }
+  if (rc.model.n_head % f.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("n_head (", rc.model.n_head,
+                                                   ") is not divisible by tp (", f.tp, ")"));
+  }
+  if (rc.model.padded_vocab() % f.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the padded vocabulary (",
+                                                   rc.model.padded_vocab(),
+                                                   ") is not divisible by tp (", f.tp, ")"));
+  }
+  if (rc.batch_size % f.dp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size (", rc.batch_size,
+                                                   ") is not divisible by dp (", f.dp, ")"));
+  }
+  if (!(f.comm_timeout > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--comm-timeout must be positive, got ", f.comm_timeout));
+  }
+  return absl::OkStatus();
+}
 
 // The tokenizer for a run: an explicit file, the one beside prepared shards,
 // plain bytes for a 256 vocabulary, or one trained on the text now.
@@ -51,6 +88,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("log-every")) rc.log_every = f.log_every;
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
+  RETURN_IF_ERROR(CheckLayout(rc, f));
+  const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {
     return absl::NotFoundError(absl::StrCat("data '", rc.data, "' does not exist"));
@@ -63,17 +102,29 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                                                    rc.model.vocab_size));
   }
   ASSIGN_OR_RETURN(TokenSplits data, LoadCorpus(rc.data, tok, rc.val_fraction));
-  std::error_code ec;
-  std::filesystem::create_directories(f.out, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
-  ASSIGN_OR_RETURN(MetricsWriter metrics, MetricsWriter::Open(f.out + "/metrics.jsonl"));
+  std::optional<MetricsWriter> metrics;
+  if (lead) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.out, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
+    ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::Open(f.out + "/metrics.jsonl"));
+    metrics.emplace(std::move(m));
+  }
 
+  // The rank grid [pp][dp][tp], TP innermost, and one communicator per axis.
+  ASSIGN_OR_RETURN(Grid grid, Grid::Create({static_cast<int>(f.dp), static_cast<int>(f.tp), 1},
+                                           MpiRuntime::world_size(), MpiRuntime::world_rank()));
+  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));
   const double peak = MeasureSgemmGflops(1024, 3);
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak));
-  const Gpt& model = trainer->model();
+  ASSIGN_OR_RETURN(auto trainer,
+                   Trainer::Create(rc, &backend, &data.train, &data.val, peak,
+                                   {&comms[Axis::kTensor], &comms[Axis::kData]}));
+  Gpt& model = trainer->model();
   const double mib = 1.0 / (1 << 20);
-  std::fprintf(stderr,
+  if (lead) std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks)\n", grid.dp_size(),
+                         grid.tp_size(), grid.world_size());
+  if (lead) std::fprintf(stderr,
                "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
                "parameters\n"
                "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
@@ -91,7 +142,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   Timer run_timer;
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
-    RETURN_IF_ERROR(metrics.Write(r));
+    if (!lead) return absl::OkStatus();
+    RETURN_IF_ERROR(metrics->Write(r));
     if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
       const double eta = run_timer.Seconds() / r.step * (rc.steps - r.step);
       std::fprintf(stderr, "%s\n", r.ProgressLine(rc.steps, eta).c_str());
@@ -99,8 +151,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     return absl::OkStatus();
   }));
 
-  std::vector<float> weights(model.table().total_floats());
-  RETURN_IF_ERROR(model.GetWeights(weights.data()));
+  std::vector<float> weights;
+  RETURN_IF_ERROR(model.GetLogicalWeights(&weights));
+  if (!lead) return absl::OkStatus();
   RETURN_IF_ERROR(SaveModelDir(f.out, rc.model, weights, tok));
   std::fprintf(stderr, "saved %s/model.bin and %s/tokenizer.bpe (%.0fs)\n", f.out.c_str(),
                f.out.c_str(), run_timer.Seconds());
@@ -111,7 +164,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
 int TrainCommand(int argc, char** argv) {
   TrainFlags f;
-  FlagSet flags("ladder train", "Train a GPT on the CPU from a config (configs/*.conf).");
+  FlagSet flags("ladder train",
+                "Train a GPT on the CPU from a config (configs/*.conf); under mpirun, in parallel.");
   flags.String("config", &f.config, "model and run config file (required)");
   constexpr const char* kConfig = "the config's";
   flags.String("data", &f.data, "text file or prepared shard directory", kConfig);
@@ -123,7 +177,19 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);
   flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
             kConfig);
-  return RunCommand(flags, argc, argv, [&] { return Train(f, flags); });
+  flags.Int("dp", &f.dp, "data-parallel degree (under mpirun; dp x tp = ranks)");
+  flags.Int("tp", &f.tp, "tensor-parallel degree (Megatron style; divides n_head and the vocabulary)");
+  flags.Double("comm-timeout", &f.comm_timeout,
+               "seconds a collective may wait before the job is aborted, naming the op and peer");
+  absl::Status mpi = MpiRuntime::Init(&argc, &argv);
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "ladder train: %s\n", std::string(mpi.message()).c_str());
+    return 1;
+  }
+  const int code = RunCommand(flags, argc, argv, [&] { return Train(f, flags); },
+                              MpiRuntime::world_rank() == 0);
+  MpiRuntime::Finalize();
+  return code;
 }
 
 }  // namespace ladder

@@ -116,15 +116,16 @@ std::string FlagSet::Help() const {
   return out;
 }
 
-int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::Status()>& body) {
+int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::Status()>& body,
+               bool speak) {
   absl::Status status = flags.Parse(argc, argv);
   if (status.ok() && flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
+    if (speak) std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
   if (status.ok()) status = body();
   if (status.ok()) return 0;
-  std::fprintf(stderr, "%s: %s\n", flags.command().c_str(), std::string(status.message()).c_str());
+  if (speak) std::fprintf(stderr, "%s: %s\n", flags.command().c_str(), std::string(status.message()).c_str());
   return ExitCodeFor(status);
 }
 

@@ -63,7 +63,9 @@ class FlagSet {
 
 // Runs a subcommand: parses flags, prints --help to stdout (exit 0), or runs
 // `body`; a failed status becomes one line "<command>: <message>" on stderr
-// and exit code 2 (bad input) or 1 (runtime failure).
-int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::Status()>& body);
+// and exit code 2 (bad input) or 1 (runtime failure). With `speak` false
+// (every rank but 0 of a parallel job) the outcome is the same but silent.
+int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::Status()>& body,
+               bool speak = true);
 
 }  // namespace ladder

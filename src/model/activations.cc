@@ -27,29 +27,35 @@ class Bump {
 
 }  // namespace
 
-ActivationSizes LayoutActivations(const GptConfig& cfg, int64_t B, int64_t T, bool with_backward,
-                                  float* base, GptActivations* acts) {
+ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
+                                  int64_t T, bool with_backward, float* base,
+                                  GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
-  const int64_t C = cfg.n_embd, N = B * T, NH = cfg.n_head, Vp = cfg.padded_vocab();
+  // Tensor parallelism splits heads, the MLP's hidden width and the
+  // vocabulary; the residual stream [N, C] is whole on every rank.
+  const int64_t tp = layout.tp_size;
+  const int64_t C = cfg.n_embd, N = B * T, NH = cfg.n_head / tp, Vp = cfg.padded_vocab() / tp;
+  const int64_t Cl = C / tp;  // this rank's attention width
+  const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
   Bump bump(base);
   a.tokens = bump.I32({B, T});
   a.targets = bump.I32({B, T});
-  a.layers.assign(cfg.n_layer, {});
+  a.layers.assign(stage.last - stage.first, {});
   for (LayerActivations& l : a.layers) {
     l.x = bump.F32({B, T, C});
     l.ln1 = bump.F32({N, C});
     l.ln1_mean = bump.F32({N});
     l.ln1_rstd = bump.F32({N});
-    l.qkv = bump.F32({B, T, 3 * C});
-    l.atty = bump.F32({B, T, C});
+    l.qkv = bump.F32({B, T, 3 * Cl});
+    l.atty = bump.F32({B, T, Cl});
     l.lse = bump.F32({B, NH, T});
     l.resid_mid = bump.F32({N, C});
     l.ln2 = bump.F32({N, C});
     l.ln2_mean = bump.F32({N});
     l.ln2_rstd = bump.F32({N});
-    l.fch = bump.F32({N, 4 * C});
-    l.fch_gelu = bump.F32({N, 4 * C});
+    l.fch = bump.F32({N, 4 * Cl});
+    l.fch_gelu = bump.F32({N, 4 * Cl});
   }
   a.x_final = bump.F32({N, C});
   a.lnf = bump.F32({N, C});
@@ -69,9 +75,9 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, int64_t B, int64_t T, bo
   if (with_backward) {
     a.d_resid = bump.F32({B, T, C});
     a.d_ln = bump.F32({N, C});
-    a.datty = bump.F32({B, T, C});
-    a.dqkv = bump.F32({B, T, 3 * C});
-    a.dfch = bump.F32({N, 4 * C});
+    a.datty = bump.F32({B, T, Cl});
+    a.dqkv = bump.F32({B, T, 3 * Cl});
+    a.dfch = bump.F32({N, 4 * Cl});
   }
   sizes.backward_floats = bump.used() - sizes.forward_floats;
   return sizes;

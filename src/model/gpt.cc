@@ -5,26 +5,40 @@
 
 namespace ladder {
 
-Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training)
+Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training,
+         ParameterTable table, Communicator* tp)
     : cfg_(cfg),
       backend_(backend),
       max_batch_(max_batch),
       training_(training),
-      table_(GptParameterSpecs(cfg)) {}
+      tp_(tp),
+      table_(std::move(table)) {}
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* backend,
-                                                 int max_batch, bool training) {
+                                                 int max_batch, bool training, Communicator* tp) {
   RETURN_IF_ERROR(cfg.Validate());
   if (max_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch size must be positive, got ", max_batch));
   }
-  std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training));
+  ShardLayout layout;
+  if (tp != nullptr) {
+    layout.tp_size = tp->size();
+    layout.tp_rank = tp->rank();
+    if (cfg.n_head % layout.tp_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("n_head (", cfg.n_head,
+                                                     ") is not divisible by the tensor-parallel "
+                                                     "degree ", layout.tp_size));
+    }
+  }
+  ASSIGN_OR_RETURN(ParameterTable table, ParameterTable::Create(GptParameterSpecs(cfg), layout));
+  std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training, std::move(table), tp));
   const size_t param_bytes = static_cast<size_t>(m->table_.total_floats()) * sizeof(float);
   ASSIGN_OR_RETURN(m->weights_, backend->Allocate(param_bytes));
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
-  m->arena_sizes_ = LayoutActivations(cfg, max_batch, cfg.context, training, nullptr, nullptr);
+  m->arena_sizes_ =
+      LayoutActivations(cfg, layout, max_batch, cfg.context, training, nullptr, nullptr);
   ASSIGN_OR_RETURN(m->arena_, backend->Allocate(static_cast<size_t>(
                                   m->arena_sizes_.total_floats()) * sizeof(float)));
   m->w_ = BindGptTensors(m->table_, static_cast<float*>(m->weights_.get()), cfg);
@@ -42,6 +56,29 @@ absl::Status Gpt::SetWeights(const float* host) { return backend_->CopyFromHost(
 
 absl::Status Gpt::GetWeights(float* host) const { return backend_->CopyToHost(host, weights()); }
 
+absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
+  std::vector<float> local(table_.total_floats());
+  RETURN_IF_ERROR(GetWeights(local.data()));
+  const ParameterTable whole(GptParameterSpecs(cfg_));
+  host->assign(whole.total_floats(), 0.0f);
+  // Each rank writes the elements it holds at their logical positions;
+  // replicated tensors are written by rank 0 only, so one sum assembles all.
+  for (int i = 0; i < table_.size(); ++i) {
+    const ParamSpec& s = table_.spec(i);
+    if (s.split == TpSplit::kReplicated && tp_rank() != 0) continue;
+    const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+    const std::vector<int64_t>& shape = table_.local_shape(i);
+    const int64_t local_cols = shape.size() == 2 ? shape[1] : 1;
+    float* dst = host->data() + whole.offset(table_.logical_index(i));
+    const float* src = local.data() + table_.offset(i);
+    for (int64_t r = 0; r < table_.numel(i) / local_cols; ++r) {
+      std::copy(src + r * local_cols, src + (r + 1) * local_cols,
+                dst + table_.LogicalRow(i, r) * cols + table_.LogicalColumnStart(i));
+    }
+  }
+  return TpAllReduce(Tensor::F32(host->data(), {whole.total_floats()}), ReduceOp::kSum);
+}
+
 absl::Status Gpt::ZeroGrads() {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
   return backend_->Fill(grads(), 0.0f);
@@ -54,11 +91,23 @@ absl::Status Gpt::Bind(int B, int T) {
                                                    max_batch_, " x ", cfg_.context, ")"));
   }
   if (B != bound_B_ || T != bound_T_) {
-    LayoutActivations(cfg_, B, T, training_, static_cast<float*>(arena_.get()), &acts_);
+    LayoutActivations(cfg_, table_.layout(), B, T, training_, static_cast<float*>(arena_.get()),
+                      &acts_);
     bound_B_ = B;
     bound_T_ = T;
   }
   return absl::OkStatus();
+}
+
+int Gpt::tp_rank() const { return table_.layout().tp_rank; }
+
+int64_t Gpt::vocab_start() const {
+  return int64_t{cfg_.padded_vocab()} / table_.layout().tp_size * tp_rank();
+}
+
+absl::Status Gpt::TpAllReduce(Tensor x, ReduceOp op) {
+  if (tp_ == nullptr || tp_->size() == 1) return absl::OkStatus();
+  return tp_->AllReduce(x, op);
 }
 
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
@@ -75,7 +124,16 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
 
-  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte, w_.wpe, 0));
+  // Tensor parallelism (Megatron): each rank looks up its vocabulary shard
+  // and the partial embeddings are summed (positions added once); QKV and
+  // MLP-up are column-parallel (no communication), the two projections
+  // row-parallel (partial sums all-reduced, bias added once): two all-reduces
+  // per layer forward, two backward.
+  const bool bias_here = tp_rank() == 0;
+  const int heads = cfg_.n_head / table_.layout().tp_size;
+  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte,
+                                      bias_here ? w_.wpe : Tensor(), vocab_start()));
+  RETURN_IF_ERROR(TpAllReduce(a.layers[0].x, ReduceOp::kSum));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
     LayerActivations& la = a.layers[l];
@@ -90,19 +148,22 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
                                                   w.ln1_b));
     }
     RETURN_IF_ERROR(be.MatmulForward(la.qkv, la.ln1, w.qkv_w, w.qkv_b));
-    RETURN_IF_ERROR(be.AttentionForward(la.atty, la.lse, la.qkv, cfg_.n_head, cfg_.attention,
-                                        a.attn_scratch));
-    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.atty, w.proj_w, w.proj_b));
+    RETURN_IF_ERROR(
+        be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, a.attn_scratch));
+    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.atty, w.proj_w, bias_here ? w.proj_b : Tensor()));
+    RETURN_IF_ERROR(TpAllReduce(a.branch, ReduceOp::kSum));
     RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd,
                                                 la.x, a.branch, w.ln2_w, w.ln2_b));
     RETURN_IF_ERROR(be.MatmulForward(la.fch, la.ln2, w.fc_w, w.fc_b));
     RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
-    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
+    RETURN_IF_ERROR(
+        be.MatmulForward(a.branch, la.fch_gelu, w.fcproj_w, bias_here ? w.fcproj_b : Tensor()));
+    RETURN_IF_ERROR(TpAllReduce(a.branch, ReduceOp::kSum));
   }
   RETURN_IF_ERROR(be.ResidualLayerNormForward(a.x_final, a.lnf, a.lnf_mean, a.lnf_rstd,
                                               a.layers.back().resid_mid, a.branch, w_.lnf_w,
                                               w_.lnf_b));
-  // Tied head: logits = lnf @ wte^T.
+  // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
   RETURN_IF_ERROR(be.MatmulForward(a.logits, a.lnf, w_.wte, Tensor()));
   if (targets == nullptr) return 0.0;
 
@@ -113,11 +174,14 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
-  // The vocabulary-parallel cross-entropy (backend.h) on the one shard that
-  // holds the whole vocabulary: no reductions between the steps.
-  RETURN_IF_ERROR(be.CrossEntropyRowMax(a.row_max, a.logits, 0, V));
+  // Vocabulary-parallel cross-entropy (backend.h): the full logits are never
+  // gathered, only three [N] statistics are reduced across the shards.
+  RETURN_IF_ERROR(be.CrossEntropyRowMax(a.row_max, a.logits, vocab_start(), V));
+  RETURN_IF_ERROR(TpAllReduce(a.row_max, ReduceOp::kMax));
   RETURN_IF_ERROR(be.CrossEntropyPartials(a.sum_exp, a.target_logit, a.logits, a.targets,
-                                          a.row_max, 0, V));
+                                          a.row_max, vocab_start(), V));
+  RETURN_IF_ERROR(TpAllReduce(a.sum_exp, ReduceOp::kSum));
+  RETURN_IF_ERROR(TpAllReduce(a.target_logit, ReduceOp::kSum));
   RETURN_IF_ERROR(be.CrossEntropyLoss(a.losses, a.lse, a.row_max, a.sum_exp, a.target_logit));
   std::vector<float> losses;
   RETURN_IF_ERROR(Losses(&losses));
@@ -131,9 +195,13 @@ absl::Status Gpt::Backward(float dloss) {
   if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
   Backend& be = *backend_;
   GptActivations& a = acts_;
-  RETURN_IF_ERROR(
-      be.CrossEntropyBackward(a.logits, a.logits, a.targets, a.lse, 0, cfg_.vocab_size, dloss));
+  const int heads = cfg_.n_head / table_.layout().tp_size;
+  RETURN_IF_ERROR(be.CrossEntropyBackward(a.logits, a.logits, a.targets, a.lse, vocab_start(),
+                                          cfg_.vocab_size, dloss));
+  // A column-parallel layer's input gradient is a partial sum over the ranks'
+  // output columns: all-reduced before it enters the replicated LayerNorm.
   RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
+  RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
   // d_resid starts as the gradient of the final residual stream.
   RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
   RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, a.x_final,
@@ -147,23 +215,30 @@ absl::Status Gpt::Backward(float dloss) {
                                       w.fcproj_w));
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
     RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+    RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln,
                                                  la.resid_mid, w.ln2_w, la.ln2_mean,
                                                  la.ln2_rstd));
     // Attention branch.
     RETURN_IF_ERROR(be.MatmulBackward(a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
-    RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, cfg_.n_head,
+    RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
                                          cfg_.attention, a.attn_scratch));
     RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
+    RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x,
                                                  w.ln1_w, la.ln1_mean, la.ln1_rstd));
   }
-  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens, 0);
+  // d_resid is whole on every rank: each fills its vocabulary rows, and the
+  // replicated position table gets the same gradient everywhere.
+  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens, vocab_start());
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
   if (b < 0 || b >= bound_B_ || t < 0 || t >= bound_T_) {
     return absl::OutOfRangeError(absl::StrCat("no logits at (", b, ", ", t, ")"));
+  }
+  if (table_.layout().tp_size != 1) {
+    return absl::FailedPreconditionError("LogitsAt needs the whole vocabulary on one rank");
   }
   const int64_t Vp = cfg_.padded_vocab();
   out->resize(cfg_.vocab_size);

@@ -13,15 +13,19 @@
 #include "src/model/activations.h"
 #include "src/model/gpt_config.h"
 #include "src/model/parameters.h"
+#include "src/parallel/comm.h"
 
 namespace ladder {
 
 class Gpt {
  public:
   // Allocates weights (and gradients if `training`) and an activation arena
-  // for up to `max_batch` sequences of cfg.context tokens.
+  // for up to `max_batch` sequences of cfg.context tokens. With a tensor-
+  // parallel group `tp` (size > 1) this rank holds and computes its shard of
+  // every layer (Megatron style); its members must make the same calls.
   static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& cfg, Backend* backend,
-                                                     int max_batch, bool training);
+                                                     int max_batch, bool training,
+                                                     Communicator* tp = nullptr);
 
   const GptConfig& config() const { return cfg_; }
   const ParameterTable& table() const { return table_; }
@@ -37,6 +41,10 @@ class Gpt {
   // Copies all weights from / to host memory of table().total_floats() floats.
   absl::Status SetWeights(const float* host);
   absl::Status GetWeights(float* host) const;
+  // All weights of the whole model in the unsharded layout
+  // (ParameterTable(GptParameterSpecs(config()))), assembled from the shards
+  // of the tensor-parallel group: collective over it, every member gets them.
+  absl::Status GetLogicalWeights(std::vector<float>* host);
 
   absl::Status ZeroGrads();
   // Forward over B sequences of T <= context tokens (host arrays of B*T ids).
@@ -47,19 +55,25 @@ class Gpt {
   // dloss is the gradient of the objective w.r.t. each token's loss (for a
   // mean over N tokens and A accumulation steps, 1 / (N * A)).
   absl::Status Backward(float dloss);
-  // Logits of sequence b at position t of the last Forward: vocab_size floats.
+  // Logits of sequence b at position t of the last Forward: vocab_size floats
+  // (FailedPrecondition under tensor parallelism: each rank has a shard).
   absl::Status LogitsAt(int b, int t, std::vector<float>* out) const;
   // Per-token losses of the last Forward with targets (B*T floats).
   absl::Status Losses(std::vector<float>* out) const;
 
  private:
-  Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training);
+  Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
+      Communicator* tp);
   absl::Status Bind(int B, int T);
+  int tp_rank() const;
+  int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
+  absl::Status TpAllReduce(Tensor x, ReduceOp op);  // no-op without tensor parallelism
 
   GptConfig cfg_;
   Backend* backend_;
   int max_batch_;
   bool training_;
+  Communicator* tp_;
   ParameterTable table_;
   DeviceBuffer weights_, grads_, arena_;
   ActivationSizes arena_sizes_;

@@ -7,8 +7,8 @@
 namespace ladder {
 
 absl::StatusOr<AdamW> AdamW::Create(const ParameterTable* table, Backend* backend,
-                                    const AdamWConfig& cfg) {
-  AdamW opt(table, backend, cfg);
+                                    const AdamWConfig& cfg, Communicator* tp) {
+  AdamW opt(table, backend, cfg, tp);
   const size_t bytes = static_cast<size_t>(table->total_floats()) * sizeof(float);
   ASSIGN_OR_RETURN(opt.m_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(opt.v_, backend->Allocate(bytes));
@@ -18,9 +18,21 @@ absl::StatusOr<AdamW> AdamW::Create(const ParameterTable* table, Backend* backen
 int64_t AdamW::state_bytes() const { return 2 * table_->total_floats() * int64_t{sizeof(float)}; }
 
 absl::StatusOr<double> AdamW::GradNorm(Tensor grads) const {
-  double sum = 0.0;
-  RETURN_IF_ERROR(backend_->SumOfSquares(grads, &sum));
-  return std::sqrt(sum);
+  const bool sharded = tp_ != nullptr && tp_->size() > 1;
+  if (!sharded) {
+    double sum = 0.0;
+    RETURN_IF_ERROR(backend_->SumOfSquares(grads, &sum));
+    return std::sqrt(sum);
+  }
+  double split = 0.0, replicated = 0.0;
+  for (int i = 0; i < table_->size(); ++i) {
+    double s = 0.0;
+    RETURN_IF_ERROR(backend_->SumOfSquares(table_->View(grads.f32(), i), &s));
+    (table_->spec(i).split == TpSplit::kReplicated ? replicated : split) += s;
+  }
+  float split_all = static_cast<float>(split);
+  RETURN_IF_ERROR(tp_->AllReduce(Tensor::F32(&split_all, {1}), ReduceOp::kSum));
+  return std::sqrt(static_cast<double>(split_all) + replicated);
 }
 
 absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step) {

@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
 #include "src/model/parameters.h"
+#include "src/parallel/comm.h"
 
 namespace ladder {
 
@@ -16,10 +17,14 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // `tp`: the tensor-parallel group whose shards together form the model
+  // (null for none); the gradient norm is taken over the whole model.
   static absl::StatusOr<AdamW> Create(const ParameterTable* table, Backend* backend,
-                                      const AdamWConfig& cfg);
+                                      const AdamWConfig& cfg, Communicator* tp = nullptr);
 
-  // Global L2 norm of `grads` (before clipping), in a fixed reduction order.
+  // Global L2 norm of the whole model's gradient (before clipping), in a fixed
+  // reduction order: split tensors summed over the tensor-parallel shards,
+  // replicated ones counted once. Collective over `tp`.
   absl::StatusOr<double> GradNorm(Tensor grads) const;
   // One update at 1-based `step` with learning rate lr, scaling the gradient
   // by min(1, grad_clip / grad_norm) first.
@@ -28,12 +33,13 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
-  AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg)
-      : table_(table), backend_(backend), cfg_(cfg) {}
+  AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, Communicator* tp)
+      : table_(table), backend_(backend), cfg_(cfg), tp_(tp) {}
 
   const ParameterTable* table_;
   Backend* backend_;
   AdamWConfig cfg_;
+  Communicator* tp_;
   DeviceBuffer m_, v_;
 };
 

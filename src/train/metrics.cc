@@ -10,7 +10,7 @@ namespace {
 
 // JSON has no NaN/Infinity: a non-finite value is written as null.
 std::string Num(double v) {
-  return std::isfinite(v) ? absl::StrFormat("%.6g", v) : std::string("null");
+  return std::isfinite(v) ? absl::StrFormat("%.9g", v) : std::string("null");
 }
 
 std::string Duration(double seconds) {

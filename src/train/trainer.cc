@@ -11,10 +11,16 @@ namespace ladder {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, Backend* backend,
                                                          const std::vector<int32_t>* train,
                                                          const std::vector<int32_t>* val,
-                                                         double peak_gflops) {
+                                                         double peak_gflops, TrainerGroups groups) {
   RETURN_IF_ERROR(cfg.Validate());
-  std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops));
-  ASSIGN_OR_RETURN(t->model_, Gpt::Create(cfg.model, backend, cfg.batch_size, /*training=*/true));
+  std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops, groups));
+  if (cfg.batch_size % t->dp_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size (", cfg.batch_size,
+                                                   ") is not divisible by dp (", t->dp_size(),
+                                                   ")"));
+  }
+  ASSIGN_OR_RETURN(t->model_, Gpt::Create(cfg.model, backend, t->micro_rows(), /*training=*/true,
+                                          groups.tp));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
   AdamWConfig opt;
   opt.beta1 = cfg.beta1;
@@ -22,13 +28,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   opt.eps = cfg.eps;
   opt.weight_decay = cfg.weight_decay;
   opt.grad_clip = cfg.grad_clip;
-  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt));
+  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt, groups.tp));
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
   t->train_loader_.emplace(std::move(tl));
   t->val_loader_.emplace(std::move(vl));
-  const size_t n = static_cast<size_t>(cfg.batch_size) * cfg.model.context;
+  // This rank's rows of one global batch.
+  const size_t n = static_cast<size_t>(cfg.batch_size) / t->dp_size() *
+                   cfg.AccumulationSteps() * cfg.model.context;
   t->inputs_.resize(n);
   t->targets_.resize(n);
   return t;
@@ -39,25 +47,36 @@ int64_t Trainer::tokens_per_step() const {
 }
 
 absl::StatusOr<StepRecord> Trainer::Step() {
-  const int B = cfg_.batch_size, T = cfg_.model.context, A = cfg_.AccumulationSteps();
+  const int T = cfg_.model.context, A = cfg_.AccumulationSteps(), D = dp_size();
+  const int G = cfg_.batch_size * A, rows = micro_rows();
   StepRecord r;
   Timer step_timer;
   RETURN_IF_ERROR(model_->ZeroGrads());
-  const float dloss = 1.0f / static_cast<float>(int64_t{B} * T * A);
+  Timer t;
+  train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
+  r.t_data = t.Seconds();
+  const float dloss = 1.0f / static_cast<float>(int64_t{G} * T);
   double loss_sum = 0.0;
   for (int micro = 0; micro < A; ++micro) {
-    Timer t;
-    train_loader_->Next(B, 0, B, inputs_.data(), targets_.data());
-    r.t_data += t.Seconds();
+    const size_t at = static_cast<size_t>(micro) * rows * T;
     t.Reset();
-    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), B, T));
+    ASSIGN_OR_RETURN(double loss,
+                     model_->Forward(inputs_.data() + at, targets_.data() + at, rows, T));
     loss_sum += loss;
     r.t_forward += t.Seconds();
     t.Reset();
     RETURN_IF_ERROR(model_->Backward(dloss));
     r.t_backward += t.Seconds();
   }
-  Timer t;
+  r.loss = loss_sum / A;
+  t.Reset();
+  if (D > 1) {
+    // The mean over the global batch, and the summed gradient of all rows.
+    float loss = static_cast<float>(r.loss);
+    RETURN_IF_ERROR(groups_.dp->AllReduce(Tensor::F32(&loss, {1}), ReduceOp::kSum));
+    r.loss = static_cast<double>(loss) / D;
+    RETURN_IF_ERROR(groups_.dp->AllReduce(model_->grads(), ReduceOp::kSum));
+  }
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(model_->grads()));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
   RETURN_IF_ERROR(optimizer_->Update(model_->weights(), model_->grads(), r.grad_norm, r.lr,
@@ -66,7 +85,6 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   r.t_step = step_timer.Seconds();
   ++step_;
   r.step = step_;
-  r.loss = loss_sum / A;
   r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.t_step;
   if (peak_gflops_ > 0) {
     r.mfu = r.tokens_per_s * cfg_.model.TrainingFlopsPerToken() / (peak_gflops_ * 1e9);
@@ -75,14 +93,17 @@ absl::StatusOr<StepRecord> Trainer::Step() {
 }
 
 absl::StatusOr<double> Trainer::ValidationLoss() {
-  const int B = cfg_.batch_size, T = cfg_.model.context;
+  // The same windows whatever the layout: eval_batches x batch_size of them,
+  // in micro-batches that fit the arena (every DP rank scores all of them).
+  const int T = cfg_.model.context, rows = micro_rows();
+  const int64_t windows = cfg_.eval_batches * cfg_.batch_size;
   double sum = 0.0;
-  for (int64_t i = 0; i < cfg_.eval_batches; ++i) {
-    val_loader_->ReadSequential(static_cast<uint64_t>(i) * B, B, inputs_.data(), targets_.data());
-    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), B, T));
-    sum += loss;
+  for (int64_t w = 0; w < windows; w += rows) {
+    val_loader_->ReadSequential(static_cast<uint64_t>(w), rows, inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), rows, T));
+    sum += loss * rows;
   }
-  return sum / static_cast<double>(cfg_.eval_batches);
+  return sum / static_cast<double>(windows);
 }
 
 absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& on_step) {

@@ -1,10 +1,15 @@
 // The training loop: micro-batches with gradient accumulation, global-norm
 // clipping, AdamW with warmup + cosine LR, periodic validation, metrics.
 //
-// A step: zero grads; for each of A micro-batches: read B x T tokens, forward,
-// backward with dloss = 1 / (B * T * A) (so the gradient is that of the mean
-// loss over the whole global batch); grad norm; clip; update. Everything is a
-// pure function of (config, seed, data), so two runs give identical losses.
+// A step reads one global batch of G = batch_size x A sequences (A
+// accumulation steps). With data parallelism of degree D, DP rank d takes rows
+// [d G/D, (d+1) G/D) of it; each rank runs its rows as A micro-batches of
+// batch_size / D: forward, backward with dloss = 1 / (G T) (so the summed
+// gradient is that of the mean loss over the global batch). Then gradients
+// are all-reduced over the DP group, clipped by the global norm and applied
+// by AdamW. Tensor-parallel ranks of one DP rank read the same rows and
+// compute one model together. Everything is a pure function of (config,
+// seed, data, layout), so two runs give identical losses.
 #pragma once
 
 #include <cstdint>
@@ -23,14 +28,22 @@
 
 namespace ladder {
 
+// The parallel groups of a trainer's rank; null means a group of one.
+struct TrainerGroups {
+  Communicator* tp = nullptr;
+  Communicator* dp = nullptr;
+};
+
 class Trainer {
  public:
   // `train` and `val` must outlive the trainer. `peak_gflops` is the rate MFU
-  // is measured against (0: MFU not reported).
+  // is measured against (0: MFU not reported). Every member of the groups
+  // must create its trainer with the same config.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const RunConfig& cfg, Backend* backend,
                                                          const std::vector<int32_t>* train,
                                                          const std::vector<int32_t>* val,
-                                                         double peak_gflops);
+                                                         double peak_gflops,
+                                                         TrainerGroups groups = {});
 
   // One optimizer step; the record has everything but val_loss.
   absl::StatusOr<StepRecord> Step();
@@ -47,10 +60,15 @@ class Trainer {
   int64_t tokens_per_step() const;
 
  private:
-  Trainer(const RunConfig& cfg, double peak_gflops) : cfg_(cfg), peak_gflops_(peak_gflops) {}
+  Trainer(const RunConfig& cfg, double peak_gflops, TrainerGroups groups)
+      : cfg_(cfg), peak_gflops_(peak_gflops), groups_(groups) {}
+  int dp_size() const { return groups_.dp ? groups_.dp->size() : 1; }
+  int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
+  int micro_rows() const { return cfg_.batch_size / dp_size(); }
 
   RunConfig cfg_;
   double peak_gflops_;
+  TrainerGroups groups_;
   std::unique_ptr<Gpt> model_;
   std::optional<AdamW> optimizer_;
   std::optional<DataLoader> train_loader_, val_loader_;

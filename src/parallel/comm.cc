@@ -1,0 +1,66 @@
+// Argument checks every communicator runs before it touches the wire, so a
+// shape mistake is one InvalidArgument on the rank that made it rather than a
+// hang or a corrupted buffer on its peers.
+#include "src/parallel/comm.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ladder {
+
+absl::Status Communicator::CheckBuffer(const char* op, const char* what, const Tensor& t,
+                                       Device device) const {
+  if (t.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is empty"));
+  }
+  if (t.rank < 1 || t.rank > Tensor::kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has rank ", t.rank));
+  }
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", what, " has shape ", t.ShapeString()));
+    }
+  }
+  if (t.device != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", what, " is not a ", device == Device::kCpu ? "CPU" : "CUDA", " tensor"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::CheckReducible(const char* op, const Tensor& t) const {
+  if (t.dtype == DType::kF32 || t.dtype == DType::kI32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": only f32 and i32 can be reduced"));
+}
+
+absl::Status Communicator::CheckBlocks(const char* op, const Tensor& whole,
+                                       const Tensor& block) const {
+  if (whole.dtype != block.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": in and out have different dtypes"));
+  }
+  if (whole.numel() != size() * block.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", whole.numel(), " elements are not ", size(), " blocks of ",
+                     block.numel(), " (the group has ", size(), " ranks)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::CheckPeer(const char* op, int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": peer ", peer, " is not another rank of the ",
+                                                   AxisName(axis()), " group (size ", size(),
+                                                   ", this rank ", rank(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::CheckRoot(const char* op, int root) const {
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": root ", root, " is outside the ",
+                                                   AxisName(axis()), " group of size ", size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

@@ -1,0 +1,135 @@
+// The communicator interface: the collectives and point-to-point messages of
+// one axis group (src/parallel/grid.h), whatever carries them.
+//
+// Implementations: MpiCommunicator (host buffers over MPI; mpi_comm.h),
+// NcclCommunicator (device buffers over NCCL; nccl_comm.h, CUDA builds) and
+// SelfCommunicator (a group of one; self_comm.h). Parallel model code is
+// written against this class only.
+//
+// Contract shared by every implementation:
+//  - Calls are collective over the group unless noted: every member makes the
+//    same calls in the same order with the same shapes and dtypes.
+//  - Ranks and peers are group ranks (0 .. size()-1); members() maps them to
+//    world ranks (for messages).
+//  - Reductions are deterministic: for a fixed group and buffer size the
+//    result is bitwise identical on every member and from run to run (each
+//    implementation says how it guarantees this). ReduceOp::kSum of f32 in a
+//    group of two or more is still not the order a single process would add
+//    in: layouts agree to rounding, not bit for bit.
+//  - Buffers must be contiguous, non-empty views on the implementation's
+//    device; a wrong shape, dtype, device, peer or root is InvalidArgument and
+//    nothing is sent.
+//  - Calls return when the operation is complete (for NCCL: finished on the
+//    GPU), so the buffers are free to reuse.
+//  - Hang watchdog: a call that has not completed after the timeout given at
+//    creation does not return. The rank prints one line to stderr,
+//      ladder: rank R timed out after Ns in <op> on the <axis> axis waiting
+//      for world rank(s) ...
+//    and aborts the whole job with exit code 3 (watchdog.h). Timeout 0 waits
+//    forever.
+//
+// Statistics: every call on a group of two or more adds to stats() its wall
+// time (issue to completion, including waiting for slower peers) and its
+// payload bytes, defined as the size of the *full* buffer of the call, on
+// the calling rank:
+//   AllReduce: buf.bytes()      ReduceScatter: in.bytes() (= size * out)
+//   AllGather: out.bytes()      Broadcast: buf.bytes()
+//   Send / Recv: buf.bytes()    Barrier: 0
+// This is what a plan predicts from tensor sizes alone. Wire traffic per
+// rank follows from it with the algorithm's factor, e.g. 2(p-1)/p for a ring
+// all-reduce and (p-1)/p for reduce-scatter and all-gather. A group of one
+// moves nothing and records nothing.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "src/core/tensor.h"
+#include "src/parallel/grid.h"
+
+namespace ladder {
+
+enum class ReduceOp { kSum, kMax };
+
+struct CommStats {
+  double seconds = 0;  // wall time inside calls
+  int64_t bytes = 0;   // payload, as defined above
+  int64_t calls = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  Axis axis() const { return axis_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  int rank() const { return rank_; }
+  // World rank of each group rank.
+  const std::vector<int>& members() const { return members_; }
+
+  // buf = op over every member's buf, in place. f32 or i32.
+  virtual absl::Status AllReduce(Tensor buf, ReduceOp op) = 0;
+  // Sum of every member's `in` (size() * out.numel() elements), of which
+  // member r receives block r (elements [r*n, (r+1)*n), n = out.numel()).
+  // f32 or i32; in and out must not overlap.
+  virtual absl::Status ReduceScatter(Tensor in, Tensor out) = 0;
+  // out = every member's in (n elements each) concatenated by rank:
+  // out.numel() == size() * n. `in` may be this rank's own block of `out`
+  // (in place, as ZeRO-1 gathers parameter shards); otherwise they must not
+  // overlap. Any dtype.
+  virtual absl::Status AllGather(Tensor in, Tensor out) = 0;
+  // Every member's buf = root's buf. Any dtype.
+  virtual absl::Status Broadcast(Tensor buf, int root) = 0;
+  // Point to point, not collective: Send to `peer` must be matched by a Recv
+  // from this rank of the same byte size; messages between two ranks arrive
+  // in the order sent. peer != rank(). Any dtype.
+  virtual absl::Status Send(Tensor buf, int peer) = 0;
+  virtual absl::Status Recv(Tensor buf, int peer) = 0;
+  virtual absl::Status Barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = {}; }
+
+ protected:
+  Communicator(Axis axis, std::vector<int> members, int rank)
+      : axis_(axis), members_(std::move(members)), rank_(rank) {}
+
+  // Shared argument checks; `op` names the call in the message.
+  absl::Status CheckBuffer(const char* op, const char* what, const Tensor& t,
+                           Device device) const;
+  // f32 or i32 (the reducible dtypes).
+  absl::Status CheckReducible(const char* op, const Tensor& t) const;
+  // whole.numel() == size() * block.numel(), same dtype.
+  absl::Status CheckBlocks(const char* op, const Tensor& whole, const Tensor& block) const;
+  absl::Status CheckPeer(const char* op, int peer) const;
+  absl::Status CheckRoot(const char* op, int root) const;
+
+  // Adds one call to stats(); a group of one records nothing.
+  void Record(double seconds, int64_t bytes) {
+    if (size() == 1) return;
+    stats_.seconds += seconds;
+    stats_.bytes += bytes;
+    ++stats_.calls;
+  }
+
+ private:
+  Axis axis_;
+  std::vector<int> members_;
+  int rank_;
+  CommStats stats_;
+};
+
+// A rank's communicators, one per axis (built by CreateHostCommunicators in
+// mpi_comm.h, or by the NCCL factory for device buffers).
+struct Communicators {
+  std::array<std::unique_ptr<Communicator>, kNumAxes> by_axis;
+  Communicator& operator[](Axis axis) const { return *by_axis[static_cast<int>(axis)]; }
+};
+
+}  // namespace ladder

@@ -1,0 +1,300 @@
+// MPI runtime and communicator: non-blocking MPI calls completed by a watched
+// polling loop (see mpi_comm.h for why).
+#include "src/parallel/mpi_comm.h"
+
+// The C API only: Open MPI's deprecated C++ bindings warn under -Wextra.
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "src/core/status.h"
+#include "src/core/timer.h"
+#include "src/parallel/self_comm.h"
+#include "src/parallel/watchdog.h"
+
+namespace ladder {
+namespace {
+
+// Runtime state; written once by MpiRuntime::Init.
+bool g_initialized = false;
+bool g_active = false;
+int g_world_size = 1;
+int g_world_rank = 0;
+
+absl::Status MpiError(int code, absl::string_view op) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return absl::InternalError(absl::StrCat(op, ": ", absl::string_view(text, len)));
+}
+
+// Completes `req`, polling under the watchdog.
+absl::Status Wait(MPI_Request* req, MPI_Status* status, const char* op, Watchdog dog) {
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, status);
+    if (rc != MPI_SUCCESS) return MpiError(rc, op);
+    if (done) return absl::OkStatus();
+    dog.Pause();
+  }
+}
+
+MPI_Datatype MpiType(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16: return MPI_UINT16_T;  // moved, never reduced
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI8: return MPI_INT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  auto* a0 = static_cast<const char*>(a.data);
+  auto* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(Axis axis, std::vector<int> members, int rank, MPI_Comm comm, double timeout)
+      : Communicator(axis, std::move(members), rank), comm_(comm), timeout_(timeout) {
+    for (int i = 0; i < size(); ++i) {
+      if (i != rank) others_.push_back(this->members()[i]);
+    }
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  absl::Status AllReduce(Tensor buf, ReduceOp op) override {
+    RETURN_IF_ERROR(CheckBuffer("AllReduce", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckReducible("AllReduce", buf));
+    RETURN_IF_ERROR(CheckCount("AllReduce", buf));
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()),
+                            MpiType(buf.dtype), op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_,
+                            &req);
+    return Finish(rc, &req, "all-reduce", others_, timer, buf.bytes());
+  }
+
+  absl::Status ReduceScatter(Tensor in, Tensor out) override {
+    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "in", in, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "out", out, Device::kCpu));
+    RETURN_IF_ERROR(CheckReducible("ReduceScatter", in));
+    RETURN_IF_ERROR(CheckBlocks("ReduceScatter", in, out));
+    RETURN_IF_ERROR(CheckCount("ReduceScatter", out));
+    if (Overlap(in, out)) {
+      return absl::InvalidArgumentError("ReduceScatter: in and out overlap");
+    }
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()),
+                                       MpiType(in.dtype), MPI_SUM, comm_, &req);
+    return Finish(rc, &req, "reduce-scatter", others_, timer, in.bytes());
+  }
+
+  absl::Status AllGather(Tensor in, Tensor out) override {
+    RETURN_IF_ERROR(CheckBuffer("AllGather", "in", in, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("AllGather", "out", out, Device::kCpu));
+    RETURN_IF_ERROR(CheckBlocks("AllGather", out, in));
+    RETURN_IF_ERROR(CheckCount("AllGather", in));
+    const void* send = in.data;
+    if (in.data == static_cast<char*>(out.data) + rank() * in.bytes()) {
+      send = MPI_IN_PLACE;
+    } else if (Overlap(in, out)) {
+      return absl::InvalidArgumentError(
+          "AllGather: in overlaps out without being this rank's block of it");
+    }
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Iallgather(send, static_cast<int>(in.numel()), MpiType(in.dtype), out.data,
+                            static_cast<int>(in.numel()), MpiType(in.dtype), comm_, &req);
+    return Finish(rc, &req, "all-gather", others_, timer, out.bytes());
+  }
+
+  absl::Status Broadcast(Tensor buf, int root) override {
+    RETURN_IF_ERROR(CheckBuffer("Broadcast", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckRoot("Broadcast", root));
+    RETURN_IF_ERROR(CheckCount("Broadcast", buf));
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), root, comm_,
+                        &req);
+    // A receiver waits for the root; the root for everyone.
+    std::vector<int> waiting_for = rank() == root ? others_ : std::vector<int>{members()[root]};
+    return Finish(rc, &req, "broadcast", waiting_for, timer, buf.bytes());
+  }
+
+  absl::Status Send(Tensor buf, int peer) override {
+    RETURN_IF_ERROR(CheckBuffer("Send", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckPeer("Send", peer));
+    RETURN_IF_ERROR(CheckCount("Send", buf));
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Isend(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), peer, kTag,
+                       comm_, &req);
+    return Finish(rc, &req, "send", {members()[peer]}, timer, buf.bytes());
+  }
+
+  absl::Status Recv(Tensor buf, int peer) override {
+    RETURN_IF_ERROR(CheckBuffer("Recv", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckPeer("Recv", peer));
+    RETURN_IF_ERROR(CheckCount("Recv", buf));
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Irecv(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), peer, kTag,
+                       comm_, &req);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "recv");
+    MPI_Status status;
+    RETURN_IF_ERROR(Wait(&req, &status, "recv", Dog("recv", {members()[peer]})));
+    int received = 0;
+    MPI_Get_count(&status, MpiType(buf.dtype), &received);
+    if (received != buf.numel()) {
+      return absl::InternalError(absl::StrCat("recv: got ", received, " elements from world rank ",
+                                              members()[peer], ", expected ", buf.numel()));
+    }
+    Record(timer.Seconds(), static_cast<int64_t>(buf.bytes()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Barrier() override {
+    Timer timer;
+    MPI_Request req;
+    int rc = MPI_Ibarrier(comm_, &req);
+    return Finish(rc, &req, "barrier", others_, timer, 0);
+  }
+
+ private:
+  static constexpr int kTag = 0;
+
+  // MPI counts are ints.
+  absl::Status CheckCount(const char* op, const Tensor& t) const {
+    if (t.numel() <= INT_MAX) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", t.numel(), " elements is more than MPI's limit of ", INT_MAX,
+                     " in one call; split the buffer"));
+  }
+
+  // Completes a call issued with return code `rc` and records it.
+  absl::Status Finish(int rc, MPI_Request* req, const char* op,
+                      const std::vector<int>& waiting_for, const Timer& timer, size_t bytes) {
+    if (rc != MPI_SUCCESS) return MpiError(rc, op);
+    RETURN_IF_ERROR(Wait(req, MPI_STATUS_IGNORE, op, Dog(op, waiting_for)));
+    Record(timer.Seconds(), static_cast<int64_t>(bytes));
+    return absl::OkStatus();
+  }
+
+  Watchdog Dog(const char* op, std::vector<int> waiting_for) const {
+    return Watchdog(timeout_, members()[rank()], op, axis(), std::move(waiting_for));
+  }
+
+  MPI_Comm comm_;
+  double timeout_;
+  std::vector<int> others_;  // world ranks of the other members
+};
+
+}  // namespace
+
+absl::Status MpiRuntime::Init(int* argc, char*** argv) {
+  if (g_initialized) return absl::FailedPreconditionError("MpiRuntime::Init called twice");
+  g_initialized = true;
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                        std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr;
+  if (!launched) return absl::OkStatus();
+  int provided = 0;
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) return absl::InternalError("MPI_Init_thread failed");
+  g_active = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank);
+  if (provided < MPI_THREAD_FUNNELED) {
+    return absl::InternalError("MPI does not provide MPI_THREAD_FUNNELED");
+  }
+  return absl::OkStatus();
+}
+
+bool MpiRuntime::active() { return g_active; }
+int MpiRuntime::world_size() { return g_world_size; }
+int MpiRuntime::world_rank() { return g_world_rank; }
+
+void MpiRuntime::Finalize() {
+  if (!g_active) return;
+  g_active = false;
+  MPI_Finalize();
+}
+
+void MpiRuntime::Abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (g_active) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
+    Axis axis, const std::vector<int>& members, double timeout_seconds) {
+  const int me = MpiRuntime::world_rank();
+  auto it = std::find(members.begin(), members.end(), me);
+  if (it == members.end() || !std::is_sorted(members.begin(), members.end()) ||
+      std::adjacent_find(members.begin(), members.end()) != members.end() ||
+      members.front() < 0 || members.back() >= MpiRuntime::world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", AxisName(axis), " group {", absl::StrJoin(members, ","),
+                     "} is not an ascending list of world ranks containing rank ", me));
+  }
+  if (members.size() == 1) return std::make_unique<SelfCommunicator>(axis, me);
+  if (!MpiRuntime::active()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", AxisName(axis), " group has ", members.size(),
+                     " ranks but MPI is not running (launch with mpirun)"));
+  }
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &group);
+  MPI_Comm comm = MPI_COMM_NULL;
+  // The tag keeps the creations of different axes apart.
+  int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, static_cast<int>(axis), &comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Comm_create_group");
+  return std::make_unique<MpiCommunicator>(axis, members, static_cast<int>(it - members.begin()),
+                                           comm, timeout_seconds);
+}
+
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds) {
+  if (grid.world_size() != MpiRuntime::world_size() || grid.rank() != MpiRuntime::world_rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the grid is for rank ", grid.rank(), " of ", grid.world_size(), " but this process is rank ",
+        MpiRuntime::world_rank(), " of ", MpiRuntime::world_size()));
+  }
+  if (grid.world_size() > 1) {
+    std::vector<int> others;
+    for (int r = 0; r < grid.world_size(); ++r) {
+      if (r != grid.rank()) others.push_back(r);
+    }
+    MPI_Request req;
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "barrier");
+    RETURN_IF_ERROR(Wait(&req, MPI_STATUS_IGNORE, "barrier",
+                         Watchdog(timeout_seconds, grid.rank(), "barrier", Axis::kWorld, others)));
+  }
+  Communicators comms;
+  for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
+    ASSIGN_OR_RETURN(comms.by_axis[static_cast<int>(axis)],
+                     CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds));
+  }
+  return comms;
+}
+
+}  // namespace ladder

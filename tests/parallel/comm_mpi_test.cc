@@ -1,0 +1,311 @@
+// Multi-rank test of the MPI communicators, run by meson under mpirun:
+//   comm_mpi_test --dp D --tp T --pp P
+// checks every operation on every axis of the grid against values computed by
+// hand from world ranks, that all-reduce results are bitwise identical on
+// every member and across repeats, and that stats count calls and bytes.
+// Prints one line per failed check and exits 1 if any rank failed.
+//
+// The watchdog mode
+//   comm_mpi_test --dp D --tp T --pp P --timeout S --skip-allreduce-rank R
+// makes rank R skip a data-axis all-reduce (it sleeps instead), so its data
+// peers time out after S seconds and abort the job (watchdog_test.sh checks
+// the exit code and the line).
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/core/philox.h"
+#include "src/core/status.h"
+#include "src/parallel/comm.h"
+#include "src/parallel/grid.h"
+#include "src/parallel/mpi_comm.h"
+
+namespace ladder {
+namespace {
+
+int g_failures = 0;
+
+void Fail(const Communicator& c, const std::string& what) {
+  ++g_failures;
+  std::fprintf(stderr, "rank %d: %s axis: %s\n", MpiRuntime::world_rank(), AxisName(c.axis()),
+               what.c_str());
+}
+
+bool Ok(const Communicator& c, const char* op, const absl::Status& s) {
+  if (s.ok()) return true;
+  Fail(c, absl::StrCat(op, " failed: ", s.ToString()));
+  return false;
+}
+
+// Compares got with want element by element; reports the first difference.
+template <typename T>
+void Expect(const Communicator& c, const char* check, const std::vector<T>& got,
+            const std::vector<T>& want) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      Fail(c, absl::StrCat(check, ": element ", i, " is ", got[i], ", expected ", want[i]));
+      return;
+    }
+  }
+}
+
+// Small integers (exact in f32 whatever the summation order).
+float Pattern(int world_rank, int64_t i) {
+  return static_cast<float>((world_rank + 1) * (i % 97 + 1));
+}
+
+void CheckAllReduce(Communicator& c) {
+  const std::vector<int>& m = c.members();
+  const int me = m[c.rank()];
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{70001}}) {
+    std::vector<float> buf(n), sum(n, 0.0f), max(n, -FLT_MAX);
+    for (int64_t i = 0; i < n; ++i) {
+      buf[i] = Pattern(me, i);
+      for (int w : m) {
+        sum[i] += Pattern(w, i);
+        max[i] = std::max(max[i], Pattern(w, i) * (w % 2 ? -1.0f : 1.0f));
+      }
+    }
+    std::vector<float> b = buf;
+    if (Ok(c, "AllReduce sum", c.AllReduce(Tensor::F32(b.data(), {n}), ReduceOp::kSum))) {
+      Expect(c, "AllReduce sum f32", b, sum);
+    }
+    for (int64_t i = 0; i < n; ++i) b[i] = buf[i] * (me % 2 ? -1.0f : 1.0f);
+    if (Ok(c, "AllReduce max", c.AllReduce(Tensor::F32(b.data(), {n}), ReduceOp::kMax))) {
+      Expect(c, "AllReduce max f32", b, max);
+    }
+  }
+  std::vector<int32_t> v = {me, -me, 7}, want = {0, 0, 7 * c.size()};
+  for (int w : m) want[0] += w, want[1] -= w;
+  if (Ok(c, "AllReduce i32", c.AllReduce(Tensor::I32(v.data(), {3}), ReduceOp::kSum))) {
+    Expect(c, "AllReduce sum i32", v, want);
+  }
+}
+
+// Random floats summed in a group: every member must hold the same bits, and
+// repeating the call on the same inputs must give them again.
+void CheckBitwiseIdentical(Communicator& c) {
+  const int me = c.members()[c.rank()];
+  for (int64_t n : {int64_t{7}, int64_t{4096}, int64_t{300001}}) {
+    std::vector<float> in(n);
+    FillNormal(in.data(), 0, n, /*seed=*/me + 1, /*stream=*/0, 0.0f, 1.0f);
+    std::vector<float> first = in, again = in;
+    if (!Ok(c, "AllReduce", c.AllReduce(Tensor::F32(first.data(), {n}), ReduceOp::kSum)) ||
+        !Ok(c, "AllReduce", c.AllReduce(Tensor::F32(again.data(), {n}), ReduceOp::kSum))) {
+      return;
+    }
+    if (std::memcmp(first.data(), again.data(), n * sizeof(float)) != 0) {
+      Fail(c, absl::StrCat("AllReduce of ", n, " floats differs between two identical calls"));
+    }
+    std::vector<float> root = first;
+    if (!Ok(c, "Broadcast", c.Broadcast(Tensor::F32(root.data(), {n}), 0))) return;
+    if (std::memcmp(first.data(), root.data(), n * sizeof(float)) != 0) {
+      Fail(c, absl::StrCat("AllReduce of ", n, " floats differs from group rank 0's bits"));
+    }
+  }
+}
+
+void CheckReduceScatter(Communicator& c) {
+  const std::vector<int>& m = c.members();
+  const int64_t block = 1001;
+  const int64_t n = block * c.size();
+  std::vector<float> in(n), out(block), want(block, 0.0f);
+  for (int64_t i = 0; i < n; ++i) in[i] = Pattern(m[c.rank()], i);
+  for (int64_t i = 0; i < block; ++i) {
+    for (int w : m) want[i] += Pattern(w, c.rank() * block + i);
+  }
+  if (Ok(c, "ReduceScatter",
+         c.ReduceScatter(Tensor::F32(in.data(), {n}), Tensor::F32(out.data(), {block})))) {
+    Expect(c, "ReduceScatter", out, want);
+  }
+  // A wrong shape is refused on the rank that made it, before anything is sent.
+  absl::Status bad =
+      c.ReduceScatter(Tensor::F32(in.data(), {n}), Tensor::F32(out.data(), {block - 1}));
+  if (bad.code() != absl::StatusCode::kInvalidArgument) {
+    Fail(c, absl::StrCat("ReduceScatter with a wrong block size returned ", bad.ToString()));
+  }
+}
+
+void CheckAllGather(Communicator& c) {
+  const std::vector<int>& m = c.members();
+  const int64_t block = 513;
+  const int64_t n = block * c.size();
+  std::vector<int32_t> in(block), out(n), want(n);
+  for (int64_t i = 0; i < block; ++i) in[i] = m[c.rank()] * 100000 + static_cast<int32_t>(i);
+  for (int r = 0; r < c.size(); ++r) {
+    for (int64_t i = 0; i < block; ++i) want[r * block + i] = m[r] * 100000 + static_cast<int32_t>(i);
+  }
+  if (Ok(c, "AllGather", c.AllGather(Tensor::I32(in.data(), {block}), Tensor::I32(out.data(), {n})))) {
+    Expect(c, "AllGather i32", out, want);
+  }
+  // In place: this rank's block already sits in out (ZeRO-1's parameter shard).
+  std::vector<int32_t> whole(n, -1);
+  std::copy(in.begin(), in.end(), whole.begin() + c.rank() * block);
+  if (Ok(c, "AllGather in place",
+         c.AllGather(Tensor::I32(whole.data() + c.rank() * block, {block}),
+                     Tensor::I32(whole.data(), {n})))) {
+    Expect(c, "AllGather in place", whole, want);
+  }
+  // bf16 is moved as 16-bit words.
+  std::vector<uint16_t> h(2, static_cast<uint16_t>(m[c.rank()])), hout(2 * c.size());
+  std::vector<uint16_t> hwant;
+  for (int w : m) hwant.insert(hwant.end(), 2, static_cast<uint16_t>(w));
+  if (Ok(c, "AllGather bf16",
+         c.AllGather(Tensor(h.data(), DType::kBF16, {2}),
+                     Tensor(hout.data(), DType::kBF16, {2 * c.size()})))) {
+    Expect(c, "AllGather bf16", hout, hwant);
+  }
+}
+
+void CheckBroadcast(Communicator& c) {
+  const std::vector<int>& m = c.members();
+  for (int root = 0; root < c.size(); ++root) {
+    std::vector<float> buf(257), want(257);
+    for (int64_t i = 0; i < 257; ++i) {
+      buf[i] = Pattern(m[c.rank()], i);
+      want[i] = Pattern(m[root], i);
+    }
+    if (Ok(c, "Broadcast", c.Broadcast(Tensor::F32(buf.data(), {257}), root))) {
+      Expect(c, absl::StrCat("Broadcast from root ", root).c_str(), buf, want);
+    }
+  }
+}
+
+// Pipeline traffic: activations to the next stage, gradients back.
+void CheckSendRecv(Communicator& c) {
+  const std::vector<int>& m = c.members();
+  const int r = c.rank();
+  const int64_t n = 20000;  // past the eager limit: a rendezvous transfer
+  auto message = [&](int from, int64_t salt) {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = Pattern(m[from], i + salt);
+    return v;
+  };
+  std::vector<float> buf(n);
+  if (r > 0 && Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}), r - 1))) {
+    Expect(c, "Recv from the previous stage", buf, message(r - 1, 0));
+  }
+  if (r + 1 < c.size()) {
+    std::vector<float> out = message(r, 0);
+    Ok(c, "Send", c.Send(Tensor::F32(out.data(), {n}), r + 1));
+    if (Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}), r + 1))) {
+      Expect(c, "Recv from the next stage", buf, message(r + 1, 5));
+    }
+  }
+  if (r > 0) {
+    std::vector<float> back = message(r, 5);
+    Ok(c, "Send", c.Send(Tensor::F32(back.data(), {n}), r - 1));
+  }
+  if (c.Send(Tensor::F32(buf.data(), {n}), r).code() != absl::StatusCode::kInvalidArgument) {
+    Fail(c, "Send to itself was not refused");
+  }
+}
+
+// One call of each collective, then compare the counters with the sizes
+// passed (comm.h defines bytes as the full buffer of each call).
+void CheckStats(Communicator& c) {
+  c.ResetStats();
+  const int64_t n = 64;
+  std::vector<float> a(n * c.size(), 1.0f), b(n);
+  bool ok = Ok(c, "AllReduce", c.AllReduce(Tensor::F32(a.data(), {n}), ReduceOp::kSum)) &&
+            Ok(c, "ReduceScatter",
+               c.ReduceScatter(Tensor::F32(a.data(), {n * c.size()}), Tensor::F32(b.data(), {n}))) &&
+            Ok(c, "AllGather",
+               c.AllGather(Tensor::F32(b.data(), {n}), Tensor::F32(a.data(), {n * c.size()}))) &&
+            Ok(c, "Broadcast", c.Broadcast(Tensor::F32(b.data(), {n}), 0)) &&
+            Ok(c, "Barrier", c.Barrier());
+  if (!ok) return;
+  const bool alone = c.size() == 1;
+  const int64_t calls = alone ? 0 : 5;
+  const int64_t bytes = alone ? 0 : 4 * (n + 2 * n * c.size() + n);
+  if (c.stats().calls != calls || c.stats().bytes != bytes || (!alone && c.stats().seconds <= 0)) {
+    Fail(c, absl::StrCat("stats: ", c.stats().calls, " calls, ", c.stats().bytes, " bytes, ",
+                         c.stats().seconds, " s; expected ", calls, " calls, ", bytes, " bytes"));
+  }
+}
+
+absl::Status Run(GridShape shape, double timeout, int skip_rank) {
+  ASSIGN_OR_RETURN(Grid grid, Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
+  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, timeout));
+
+  if (skip_rank >= 0) {
+    if (grid.rank() == skip_rank) {
+      std::this_thread::sleep_for(std::chrono::seconds(60));  // never joins
+    } else {
+      std::vector<float> x(16, 1.0f);
+      RETURN_IF_ERROR(comms[Axis::kData].AllReduce(Tensor::F32(x.data(), {16}), ReduceOp::kSum));
+      std::this_thread::sleep_for(std::chrono::seconds(60));  // until the abort
+    }
+    return absl::InternalError("the watchdog did not end the job");
+  }
+
+  for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
+    Communicator& c = comms[axis];
+    const std::vector<int> want = grid.Members(axis);
+    if (c.members() != want || c.rank() != grid.GroupRank(axis) || c.axis() != axis) {
+      Fail(c, absl::StrCat("members {", absl::StrJoin(c.members(), ","), "}, expected {",
+                           absl::StrJoin(want, ","), "}"));
+    }
+    CheckAllReduce(c);
+    CheckBitwiseIdentical(c);
+    CheckReduceScatter(c);
+    CheckAllGather(c);
+    CheckBroadcast(c);
+    if (c.size() > 1) CheckSendRecv(c);
+    RETURN_IF_ERROR(c.Barrier());
+    CheckStats(c);
+  }
+
+  // Every rank learns whether any rank failed.
+  int32_t failures = g_failures;
+  RETURN_IF_ERROR(comms[Axis::kWorld].AllReduce(Tensor::I32(&failures, {1}), ReduceOp::kSum));
+  if (grid.rank() == 0) {
+    std::printf("comm_mpi_test: %d ranks as dp %d x tp %d x pp %d: %s\n", grid.world_size(),
+                shape.dp, shape.tp, shape.pp,
+                failures == 0 ? "all checks passed" : absl::StrCat(failures, " failures").c_str());
+  }
+  return failures == 0 ? absl::OkStatus() : absl::InternalError("checks failed");
+}
+
+}  // namespace
+}  // namespace ladder
+
+int main(int argc, char** argv) {
+  using ladder::MpiRuntime;
+  if (absl::Status s = MpiRuntime::Init(&argc, &argv); !s.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  ladder::GridShape shape;
+  double timeout = 60;
+  int skip_rank = -1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    int value = std::atoi(argv[i + 1]);
+    if (flag == "--dp") shape.dp = value;
+    else if (flag == "--tp") shape.tp = value;
+    else if (flag == "--pp") shape.pp = value;
+    else if (flag == "--timeout") timeout = std::atof(argv[i + 1]);
+    else if (flag == "--skip-allreduce-rank") skip_rank = value;
+    else {
+      std::fprintf(stderr, "comm_mpi_test: unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  absl::Status s = ladder::Run(shape, timeout, skip_rank);
+  if (!s.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: rank %d: %s\n", MpiRuntime::world_rank(),
+                 std::string(s.message()).c_str());
+  }
+  MpiRuntime::Finalize();
+  return s.ok() ? 0 : 1;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Parallel training equals single-process training: 20 steps of a small model
+# in each layout give per-step losses and final weights (every tensor, norm of
+# the difference over the norm) within 1e-5 relative of one process.
+#   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
+set -u
+ladder=$1
+src=$2
+mpirun=$3
+shift 3
+mpirun_args=("$@")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 300); do echo "In the beginning God created the heaven and the earth. $i"; done >"$tmp/corpus.txt"
+train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20 --log-every 20)
+
+OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { echo "FAIL: single run"; exit 1; }
+failures=0
+for layout in "2 --dp 2" "2 --tp 2" "4 --dp 2 --tp 2" "4 --tp 4" "8 --dp 2 --tp 4"; do
+  set -- $layout
+  np=$1
+  shift
+  out="$tmp/run_np${np}_$(echo "$*" | tr -d ' -')"
+  if ! "$mpirun" "${mpirun_args[@]}" -np "$np" "$ladder" "${train[@]}" "$@" --out "$out" \
+      >"$out.log" 2>&1; then
+    echo "FAIL: mpirun -np $np ladder train $*"; cat "$out.log"; failures=$((failures + 1)); continue
+  fi
+  python3 "$src/tests/parallel/compare_runs.py" "$tmp/single" "$out" 1e-5 || failures=$((failures + 1))
+done
+[ "$failures" -eq 0 ] && echo "all layouts equal the single-process run" || exit 1
