@@ -46,7 +46,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   std::printf("bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads\n",
               f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
               omp_get_max_threads());
-  std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 3)\n", gemm);
+  std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5)\n", gemm);
   for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;
   for (int64_t i = 0; i < f.steps; ++i) {
