@@ -30,6 +30,14 @@ std::string StepRecord::ToJson() const {
       ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data), ",\"forward\":",
       Num(t_forward), ",\"backward\":", Num(t_backward), ",\"optimizer\":", Num(t_optimizer),
       ",\"step\":", Num(t_step), "}");
+  if (!comm.empty()) {
+    absl::StrAppend(&out, ",\"comm\":{");
+    for (size_t i = 0; i < comm.size(); ++i) {
+      absl::StrAppend(&out, i ? "," : "", "\"", comm[i].axis, "\":{\"seconds\":",
+                      Num(comm[i].seconds), ",\"bytes\":", comm[i].bytes, "}");
+    }
+    out += "}";
+  }
   if (val_loss) absl::StrAppend(&out, ",\"val_loss\":", Num(*val_loss));
   out += "}";
   return out;

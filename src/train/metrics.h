@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -19,6 +20,14 @@ struct StepRecord {
   // Time split of the step, seconds.
   double t_data = 0, t_forward = 0, t_backward = 0, t_optimizer = 0;
   double t_step = 0;
+  // Communication of this rank during the step, per parallel axis (seconds
+  // inside calls and payload bytes, src/parallel/comm.h); empty for a group of one.
+  struct AxisComm {
+    std::string axis;
+    double seconds = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<AxisComm> comm;
   std::optional<double> val_loss;
 
   std::string ToJson() const;

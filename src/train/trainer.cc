@@ -51,6 +51,9 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   const int G = cfg_.batch_size * A, rows = micro_rows();
   StepRecord r;
   Timer step_timer;
+  for (Communicator* c : {groups_.tp, groups_.dp}) {
+    if (c != nullptr) c->ResetStats();
+  }
   RETURN_IF_ERROR(model_->ZeroGrads());
   Timer t;
   train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
@@ -83,6 +86,11 @@ absl::StatusOr<StepRecord> Trainer::Step() {
                                      static_cast<int>(step_ + 1)));
   r.t_optimizer = t.Seconds();
   r.t_step = step_timer.Seconds();
+  for (Communicator* c : {groups_.tp, groups_.dp}) {
+    if (c != nullptr && c->size() > 1) {
+      r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});
+    }
+  }
   ++step_;
   r.step = step_;
   r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.t_step;
