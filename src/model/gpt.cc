@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
+#include "src/parallel/tensor_parallel/layers.h"
 
 namespace ladder {
 
@@ -76,7 +77,8 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
                 dst + table_.LogicalRow(i, r) * cols + table_.LogicalColumnStart(i));
     }
   }
-  return TpAllReduce(Tensor::F32(host->data(), {whole.total_floats()}), ReduceOp::kSum);
+  if (tp_ == nullptr || tp_->size() == 1) return absl::OkStatus();
+  return tp_->AllReduce(Tensor::F32(host->data(), {whole.total_floats()}), ReduceOp::kSum);
 }
 
 absl::Status Gpt::ZeroGrads() {
@@ -105,11 +107,6 @@ int64_t Gpt::vocab_start() const {
   return int64_t{cfg_.padded_vocab()} / table_.layout().tp_size * tp_rank();
 }
 
-absl::Status Gpt::TpAllReduce(Tensor x, ReduceOp op) {
-  if (tp_ == nullptr || tp_->size() == 1) return absl::OkStatus();
-  return tp_->AllReduce(x, op);
-}
-
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   RETURN_IF_ERROR(Bind(B, T));
   Backend& be = *backend_;
@@ -124,16 +121,12 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
 
-  // Tensor parallelism (Megatron): each rank looks up its vocabulary shard
-  // and the partial embeddings are summed (positions added once); QKV and
-  // MLP-up are column-parallel (no communication), the two projections
-  // row-parallel (partial sums all-reduced, bias added once): two all-reduces
-  // per layer forward, two backward.
-  const bool bias_here = tp_rank() == 0;
+  // Tensor parallelism (src/parallel/tensor_parallel/layers.h): QKV and
+  // MLP-up column-parallel, the projections row-parallel, the embedding and
+  // the tied head vocabulary-parallel; with tp_ null these are plain layers.
   const int heads = cfg_.n_head / table_.layout().tp_size;
-  RETURN_IF_ERROR(be.EmbeddingForward(a.layers[0].x, a.tokens, w_.wte,
-                                      bias_here ? w_.wpe : Tensor(), vocab_start()));
-  RETURN_IF_ERROR(TpAllReduce(a.layers[0].x, ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      tp::VocabEmbeddingForward(be, tp_, a.layers[0].x, a.tokens, w_.wte, w_.wpe, vocab_start()));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
     LayerActivations& la = a.layers[l];
@@ -147,24 +140,21 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
                                                   a.layers[l - 1].resid_mid, a.branch, w.ln1_w,
                                                   w.ln1_b));
     }
-    RETURN_IF_ERROR(be.MatmulForward(la.qkv, la.ln1, w.qkv_w, w.qkv_b));
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
     RETURN_IF_ERROR(
         be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, a.attn_scratch));
-    RETURN_IF_ERROR(be.MatmulForward(a.branch, la.atty, w.proj_w, bias_here ? w.proj_b : Tensor()));
-    RETURN_IF_ERROR(TpAllReduce(a.branch, ReduceOp::kSum));
+    RETURN_IF_ERROR(tp::RowLinearForward(be, tp_, a.branch, la.atty, w.proj_w, w.proj_b));
     RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd,
                                                 la.x, a.branch, w.ln2_w, w.ln2_b));
-    RETURN_IF_ERROR(be.MatmulForward(la.fch, la.ln2, w.fc_w, w.fc_b));
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.fch, la.ln2, w.fc_w, w.fc_b));
     RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
-    RETURN_IF_ERROR(
-        be.MatmulForward(a.branch, la.fch_gelu, w.fcproj_w, bias_here ? w.fcproj_b : Tensor()));
-    RETURN_IF_ERROR(TpAllReduce(a.branch, ReduceOp::kSum));
+    RETURN_IF_ERROR(tp::RowLinearForward(be, tp_, a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
   }
   RETURN_IF_ERROR(be.ResidualLayerNormForward(a.x_final, a.lnf, a.lnf_mean, a.lnf_rstd,
                                               a.layers.back().resid_mid, a.branch, w_.lnf_w,
                                               w_.lnf_b));
   // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
-  RETURN_IF_ERROR(be.MatmulForward(a.logits, a.lnf, w_.wte, Tensor()));
+  RETURN_IF_ERROR(tp::ColumnLinearForward(be, a.logits, a.lnf, w_.wte, Tensor()));
   if (targets == nullptr) return 0.0;
 
   for (int64_t i = 0; i < int64_t{B} * T; ++i) {
@@ -174,15 +164,9 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
-  // Vocabulary-parallel cross-entropy (backend.h): the full logits are never
-  // gathered, only three [N] statistics are reduced across the shards.
-  RETURN_IF_ERROR(be.CrossEntropyRowMax(a.row_max, a.logits, vocab_start(), V));
-  RETURN_IF_ERROR(TpAllReduce(a.row_max, ReduceOp::kMax));
-  RETURN_IF_ERROR(be.CrossEntropyPartials(a.sum_exp, a.target_logit, a.logits, a.targets,
-                                          a.row_max, vocab_start(), V));
-  RETURN_IF_ERROR(TpAllReduce(a.sum_exp, ReduceOp::kSum));
-  RETURN_IF_ERROR(TpAllReduce(a.target_logit, ReduceOp::kSum));
-  RETURN_IF_ERROR(be.CrossEntropyLoss(a.losses, a.lse, a.row_max, a.sum_exp, a.target_logit));
+  RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, tp_, a.losses,
+                                               {a.row_max, a.sum_exp, a.target_logit, a.lse},
+                                               a.logits, a.targets, vocab_start(), V));
   std::vector<float> losses;
   RETURN_IF_ERROR(Losses(&losses));
   double sum = 0.0;
@@ -198,10 +182,8 @@ absl::Status Gpt::Backward(float dloss) {
   const int heads = cfg_.n_head / table_.layout().tp_size;
   RETURN_IF_ERROR(be.CrossEntropyBackward(a.logits, a.logits, a.targets, a.lse, vocab_start(),
                                           cfg_.vocab_size, dloss));
-  // A column-parallel layer's input gradient is a partial sum over the ranks'
-  // output columns: all-reduced before it enters the replicated LayerNorm.
-  RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
-  RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      tp::ColumnLinearBackward(be, tp_, a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
   // d_resid starts as the gradient of the final residual stream.
   RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
   RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, a.x_final,
@@ -211,20 +193,21 @@ absl::Status Gpt::Backward(float dloss) {
     const LayerTensors& g = g_.layers[l];
     LayerActivations& la = a.layers[l];
     // MLP branch: d_resid is the gradient of its output.
-    RETURN_IF_ERROR(be.MatmulBackward(a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid, la.fch_gelu,
-                                      w.fcproj_w));
+    RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
+                                          la.fch_gelu, w.fcproj_w));
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
-    RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
-    RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        tp::ColumnLinearBackward(be, tp_, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln,
                                                  la.resid_mid, w.ln2_w, la.ln2_mean,
                                                  la.ln2_rstd));
     // Attention branch.
-    RETURN_IF_ERROR(be.MatmulBackward(a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
+    RETURN_IF_ERROR(
+        tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
     RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
                                          cfg_.attention, a.attn_scratch));
-    RETURN_IF_ERROR(be.MatmulBackward(a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
-    RETURN_IF_ERROR(TpAllReduce(a.d_ln, ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        tp::ColumnLinearBackward(be, tp_, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x,
                                                  w.ln1_w, la.ln1_mean, la.ln1_rstd));
   }

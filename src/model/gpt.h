@@ -67,7 +67,6 @@ class Gpt {
   absl::Status Bind(int B, int T);
   int tp_rank() const;
   int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
-  absl::Status TpAllReduce(Tensor x, ReduceOp op);  // no-op without tensor parallelism
 
   GptConfig cfg_;
   Backend* backend_;
