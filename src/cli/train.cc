@@ -25,7 +25,7 @@ namespace {
 struct TrainFlags {
   std::string config, data, out, tokenizer;
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
-  int64_t dp = 1, tp = 1;
+  int64_t dp = 1, tp = 1, zero = 0;
   double comm_timeout = 300;
 };
 
@@ -53,6 +53,9 @@ absl::Status CheckLayout(const RunConfig& rc, const TrainFlags& f) {
   if (rc.batch_size % f.dp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size (", rc.batch_size,
                                                    ") is not divisible by dp (", f.dp, ")"));
+  }
+  if (f.zero != 0 && f.zero != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--zero must be 0 or 1, got ", f.zero));
   }
   if (!(f.comm_timeout > 0)) {
     return absl::InvalidArgumentError(
@@ -119,11 +122,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto trainer,
                    Trainer::Create(rc, &backend, &data.train, &data.val, peak,
-                                   {&comms[Axis::kTensor], &comms[Axis::kData]}));
+                                   {&comms[Axis::kTensor], &comms[Axis::kData], f.zero == 1}));
   Gpt& model = trainer->model();
   const double mib = 1.0 / (1 << 20);
-  if (lead) std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks)\n", grid.dp_size(),
-                         grid.tp_size(), grid.world_size());
+  if (lead) std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks), ZeRO-%d\n", grid.dp_size(),
+                         grid.tp_size(), grid.world_size(), static_cast<int>(f.zero));
   if (lead) std::fprintf(stderr,
                "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
                "parameters\n"
@@ -136,7 +139,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
                static_cast<long long>(trainer->tokens_per_step()), rc.batch_size,
                rc.model.context, rc.AccumulationSteps(), model.weights().bytes() * mib,
-               model.grads().bytes() * mib, 2 * model.weights().bytes() * mib,
+               model.grads().bytes() * mib, trainer->optimizer_state_bytes() * mib,
                model.activation_sizes().total_floats() * 4 * mib, std::string(backend.name()).c_str(),
                peak);
 
@@ -179,6 +182,7 @@ int TrainCommand(int argc, char** argv) {
             kConfig);
   flags.Int("dp", &f.dp, "data-parallel degree (under mpirun; dp x tp = ranks)");
   flags.Int("tp", &f.tp, "tensor-parallel degree (Megatron style; divides n_head and the vocabulary)");
+  flags.Int("zero", &f.zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
   flags.Double("comm-timeout", &f.comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
   absl::Status mpi = MpiRuntime::Init(&argc, &argv);

@@ -1,5 +1,7 @@
 #include "src/model/gpt.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/parallel/tensor_parallel/layers.h"
@@ -16,7 +18,8 @@ Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training,
       table_(std::move(table)) {}
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* backend,
-                                                 int max_batch, bool training, Communicator* tp) {
+                                                 int max_batch, bool training, Communicator* tp,
+                                                 int64_t buffer_multiple) {
   RETURN_IF_ERROR(cfg.Validate());
   if (max_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch size must be positive, got ", max_batch));
@@ -33,7 +36,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   }
   ASSIGN_OR_RETURN(ParameterTable table, ParameterTable::Create(GptParameterSpecs(cfg), layout));
   std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training, std::move(table), tp));
-  const size_t param_bytes = static_cast<size_t>(m->table_.total_floats()) * sizeof(float);
+  const int64_t multiple = std::max<int64_t>(1, buffer_multiple);
+  m->buffer_floats_ = (m->table_.total_floats() + multiple - 1) / multiple * multiple;
+  const size_t param_bytes = static_cast<size_t>(m->buffer_floats_) * sizeof(float);
   ASSIGN_OR_RETURN(m->weights_, backend->Allocate(param_bytes));
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
@@ -83,7 +88,7 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
 
 absl::Status Gpt::ZeroGrads() {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
-  return backend_->Fill(grads(), 0.0f);
+  return backend_->Fill(grad_buffer(), 0.0f);
 }
 
 absl::Status Gpt::Bind(int B, int T) {

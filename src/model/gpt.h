@@ -23,9 +23,12 @@ class Gpt {
   // for up to `max_batch` sequences of cfg.context tokens. With a tensor-
   // parallel group `tp` (size > 1) this rank holds and computes its shard of
   // every layer (Megatron style); its members must make the same calls.
+  // `buffer_multiple` pads the flat weight and gradient buffers with zeros to
+  // a multiple of that many floats (ZeRO-1 cuts them into equal shards).
   static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& cfg, Backend* backend,
                                                      int max_batch, bool training,
-                                                     Communicator* tp = nullptr);
+                                                     Communicator* tp = nullptr,
+                                                     int64_t buffer_multiple = 1);
 
   const GptConfig& config() const { return cfg_; }
   const ParameterTable& table() const { return table_; }
@@ -34,6 +37,10 @@ class Gpt {
   // Flat views over all weights / gradients, laid out by table().
   Tensor weights() const { return Tensor::F32(static_cast<float*>(weights_.get()), {table_.total_floats()}); }
   Tensor grads() const { return Tensor::F32(static_cast<float*>(grads_.get()), {table_.total_floats()}); }
+  // The same buffers with their zero padding (buffer_floats() long).
+  int64_t buffer_floats() const { return buffer_floats_; }
+  Tensor weight_buffer() const { return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_}); }
+  Tensor grad_buffer() const { return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}); }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
 
   // GPT-2 initialization from a seed (see ParameterTable::Initialize).
@@ -74,6 +81,7 @@ class Gpt {
   bool training_;
   Communicator* tp_;
   ParameterTable table_;
+  int64_t buffer_floats_ = 0;
   DeviceBuffer weights_, grads_, arena_;
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;

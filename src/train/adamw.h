@@ -1,7 +1,14 @@
-// AdamW over a model's parameter table: clip the global gradient norm, then
-// one decoupled-weight-decay Adam update per tensor (matrices decay; biases,
-// LayerNorm and nothing else do). Owns the two moment buffers.
+// AdamW over a range of a model's flat parameter buffer: clip the global
+// gradient norm, then a decoupled-weight-decay Adam update of every tensor
+// (or part of one) in the range (matrices decay; biases and LayerNorm do
+// not). Owns the two moment buffers, sized to the range.
+//
+// The range is the whole table, or with ZeRO-1 this data-parallel rank's
+// 1/D of the flat buffer: then each rank keeps only its shard of the moments
+// and updates only its shard of the weights (the trainer all-gathers them).
 #pragma once
+
+#include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
@@ -17,28 +24,39 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // `tp`: the tensor-parallel group whose shards together form the model
-  // (null for none); the gradient norm is taken over the whole model.
+  // Updates floats [begin, end) of buffers laid out by `table` (end may pass
+  // table->total_floats(): padding is skipped). `tp`: the tensor-parallel
+  // group whose shards together form the model (null for none).
   static absl::StatusOr<AdamW> Create(const ParameterTable* table, Backend* backend,
-                                      const AdamWConfig& cfg, Communicator* tp = nullptr);
+                                      const AdamWConfig& cfg, int64_t begin, int64_t end,
+                                      Communicator* tp = nullptr);
 
-  // Global L2 norm of the whole model's gradient (before clipping), in a fixed
-  // reduction order: split tensors summed over the tensor-parallel shards,
-  // replicated ones counted once. Collective over `tp`.
-  absl::StatusOr<double> GradNorm(Tensor grads) const;
-  // One update at 1-based `step` with learning rate lr, scaling the gradient
-  // by min(1, grad_clip / grad_norm) first.
+  // Global L2 norm of the whole model's gradient (before clipping) from
+  // `grads`, the gradient of this range (range-sized): split tensors summed
+  // over the tensor-parallel shards, replicated ones counted once, and summed
+  // over `range_group` (the data-parallel group under ZeRO-1, whose ranks
+  // hold the other ranges; null otherwise). Collective over both groups.
+  absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group) const;
+  // One update at 1-based `step` with learning rate lr of `weights` (the
+  // range, range-sized) from `grads`, scaling the gradient by
+  // min(1, grad_clip / grad_norm) first.
   absl::Status Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step);
 
   int64_t state_bytes() const;
 
  private:
-  AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, Communicator* tp)
-      : table_(table), backend_(backend), cfg_(cfg), tp_(tp) {}
+  AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, int64_t begin,
+        int64_t end, Communicator* tp)
+      : table_(table), backend_(backend), cfg_(cfg), begin_(begin), end_(end), tp_(tp) {}
+  // Calls f(i, first, count): the part of tensor i inside the range, as
+  // offsets relative to the range's start.
+  template <typename F>
+  absl::Status ForEachSegment(F f) const;
 
   const ParameterTable* table_;
   Backend* backend_;
   AdamWConfig cfg_;
+  int64_t begin_, end_;
   Communicator* tp_;
   DeviceBuffer m_, v_;
 };

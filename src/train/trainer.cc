@@ -19,8 +19,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
                                                    ") is not divisible by dp (", t->dp_size(),
                                                    ")"));
   }
+  const bool zero = groups.zero1 && t->dp_size() > 1;
+  // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
   ASSIGN_OR_RETURN(t->model_, Gpt::Create(cfg.model, backend, t->micro_rows(), /*training=*/true,
-                                          groups.tp));
+                                          groups.tp, zero ? 16 * t->dp_size() : 1));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
   AdamWConfig opt;
   opt.beta1 = cfg.beta1;
@@ -28,7 +30,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   opt.eps = cfg.eps;
   opt.weight_decay = cfg.weight_decay;
   opt.grad_clip = cfg.grad_clip;
-  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt, groups.tp));
+  int64_t begin = 0, end = t->model_->table().total_floats();
+  if (zero) {
+    t->shard_floats_ = t->model_->buffer_floats() / t->dp_size();
+    begin = t->dp_rank() * t->shard_floats_;
+    end = begin + t->shard_floats_;
+    ASSIGN_OR_RETURN(t->grad_shard_,
+                     backend->Allocate(static_cast<size_t>(t->shard_floats_) * sizeof(float)));
+  }
+  ASSIGN_OR_RETURN(AdamW adamw,
+                   AdamW::Create(&t->model_->table(), backend, opt, begin, end, groups.tp));
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
@@ -73,17 +84,31 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   r.loss = loss_sum / A;
   t.Reset();
+  Tensor weights = model_->weights(), grads = model_->grads();
+  Communicator* range_group = nullptr;
   if (D > 1) {
-    // The mean over the global batch, and the summed gradient of all rows.
+    // The mean loss over the global batch, and the summed gradient of all rows.
     float loss = static_cast<float>(r.loss);
     RETURN_IF_ERROR(groups_.dp->AllReduce(Tensor::F32(&loss, {1}), ReduceOp::kSum));
     r.loss = static_cast<double>(loss) / D;
-    RETURN_IF_ERROR(groups_.dp->AllReduce(model_->grads(), ReduceOp::kSum));
+    if (shard_floats_ > 0) {
+      // ZeRO-1: each rank receives the sum of its shard only.
+      grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_});
+      weights = Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_,
+                            {shard_floats_});
+      RETURN_IF_ERROR(groups_.dp->ReduceScatter(model_->grad_buffer(), grads));
+      range_group = groups_.dp;
+    } else {
+      RETURN_IF_ERROR(groups_.dp->AllReduce(grads, ReduceOp::kSum));
+    }
   }
-  ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(model_->grads()));
+  ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-  RETURN_IF_ERROR(optimizer_->Update(model_->weights(), model_->grads(), r.grad_norm, r.lr,
-                                     static_cast<int>(step_ + 1)));
+  RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
+  if (range_group != nullptr) {
+    // Every rank gets every updated shard back (in place: its own block).
+    RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
+  }
   r.t_optimizer = t.Seconds();
   r.t_step = step_timer.Seconds();
   for (Communicator* c : {groups_.tp, groups_.dp}) {

@@ -2,7 +2,7 @@
 // clipping, AdamW with warmup + cosine LR, periodic validation, metrics.
 //
 // A step reads one global batch of G = batch_size x A sequences (A
-// accumulation steps). With data parallelism of degree D, DP rank d takes rows
+// accumulation steps; with ZeRO-1 see TrainerGroups). With data parallelism of degree D, DP rank d takes rows
 // [d G/D, (d+1) G/D) of it; each rank runs its rows as A micro-batches of
 // batch_size / D: forward, backward with dloss = 1 / (G T) (so the summed
 // gradient is that of the mean loss over the global batch). Then gradients
@@ -28,10 +28,15 @@
 
 namespace ladder {
 
-// The parallel groups of a trainer's rank; null means a group of one.
+// The parallel groups of a trainer's rank (null means a group of one) and
+// how data parallelism shares the optimizer.
 struct TrainerGroups {
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;
+  // ZeRO-1: reduce-scatter the gradients instead of all-reducing them, keep
+  // and update only this DP rank's 1/D of the AdamW state and weights, then
+  // all-gather the weights.
+  bool zero1 = false;
 };
 
 class Trainer {
@@ -58,6 +63,7 @@ class Trainer {
   int64_t step() const { return step_; }
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
+  int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
 
  private:
   Trainer(const RunConfig& cfg, double peak_gflops, TrainerGroups groups)
@@ -71,6 +77,8 @@ class Trainer {
   TrainerGroups groups_;
   std::unique_ptr<Gpt> model_;
   std::optional<AdamW> optimizer_;
+  int64_t shard_floats_ = 0;   // ZeRO-1: this rank's slice of the flat buffers
+  DeviceBuffer grad_shard_;    // ZeRO-1: its reduced gradient
   std::optional<DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Parallel training equals single-process training: 20 steps of a small model
+# Parallel training equals single-process training (data and tensor
+# parallelism, ZeRO-1 on and off): 20 steps of a small model
 # in each layout give per-step losses and final weights (every tensor, norm of
 # the difference over the norm) within 1e-5 relative of one process.
 #   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
@@ -16,7 +17,9 @@ train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus
 
 OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { echo "FAIL: single run"; exit 1; }
 failures=0
-for layout in "2 --dp 2" "2 --tp 2" "4 --dp 2 --tp 2" "4 --tp 4" "8 --dp 2 --tp 4"; do
+for layout in "2 --dp 2" "2 --dp 2 --zero 1" "2 --tp 2" "4 --dp 2 --tp 2" \
+    "4 --dp 2 --tp 2 --zero 1" "4 --dp 4 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4" \
+    "8 --dp 2 --tp 4 --zero 1"; do
   set -- $layout
   np=$1
   shift
