@@ -9,9 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/parallel_layout.h"
 #include "src/core/flags.h"
 #include "src/core/philox.h"
 #include "src/core/status.h"
+#include "src/parallel/mpi_comm.h"
 #include "src/tools/ceiling.h"
 #include "src/train/trainer.h"
 
@@ -21,7 +23,12 @@ namespace {
 struct BenchFlags {
   std::string config;
   int64_t steps = 5, warmup = 1, batch_size = 0;
+  LayoutFlags layout;
 };
+
+// Per-rank figures gathered to rank 0: seconds per step of the whole step,
+// its communication on the tensor and data axes, and the rest (compute).
+constexpr int kRankFields = 3;
 
 absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
@@ -33,6 +40,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   rc.total_batch_tokens = 0;  // one micro-batch per step: time what one step costs
   rc.steps = f.steps + f.warmup;
   RETURN_IF_ERROR(rc.Validate());
+  RETURN_IF_ERROR(CheckLayout(rc, f.layout));
+  const bool lead = MpiRuntime::world_rank() == 0;
 
   // Random tokens: enough windows for every step without wrapping.
   const int64_t n = (rc.steps + 1) * rc.batch_size * (rc.model.context + 1) + 1;
@@ -40,15 +49,29 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   PhiloxStream rng(rc.seed, kSyntheticDataStream);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng.NextU32() % rc.model.vocab_size);
 
-  const double gemm = MeasureSgemmGflops();
+  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
+  // Every rank measures the ceiling at the same time and the rates are
+  // summed: the rate all ranks reach together on the cores they share.
+  RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
+  float rate = static_cast<float>(MeasureSgemmGflops());
+  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}), ReduceOp::kSum));
+  const double gemm = rate;
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &tokens, &tokens, gemm));
-  std::printf("bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads\n",
-              f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
-              omp_get_max_threads());
-  std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5)\n", gemm);
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &tokens, &tokens, gemm,
+                                                 par.groups(f.layout.zero == 1)));
+  if (lead) {
+    std::printf("bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
+                "rank, dp %d x tp %d, ZeRO-%d\n",
+                f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
+                omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(),
+                static_cast<int>(f.layout.zero));
+    std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5, summed over %d ranks running "
+                "at once)\n",
+                gemm, par.grid.world_size());
+  }
   for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;
+  float mine[kRankFields] = {};
   for (int64_t i = 0; i < f.steps; ++i) {
     ASSIGN_OR_RETURN(StepRecord r, trainer->Step());
     sum.t_step += r.t_step;
@@ -56,7 +79,27 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
     sum.t_forward += r.t_forward;
     sum.t_backward += r.t_backward;
     sum.t_optimizer += r.t_optimizer;
+    mine[0] += static_cast<float>(r.t_step / f.steps);
+    for (const StepRecord::AxisComm& c : r.comm) {
+      mine[c.axis == AxisName(Axis::kTensor) ? 1 : 2] += static_cast<float>(c.seconds / f.steps);
+    }
   }
+  const int world = par.grid.world_size();
+  if (world > 1) {
+    std::vector<float> all(static_cast<size_t>(world) * kRankFields);
+    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(Tensor::F32(mine, {kRankFields}),
+                                                      Tensor::F32(all.data(), {world * kRankFields})));
+    if (lead) {
+      std::printf("rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  bubble ms\n");
+      for (int q = 0; q < world; ++q) {
+        const float* v = &all[static_cast<size_t>(q) * kRankFields];
+        std::printf("%4d  (0,%d,%d)    %7.1f  %10.1f  %14.1f  %12.1f  %9.1f\n", q,
+                    q / par.grid.tp_size(), q % par.grid.tp_size(), 1e3 * v[0],
+                    1e3 * (v[0] - v[1] - v[2]), 1e3 * v[1], 1e3 * v[2], 0.0);
+      }
+    }
+  }
+  if (!lead) return absl::OkStatus();
   const double tokens_per_s = static_cast<double>(trainer->tokens_per_step()) * f.steps / sum.t_step;
   const double gflops = tokens_per_s * rc.model.TrainingFlopsPerToken() / 1e9;
   std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
@@ -90,7 +133,8 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("steps", &f.steps, "timed steps");
   flags.Int("warmup", &f.warmup, "untimed steps first");
   flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
-  return RunCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
+  AddLayoutFlags(flags, &f.layout);
+  return RunParallelCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
 }
 
 }  // namespace ladder

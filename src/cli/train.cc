@@ -9,12 +9,12 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
 #include "src/cli/model_dir.h"
+#include "src/cli/parallel_layout.h"
 #include "src/core/file_util.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
 #include "src/data/dataset.h"
-#include "src/parallel/grid.h"
 #include "src/parallel/mpi_comm.h"
 #include "src/tools/ceiling.h"
 #include "src/train/trainer.h"
@@ -25,44 +25,8 @@ namespace {
 struct TrainFlags {
   std::string config, data, out, tokenizer;
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
-  int64_t dp = 1, tp = 1, zero = 0;
-  double comm_timeout = 300;
+  LayoutFlags layout;
 };
-
-// Every layout rule, checked on every rank before any work, so a bad layout
-// gives the same one-line error (printed by rank 0) and exit code 2 on all.
-absl::Status CheckLayout(const RunConfig& rc, const TrainFlags& f) {
-  if (f.dp < 1 || f.tp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dp and --tp must be at least 1, got ", f.dp, " and ", f.tp));
-  }
-  if (f.dp * f.tp != MpiRuntime::world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("dp x tp = ", f.dp, " x ", f.tp, " = ",
-                                                   f.dp * f.tp, " but the job has ",
-                                                   MpiRuntime::world_size(), " ranks"));
-  }
-  if (rc.model.n_head % f.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("n_head (", rc.model.n_head,
-                                                   ") is not divisible by tp (", f.tp, ")"));
-  }
-  if (rc.model.padded_vocab() % f.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the padded vocabulary (",
-                                                   rc.model.padded_vocab(),
-                                                   ") is not divisible by tp (", f.tp, ")"));
-  }
-  if (rc.batch_size % f.dp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size (", rc.batch_size,
-                                                   ") is not divisible by dp (", f.dp, ")"));
-  }
-  if (f.zero != 0 && f.zero != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--zero must be 0 or 1, got ", f.zero));
-  }
-  if (!(f.comm_timeout > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--comm-timeout must be positive, got ", f.comm_timeout));
-  }
-  return absl::OkStatus();
-}
 
 // The tokenizer for a run: an explicit file, the one beside prepared shards,
 // plain bytes for a 256 vocabulary, or one trained on the text now.
@@ -91,7 +55,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("log-every")) rc.log_every = f.log_every;
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
-  RETURN_IF_ERROR(CheckLayout(rc, f));
+  RETURN_IF_ERROR(CheckLayout(rc, f.layout));
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {
@@ -114,19 +78,17 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     metrics.emplace(std::move(m));
   }
 
-  // The rank grid [pp][dp][tp], TP innermost, and one communicator per axis.
-  ASSIGN_OR_RETURN(Grid grid, Grid::Create({static_cast<int>(f.dp), static_cast<int>(f.tp), 1},
-                                           MpiRuntime::world_size(), MpiRuntime::world_rank()));
-  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));
+  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
+  const Grid& grid = par.grid;
   const double peak = MeasureSgemmGflops(1024, 3);
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto trainer,
                    Trainer::Create(rc, &backend, &data.train, &data.val, peak,
-                                   {&comms[Axis::kTensor], &comms[Axis::kData], f.zero == 1}));
+                                   par.groups(f.layout.zero == 1)));
   Gpt& model = trainer->model();
   const double mib = 1.0 / (1 << 20);
   if (lead) std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks), ZeRO-%d\n", grid.dp_size(),
-                         grid.tp_size(), grid.world_size(), static_cast<int>(f.zero));
+                         grid.tp_size(), grid.world_size(), static_cast<int>(f.layout.zero));
   if (lead) std::fprintf(stderr,
                "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
                "parameters\n"
@@ -180,20 +142,8 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);
   flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
             kConfig);
-  flags.Int("dp", &f.dp, "data-parallel degree (under mpirun; dp x tp = ranks)");
-  flags.Int("tp", &f.tp, "tensor-parallel degree (Megatron style; divides n_head and the vocabulary)");
-  flags.Int("zero", &f.zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
-  flags.Double("comm-timeout", &f.comm_timeout,
-               "seconds a collective may wait before the job is aborted, naming the op and peer");
-  absl::Status mpi = MpiRuntime::Init(&argc, &argv);
-  if (!mpi.ok()) {
-    std::fprintf(stderr, "ladder train: %s\n", std::string(mpi.message()).c_str());
-    return 1;
-  }
-  const int code = RunCommand(flags, argc, argv, [&] { return Train(f, flags); },
-                              MpiRuntime::world_rank() == 0);
-  MpiRuntime::Finalize();
-  return code;
+  AddLayoutFlags(flags, &f.layout);
+  return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 
 }  // namespace ladder

@@ -1,0 +1,44 @@
+// The parallel layout of a `ladder` command run under mpirun: its flags, the
+// rules every rank checks before any work, and the grid with one
+// communicator per axis. Shared by `train` and `bench train`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "src/core/flags.h"
+#include "src/parallel/comm.h"
+#include "src/parallel/grid.h"
+#include "src/train/run_config.h"
+#include "src/train/trainer.h"
+
+namespace ladder {
+
+struct LayoutFlags {
+  int64_t dp = 1, tp = 1, zero = 0;
+  double comm_timeout = 300;
+};
+
+void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
+
+// Every layout rule (dp x tp = ranks, divisibility of heads, vocabulary and
+// batch), checked identically on every rank, so a bad layout gives the same
+// one-line error (printed by rank 0) and exit code 2 on all of them.
+absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f);
+
+struct ParallelRun {
+  Grid grid;
+  Communicators comms;
+  // The trainer's groups for this rank.
+  TrainerGroups groups(bool zero1) { return {&comms[Axis::kTensor], &comms[Axis::kData], zero1}; }
+};
+// Builds the grid and the communicators (collective over all ranks).
+absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f);
+
+// Runs a command body under MPI when launched by mpirun: initializes MPI,
+// runs RunCommand with only rank 0 speaking, finalizes.
+int RunParallelCommand(FlagSet& flags, int argc, char** argv,
+                       const std::function<absl::Status()>& body);
+
+}  // namespace ladder
