@@ -24,8 +24,9 @@ constexpr Subcommand kSubcommands[] = {
 };
 
 void PrintUsage(FILE* out) {
-  std::fprintf(out, "usage: ladder <command> [flags]   (ladder <command> --help for its flags)\n\n"
-                    "commands:\n");
+  std::fprintf(out,
+               "usage: ladder <command> [flags]   (ladder <command> --help for its flags)\n\n"
+               "commands:\n");
   for (const Subcommand& c : kSubcommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
 }
 

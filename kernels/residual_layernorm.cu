@@ -30,11 +30,10 @@
 // Element type: T is the storage type of activations and weights; arithmetic,
 // statistics and gradients of gamma/beta are fp32. Only T = float is
 // instantiated for now (bf16 needs ToFloat/FromFloat overloads in common.cuh).
-#include "kernels/residual_layernorm.h"
-
 #include <algorithm>
 
 #include "kernels/common.cuh"
+#include "kernels/residual_layernorm.h"
 
 namespace ladder {
 namespace kernels {
@@ -74,9 +73,9 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
     ResidualLayerNormForwardKernel(T* __restrict__ residual_out, T* __restrict__ y,
                                    float* __restrict__ mean, float* __restrict__ rstd,
-                                   const T* __restrict__ residual_in,
-                                   const T* __restrict__ branch, const T* __restrict__ gamma,
-                                   const T* __restrict__ beta, int N, int C) {
+                                   const T* __restrict__ residual_in, const T* __restrict__ branch,
+                                   const T* __restrict__ gamma, const T* __restrict__ beta, int N,
+                                   int C) {
   extern __shared__ float4 smem_raw[];  // float4: 16-byte aligned
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -298,8 +297,8 @@ cudaError_t BackwardImpl(T* d_residual, float* dgamma, float* dbeta, float* scra
   auto kernel = ResidualLayerNormBackwardKernel<T, kVec>;
   cudaError_t err = AllowSmem(kernel, smem);
   if (err != cudaSuccess) return err;
-  kernel<<<blocks, warps * kWarpSize, smem, stream>>>(d_residual, scratch, dy, x, gamma, mean,
-                                                      rstd, N, C);
+  kernel<<<blocks, warps * kWarpSize, smem, stream>>>(d_residual, scratch, dy, x, gamma, mean, rstd,
+                                                      N, C);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int reduce_blocks = (2 * C + kWarpSize - 1) / kWarpSize;
@@ -321,9 +320,8 @@ size_t ResidualLayerNormBackwardScratchFloats(int N, int C) {
 
 template <typename T>
 cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, float* rstd,
-                                           const T* residual_in, const T* branch,
-                                           const T* gamma, const T* beta, int N, int C,
-                                           cudaStream_t stream) {
+                                           const T* residual_in, const T* branch, const T* gamma,
+                                           const T* beta, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return cudaSuccess;
   // 16-byte vectors when every row starts aligned: C a multiple of the vector
   // and every base pointer aligned (row r starts at base + r*C).
@@ -331,8 +329,8 @@ cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, f
                    Aligned16(gamma) && Aligned16(beta) &&
                    (branch == nullptr || (Aligned16(branch) && Aligned16(residual_out)));
   if (vec) {
-    return ForwardImpl<T, kVec16<T>>(residual_out, y, mean, rstd, residual_in, branch, gamma,
-                                     beta, N, C, stream);
+    return ForwardImpl<T, kVec16<T>>(residual_out, y, mean, rstd, residual_in, branch, gamma, beta,
+                                     N, C, stream);
   }
   return ForwardImpl<T, 1>(residual_out, y, mean, rstd, residual_in, branch, gamma, beta, N, C,
                            stream);
@@ -340,29 +338,27 @@ cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, f
 
 template <typename T>
 cudaError_t LaunchResidualLayerNormBackward(T* d_residual, float* dgamma, float* dbeta,
-                                            float* scratch, const T* dy, const T* x,
-                                            const T* gamma, const float* mean, const float* rstd,
-                                            int N, int C, cudaStream_t stream) {
+                                            float* scratch, const T* dy, const T* x, const T* gamma,
+                                            const float* mean, const float* rstd, int N, int C,
+                                            cudaStream_t stream) {
   if (N <= 0 || C <= 0) return cudaSuccess;
-  const bool vec = C % kVec16<T> == 0 && Aligned16(d_residual) && Aligned16(dy) &&
-                   Aligned16(x) && Aligned16(gamma);
+  const bool vec = C % kVec16<T> == 0 && Aligned16(d_residual) && Aligned16(dy) && Aligned16(x) &&
+                   Aligned16(gamma);
   if (vec) {
-    return BackwardImpl<T, kVec16<T>>(d_residual, dgamma, dbeta, scratch, dy, x, gamma, mean,
-                                      rstd, N, C, stream);
+    return BackwardImpl<T, kVec16<T>>(d_residual, dgamma, dbeta, scratch, dy, x, gamma, mean, rstd,
+                                      N, C, stream);
   }
   return BackwardImpl<T, 1>(d_residual, dgamma, dbeta, scratch, dy, x, gamma, mean, rstd, N, C,
                             stream);
 }
 
 template cudaError_t LaunchResidualLayerNormForward<float>(float*, float*, float*, float*,
-                                                           const float*, const float*,
-                                                           const float*, const float*, int, int,
-                                                           cudaStream_t);
+                                                           const float*, const float*, const float*,
+                                                           const float*, int, int, cudaStream_t);
 template cudaError_t LaunchResidualLayerNormBackward<float>(float*, float*, float*, float*,
                                                             const float*, const float*,
                                                             const float*, const float*,
-                                                            const float*, int, int,
-                                                            cudaStream_t);
+                                                            const float*, int, int, cudaStream_t);
 
 }  // namespace kernels
 }  // namespace ladder

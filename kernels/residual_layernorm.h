@@ -9,9 +9,9 @@
 // T = float.
 #pragma once
 
-#include <cstddef>
-
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 namespace ladder {
 namespace kernels {
@@ -22,9 +22,8 @@ namespace kernels {
 // LayerNorm reads residual_in.
 template <typename T>
 cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, float* rstd,
-                                           const T* residual_in, const T* branch,
-                                           const T* gamma, const T* beta, int N, int C,
-                                           cudaStream_t stream);
+                                           const T* residual_in, const T* branch, const T* gamma,
+                                           const T* beta, int N, int C, cudaStream_t stream);
 
 // Floats of device scratch the backward needs for N rows of C channels.
 size_t ResidualLayerNormBackwardScratchFloats(int N, int C);
@@ -35,9 +34,9 @@ size_t ResidualLayerNormBackwardScratchFloats(int N, int C);
 // Deterministic: no atomics; the reduction order depends only on (N, C).
 template <typename T>
 cudaError_t LaunchResidualLayerNormBackward(T* d_residual, float* dgamma, float* dbeta,
-                                            float* scratch, const T* dy, const T* x,
-                                            const T* gamma, const float* mean, const float* rstd,
-                                            int N, int C, cudaStream_t stream);
+                                            float* scratch, const T* dy, const T* x, const T* gamma,
+                                            const float* mean, const float* rstd, int N, int C,
+                                            cudaStream_t stream);
 
 }  // namespace kernels
 }  // namespace ladder

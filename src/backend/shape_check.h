@@ -25,9 +25,8 @@ inline bool DimsValid(const Tensor& t) {
 inline absl::Status CheckDevice(Device device, absl::string_view op, absl::string_view what,
                                 const Tensor& t) {
   if (t.device == device) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is not a ",
-                                                 device == Device::kCpu ? "CPU" : "CUDA",
-                                                 " tensor"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " is not a ", device == Device::kCpu ? "CPU" : "CUDA", " tensor"));
 }
 
 namespace internal {
@@ -73,8 +72,8 @@ inline absl::Status RowView(Device device, absl::string_view op, absl::string_vi
   *cols = t.dim(-1);
   *rows = t.numel() / *cols;
   if (*rows > INT_MAX || *cols > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
-                                                   t.ShapeString(), ": too many rows or cols"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " has shape ", t.ShapeString(), ": too many rows or cols"));
   }
   return CheckDevice(device, op, what, t);
 }
@@ -85,10 +84,9 @@ inline absl::Status CheckRows(Device device, absl::string_view op, absl::string_
                               const Tensor& t, DType dtype, int64_t rows, int64_t cols) {
   if (t.empty() || t.dtype != dtype || !DimsValid(t) || t.dim(-1) != cols ||
       t.numel() != rows * cols) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
-                                                   internal::Describe(t, dtype), ", expected [",
-                                                   rows, ",", cols,
-                                                   "] (leading dims may be split)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " has shape ", internal::Describe(t, dtype), ", expected [",
+                     rows, ",", cols, "] (leading dims may be split)"));
   }
   return CheckDevice(device, op, what, t);
 }

@@ -60,14 +60,16 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &tokens, &tokens, gemm,
                                                  par.groups(f.layout.zero == 1)));
   if (lead) {
-    std::printf("bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
-                "rank, dp %d x tp %d, ZeRO-%d\n",
-                f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
-                omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(),
-                static_cast<int>(f.layout.zero));
-    std::printf("sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5, summed over %d ranks running "
-                "at once)\n",
-                gemm, par.grid.world_size());
+    std::printf(
+        "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
+        "rank, dp %d x tp %d, ZeRO-%d\n",
+        f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
+        omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(),
+        static_cast<int>(f.layout.zero));
+    std::printf(
+        "sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5, summed over %d ranks running "
+        "at once)\n",
+        gemm, par.grid.world_size());
   }
   for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;
@@ -87,10 +89,11 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   const int world = par.grid.world_size();
   if (world > 1) {
     std::vector<float> all(static_cast<size_t>(world) * kRankFields);
-    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(Tensor::F32(mine, {kRankFields}),
-                                                      Tensor::F32(all.data(), {world * kRankFields})));
+    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
+        Tensor::F32(mine, {kRankFields}), Tensor::F32(all.data(), {world * kRankFields})));
     if (lead) {
-      std::printf("rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  bubble ms\n");
+      std::printf(
+          "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  bubble ms\n");
       for (int q = 0; q < world; ++q) {
         const float* v = &all[static_cast<size_t>(q) * kRankFields];
         std::printf("%4d  (0,%d,%d)    %7.1f  %10.1f  %14.1f  %12.1f  %9.1f\n", q,
@@ -100,7 +103,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
     }
   }
   if (!lead) return absl::OkStatus();
-  const double tokens_per_s = static_cast<double>(trainer->tokens_per_step()) * f.steps / sum.t_step;
+  const double tokens_per_s =
+      static_cast<double>(trainer->tokens_per_step()) * f.steps / sum.t_step;
   const double gflops = tokens_per_s * rc.model.TrainingFlopsPerToken() / 1e9;
   std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
               1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,

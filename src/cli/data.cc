@@ -39,8 +39,8 @@ absl::Status Prepare(const PrepareFlags& f, const FlagSet& flags) {
     return absl::InvalidArgumentError("--tokenizer and --vocab-size exclude each other");
   }
   if (f.vocab_size < 256 || f.vocab_size > Tokenizer::kMaxVocabSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--vocab-size ", f.vocab_size, " outside [256, ", Tokenizer::kMaxVocabSize, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", f.vocab_size, " outside [256, ",
+                                                   Tokenizer::kMaxVocabSize, "]"));
   }
   if (!(f.val_fraction >= 0 && f.val_fraction < 1)) {
     return absl::InvalidArgumentError(
@@ -54,8 +54,8 @@ absl::Status Prepare(const PrepareFlags& f, const FlagSet& flags) {
   } else if (f.vocab_size > 256) {
     Timer timer;
     ASSIGN_OR_RETURN(tok, Tokenizer::Train(text, static_cast<int>(f.vocab_size)));
-    std::printf("tokenizer: learned %zu merges (vocab size %d) in %.2f s\n",
-                tok.merges().size(), tok.vocab_size(), timer.Seconds());
+    std::printf("tokenizer: learned %zu merges (vocab size %d) in %.2f s\n", tok.merges().size(),
+                tok.vocab_size(), timer.Seconds());
   }
 
   std::error_code ec;
@@ -71,12 +71,12 @@ absl::Status Prepare(const PrepareFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(WriteShard(f.out + "/" + kTrainShardName, splits.train, tok.vocab_size()));
   RETURN_IF_ERROR(WriteShard(f.out + "/" + kValShardName, splits.val, tok.vocab_size()));
   const size_t total = splits.train.size() + splits.val.size();
-  std::printf("%s: %zu bytes -> %zu tokens (%.2f bytes/token, encoded in %.2f s); "
-              "%s %zu, %s %zu tokens; vocab size %d\n",
-              f.out.c_str(), text.size(), total,
-              total ? static_cast<double>(text.size()) / static_cast<double>(total) : 0.0,
-              encode_seconds, kTrainShardName, splits.train.size(), kValShardName,
-              splits.val.size(), tok.vocab_size());
+  std::printf(
+      "%s: %zu bytes -> %zu tokens (%.2f bytes/token, encoded in %.2f s); "
+      "%s %zu, %s %zu tokens; vocab size %d\n",
+      f.out.c_str(), text.size(), total,
+      total ? static_cast<double>(text.size()) / static_cast<double>(total) : 0.0, encode_seconds,
+      kTrainShardName, splits.train.size(), kValShardName, splits.val.size(), tok.vocab_size());
   return absl::OkStatus();
 }
 
@@ -88,8 +88,9 @@ int PrepareCommand(int argc, char** argv) {
   flags.String("input", &f.input, "text file (any bytes; UTF-8 text is what BPE is made for)");
   flags.String("out", &f.out, "directory to write");
   flags.String("tokenizer", &f.tokenizer, "tokenizer file to use instead of training one");
-  flags.Int("vocab-size", &f.vocab_size, "vocabulary of the tokenizer trained on --input "
-                                          "(256 = plain bytes)");
+  flags.Int("vocab-size", &f.vocab_size,
+            "vocabulary of the tokenizer trained on --input "
+            "(256 = plain bytes)");
   flags.Double("val-fraction", &f.val_fraction,
                "share of 4096-token blocks, spread evenly, kept for validation");
   return RunCommand(flags, argc, argv, [&] { return Prepare(f, flags); });

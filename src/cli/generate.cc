@@ -24,7 +24,8 @@ struct GenerateFlags {
 absl::Status Generate(const GenerateFlags& f) {
   if (f.model.empty()) return absl::InvalidArgumentError("missing --model DIR");
   if (f.max_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-tokens must be >= 0, got ", f.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens must be >= 0, got ", f.max_tokens));
   }
   if (f.prompt.empty()) return absl::InvalidArgumentError("--prompt must not be empty");
   SamplingParams sp{f.temperature, static_cast<int>(f.top_k), f.top_p};

@@ -29,8 +29,8 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f) {
                                                    MpiRuntime::world_size(), " ranks"));
   }
   if (rc.model.n_head % f.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("n_head (", rc.model.n_head,
-                                                   ") is not divisible by tp (", f.tp, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_head (", rc.model.n_head, ") is not divisible by tp (", f.tp, ")"));
   }
   if (rc.model.padded_vocab() % f.tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("the padded vocabulary (",
@@ -38,8 +38,8 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f) {
                                                    ") is not divisible by tp (", f.tp, ")"));
   }
   if (rc.batch_size % f.dp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size (", rc.batch_size,
-                                                   ") is not divisible by dp (", f.dp, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size (", rc.batch_size, ") is not divisible by dp (", f.dp, ")"));
   }
   if (f.zero != 0 && f.zero != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--zero must be 0 or 1, got ", f.zero));

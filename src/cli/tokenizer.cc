@@ -64,8 +64,8 @@ int Train(int argc, char** argv) {
     RETURN_IF_ERROR(Require(input, "input"));
     RETURN_IF_ERROR(Require(out, "out"));
     if (vocab_size < 256 || vocab_size > Tokenizer::kMaxVocabSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--vocab-size ", vocab_size, " outside [256, ", Tokenizer::kMaxVocabSize, "]"));
+      return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", vocab_size, " outside [256, ",
+                                                     Tokenizer::kMaxVocabSize, "]"));
     }
     ASSIGN_OR_RETURN(std::string text, ReadFile(input));
     Timer timer;

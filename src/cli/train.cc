@@ -82,28 +82,28 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const Grid& grid = par.grid;
   const double peak = MeasureSgemmGflops(1024, 3);
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer,
-                   Trainer::Create(rc, &backend, &data.train, &data.val, peak,
-                                   par.groups(f.layout.zero == 1)));
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak,
+                                                 par.groups(f.layout.zero == 1)));
   Gpt& model = trainer->model();
   const double mib = 1.0 / (1 << 20);
-  if (lead) std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks), ZeRO-%d\n", grid.dp_size(),
-                         grid.tp_size(), grid.world_size(), static_cast<int>(f.layout.zero));
-  if (lead) std::fprintf(stderr,
-               "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
-               "parameters\n"
-               "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
-               "accumulation)\n"
-               "memory: weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
-               "backend %s, sgemm ceiling %.1f GFLOP/s\n",
-               rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context,
-               rc.model.vocab_size, rc.model.padded_vocab(),
-               rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
-               static_cast<long long>(trainer->tokens_per_step()), rc.batch_size,
-               rc.model.context, rc.AccumulationSteps(), model.weights().bytes() * mib,
-               model.grads().bytes() * mib, trainer->optimizer_state_bytes() * mib,
-               model.activation_sizes().total_floats() * 4 * mib, std::string(backend.name()).c_str(),
-               peak);
+  if (lead)
+    std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks), ZeRO-%d\n", grid.dp_size(),
+                 grid.tp_size(), grid.world_size(), static_cast<int>(f.layout.zero));
+  if (lead)
+    std::fprintf(
+        stderr,
+        "model: %d layers, %d heads, width %d, context %d, vocab %d (padded %d): %.2fM "
+        "parameters\n"
+        "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
+        "accumulation)\n"
+        "memory: weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
+        "backend %s, sgemm ceiling %.1f GFLOP/s\n",
+        rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context, rc.model.vocab_size,
+        rc.model.padded_vocab(), rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
+        static_cast<long long>(trainer->tokens_per_step()), rc.batch_size, rc.model.context,
+        rc.AccumulationSteps(), model.weights().bytes() * mib, model.grads().bytes() * mib,
+        trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_floats() * 4 * mib,
+        std::string(backend.name()).c_str(), peak);
 
   Timer run_timer;
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
@@ -129,14 +129,17 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
 int TrainCommand(int argc, char** argv) {
   TrainFlags f;
-  FlagSet flags("ladder train",
-                "Train a GPT on the CPU from a config (configs/*.conf); under mpirun, in parallel.");
+  FlagSet flags(
+      "ladder train",
+      "Train a GPT on the CPU from a config (configs/*.conf); under mpirun, in parallel.");
   flags.String("config", &f.config, "model and run config file (required)");
   constexpr const char* kConfig = "the config's";
   flags.String("data", &f.data, "text file or prepared shard directory", kConfig);
-  flags.String("out", &f.out, "output directory: metrics.jsonl, model.bin, tokenizer.bpe (required)");
-  flags.String("tokenizer", &f.tokenizer, "tokenizer file",
-               "the config's, else the shard directory's, bytes for vocab 256, or trained on the data");
+  flags.String("out", &f.out,
+               "output directory: metrics.jsonl, model.bin, tokenizer.bpe (required)");
+  flags.String(
+      "tokenizer", &f.tokenizer, "tokenizer file",
+      "the config's, else the shard directory's, bytes for vocab 256, or trained on the data");
   flags.Int("steps", &f.steps, "optimizer steps", kConfig);
   flags.Int("seed", &f.seed, "random seed for weights and batches", kConfig);
   flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);

@@ -3,11 +3,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 
 namespace ladder {
 
@@ -31,9 +31,8 @@ absl::StatusOr<KeyValueConfig> KeyValueConfig::ParseText(absl::string_view text,
     if (line.empty()) continue;
     size_t eq = line.find('=');
     if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(cfg.source_, ":", line_no,
-                                                     ": expected 'key = value', got '", line,
-                                                     "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(cfg.source_, ":", line_no, ": expected 'key = value', got '", line, "'"));
     }
     std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
     std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
@@ -59,9 +58,8 @@ const KeyValueConfig::Entry* KeyValueConfig::Lookup(absl::string_view key) const
 
 absl::Status KeyValueConfig::BadValue(absl::string_view key, const Entry& e,
                                       absl::string_view expected) const {
-  return absl::InvalidArgumentError(absl::StrCat(source_, ":", e.line, ": '", key,
-                                                 "' expects ", expected, ", got '", e.value,
-                                                 "'"));
+  return absl::InvalidArgumentError(absl::StrCat(source_, ":", e.line, ": '", key, "' expects ",
+                                                 expected, ", got '", e.value, "'"));
 }
 
 absl::Status KeyValueConfig::Get(absl::string_view key, int64_t* out) const {

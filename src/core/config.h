@@ -14,9 +14,9 @@
 #include <map>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ladder {
 

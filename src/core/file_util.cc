@@ -35,8 +35,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
   }
   size_t done = 0;
   while (done < contents.size()) {

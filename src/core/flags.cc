@@ -16,10 +16,11 @@ FlagSet::FlagSet(std::string command, std::string summary, std::string positiona
 
 void FlagSet::String(const std::string& name, std::string* target, const std::string& help,
                      const char* shown_default) {
-  flags_.push_back({name, help, shown_default ? shown_default : *target, false, [target](const std::string& v) {
-                      *target = v;
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {name, help, shown_default ? shown_default : *target, false, [target](const std::string& v) {
+         *target = v;
+         return absl::OkStatus();
+       }});
 }
 
 void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help,
@@ -27,8 +28,8 @@ void FlagSet::Int(const std::string& name, int64_t* target, const std::string& h
   flags_.push_back({name, help, shown_default ? shown_default : absl::StrCat(*target), false,
                     [this, name, target](const std::string& v) {
                       if (!absl::SimpleAtoi(v, target)) {
-                        return absl::InvalidArgumentError(absl::StrCat(
-                            "flag --", name, " expects an integer, got '", v, "'"));
+                        return absl::InvalidArgumentError(
+                            absl::StrCat("flag --", name, " expects an integer, got '", v, "'"));
                       }
                       return absl::OkStatus();
                     }});
@@ -47,14 +48,14 @@ void FlagSet::Double(const std::string& name, double* target, const std::string&
 }
 
 void FlagSet::Bool(const std::string& name, bool* target, const std::string& help) {
-  flags_.push_back({name, help, *target ? "true" : "false", true,
-                    [name, target](const std::string& v) {
-                      if (!absl::SimpleAtob(v, target)) {
-                        return absl::InvalidArgumentError(absl::StrCat(
-                            "flag --", name, " expects true or false, got '", v, "'"));
-                      }
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {name, help, *target ? "true" : "false", true, [name, target](const std::string& v) {
+         if (!absl::SimpleAtob(v, target)) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("flag --", name, " expects true or false, got '", v, "'"));
+         }
+         return absl::OkStatus();
+       }});
 }
 
 const FlagSet::Flag* FlagSet::Find(const std::string& name) const {
@@ -104,9 +105,9 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
 }
 
 std::string FlagSet::Help() const {
-  std::string out = absl::StrCat("usage: ", command_, " [flags]",
-                                 positional_usage_.empty() ? "" : " ", positional_usage_, "\n\n",
-                                 summary_, "\n\nflags:\n");
+  std::string out =
+      absl::StrCat("usage: ", command_, " [flags]", positional_usage_.empty() ? "" : " ",
+                   positional_usage_, "\n\n", summary_, "\n\nflags:\n");
   for (const Flag& f : flags_) {
     absl::StrAppendFormat(&out, "  --%-22s %s", f.name + (f.is_bool ? "" : " V"), f.help);
     if (!f.default_text.empty()) absl::StrAppend(&out, " (default: ", f.default_text, ")");
@@ -125,7 +126,9 @@ int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::
   }
   if (status.ok()) status = body();
   if (status.ok()) return 0;
-  if (speak) std::fprintf(stderr, "%s: %s\n", flags.command().c_str(), std::string(status.message()).c_str());
+  if (speak)
+    std::fprintf(stderr, "%s: %s\n", flags.command().c_str(),
+                 std::string(status.message()).c_str());
   return ExitCodeFor(status);
 }
 

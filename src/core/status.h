@@ -13,9 +13,9 @@
 #define LADDER_CONCAT(a, b) LADDER_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                   \
-  do {                                          \
-    ::absl::Status _ladder_status = (expr);     \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status _ladder_status = (expr);          \
     if (!_ladder_status.ok()) return _ladder_status; \
   } while (0)
 
@@ -23,8 +23,8 @@
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
   LADDER_ASSIGN_OR_RETURN_IMPL(LADDER_CONCAT(_ladder_statusor_, __LINE__), lhs, rexpr)
 #define LADDER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
-  auto tmp = (rexpr);                                  \
-  if (!tmp.ok()) return tmp.status();                  \
+  auto tmp = (rexpr);                                 \
+  if (!tmp.ok()) return tmp.status();                 \
   lhs = std::move(tmp).value()
 
 namespace ladder {

@@ -16,10 +16,14 @@ enum class Device : uint8_t { kCpu, kCuda };
 
 inline size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }

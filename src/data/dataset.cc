@@ -30,8 +30,7 @@ TokenSplits SplitTrainVal(const std::vector<int32_t>& tokens, double val_fractio
   const double inverse = std::ceil(1.0 / val_fraction);
   size_t m = inverse > static_cast<double>(n) ? n + 1 : static_cast<size_t>(inverse);
   while (m <= n && !IsValBlock(m - 1, val_fraction)) ++m;
-  const size_t block =
-      m <= n / kSplitBlockTokens ? kSplitBlockTokens : std::max<size_t>(1, n / m);
+  const size_t block = m <= n / kSplitBlockTokens ? kSplitBlockTokens : std::max<size_t>(1, n / m);
   for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
     const size_t end = std::min(n, begin + block);
     std::vector<int32_t>& dst = IsValBlock(b, val_fraction) ? out.val : out.train;
@@ -55,9 +54,9 @@ absl::StatusOr<TokenSplits> LoadCorpus(const std::string& path, const Tokenizer&
     for (const auto* part : {&splits.train, &splits.val}) {
       const auto it = std::max_element(part->begin(), part->end());
       if (it != part->end() && *it >= tok.vocab_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, " holds token id ", *it, " but the tokenizer has ", tok.vocab_size(),
-            " ids (prepared with another tokenizer? use its ", kTokenizerName, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " holds token id ", *it, " but the tokenizer has ", tok.vocab_size(),
+                         " ids (prepared with another tokenizer? use its ", kTokenizerName, ")"));
       }
     }
     return splits;

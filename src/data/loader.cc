@@ -31,9 +31,9 @@ absl::StatusOr<DataLoader> DataLoader::Create(absl::Span<const int32_t> tokens, 
     return absl::InvalidArgumentError(absl::StrCat("context length ", context, " must be >= 1"));
   }
   if (tokens.size() < static_cast<size_t>(context) + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("only ", tokens.size(), " tokens of data, but a context of ", context,
-                     " needs at least ", context + 1));
+    return absl::InvalidArgumentError(absl::StrCat("only ", tokens.size(),
+                                                   " tokens of data, but a context of ", context,
+                                                   " needs at least ", context + 1));
   }
   if ((tokens.size() - 1) / context > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -91,9 +91,9 @@ void DataLoader::ReadSequential(uint64_t first_window, int row_count, int32_t* i
 
 absl::Status DataLoader::Restore(Position position) {
   if (position.index >= windows_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data position ", position.index, " is past the ", windows_,
-        " windows of this data (were the data or the context length changed?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data position ", position.index, " is past the ", windows_,
+                     " windows of this data (were the data or the context length changed?)"));
   }
   pos_ = position;
   return absl::OkStatus();

@@ -23,7 +23,8 @@ void PutLittleEndian(uint32_t v, int bytes, char* out) {
 
 uint32_t GetLittleEndian(const char* in, int bytes) {
   uint32_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
   return v;
 }
 
@@ -35,8 +36,8 @@ absl::Status WriteShard(const std::string& path, const std::vector<int32_t>& tok
     return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": vocab size ", vocab_size));
   }
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard ", path, ": ", tokens.size(), " tokens exceed the 2^31-1 a shard can hold"));
+    return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": ", tokens.size(),
+                                                   " tokens exceed the 2^31-1 a shard can hold"));
   }
   const int width = BytesPerToken(vocab_size);
   std::string bytes(kHeaderBytes + tokens.size() * width, '\0');
@@ -48,8 +49,8 @@ absl::Status WriteShard(const std::string& path, const std::vector<int32_t>& tok
   char* out = &bytes[kHeaderBytes];
   for (size_t i = 0; i < tokens.size(); ++i, out += width) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": token ", tokens[i],
-                                                     " at ", i, " outside [0, ", vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("shard ", path, ": token ", tokens[i], " at ",
+                                                     i, " outside [0, ", vocab_size, ")"));
     }
     PutLittleEndian(static_cast<uint32_t>(tokens[i]), width, out);
   }
@@ -76,14 +77,12 @@ absl::StatusOr<std::vector<int32_t>> ReadShard(const std::string& path) {
   if (count < 0) return bad("negative token count ", count);
   if (vocab < 1) return bad("vocab size ", vocab);
   if (width != BytesPerToken(vocab)) {
-    return bad(width, " bytes per token, but vocab size ", vocab, " needs ",
-               BytesPerToken(vocab));
+    return bad(width, " bytes per token, but vocab size ", vocab, " needs ", BytesPerToken(vocab));
   }
   const size_t expected = kHeaderBytes + static_cast<size_t>(count) * width;
   if (bytes.size() != expected) {
-    return bad(bytes.size() < expected ? "truncated: " : "trailing bytes: ", "header says ",
-               count, " tokens (", expected, " bytes) but the file has ", bytes.size(),
-               " bytes");
+    return bad(bytes.size() < expected ? "truncated: " : "trailing bytes: ", "header says ", count,
+               " tokens (", expected, " bytes) but the file has ", bytes.size(), " bytes");
   }
   std::vector<int32_t> tokens(count);
   const char* in = &bytes[kHeaderBytes];

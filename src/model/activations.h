@@ -16,35 +16,35 @@ namespace ladder {
 // Shapes below are for one rank: with tensor parallelism of degree P, C' =
 // C / P (its heads' width), NH' = NH / P and Vp' = Vp / P.
 struct LayerActivations {
-  Tensor x;                             // [B,T,C] layer input (residual stream)
-  Tensor ln1, ln1_mean, ln1_rstd;       // [N,C], [N], [N]
-  Tensor qkv;                           // [B,T,3C']
-  Tensor atty, lse;                     // [B,T,C'], [B,NH',T]
-  Tensor resid_mid;                     // [N,C] x + attention branch
-  Tensor ln2, ln2_mean, ln2_rstd;       // [N,C], [N], [N]
-  Tensor fch, fch_gelu;                 // [N,4C'] MLP pre- and post-GELU
+  Tensor x;                        // [B,T,C] layer input (residual stream)
+  Tensor ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
+  Tensor qkv;                      // [B,T,3C']
+  Tensor atty, lse;                // [B,T,C'], [B,NH',T]
+  Tensor resid_mid;                // [N,C] x + attention branch
+  Tensor ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
+  Tensor fch, fch_gelu;            // [N,4C'] MLP pre- and post-GELU
 };
 
 struct GptActivations {
-  Tensor tokens, targets;               // [B,T] i32 (the batch, on the device)
+  Tensor tokens, targets;  // [B,T] i32 (the batch, on the device)
   std::vector<LayerActivations> layers;
-  Tensor x_final;                       // [N,C] residual stream after the last layer
-  Tensor lnf, lnf_mean, lnf_rstd;       // final LayerNorm
-  Tensor logits;                        // [N,Vp']; the backward turns it into dlogits in place
-  Tensor losses;                        // [N]
+  Tensor x_final;                  // [N,C] residual stream after the last layer
+  Tensor lnf, lnf_mean, lnf_rstd;  // final LayerNorm
+  Tensor logits;                   // [N,Vp']; the backward turns it into dlogits in place
+  Tensor losses;                   // [N]
   // Cross-entropy statistics [N] (backend.h): the logits' row max, the sum of
   // exp(logit - row_max), the target's logit, and lse = row_max + log(sum_exp),
   // which the backward reads. (`lse` here is the cross-entropy's; each layer's
   // `lse` is its attention's.)
   Tensor row_max, sum_exp, target_logit, lse;
-  Tensor branch;                        // [N,C] scratch: attention / MLP branch output
-  Tensor attn_scratch;                  // naive attention's [B,NH,T,T] (empty for flash)
+  Tensor branch;        // [N,C] scratch: attention / MLP branch output
+  Tensor attn_scratch;  // naive attention's [B,NH,T,T] (empty for flash)
   // Backward scratch (empty in an inference-only layout).
-  Tensor d_resid;                       // [B,T,C] gradient of the residual stream
-  Tensor d_ln;                          // [N,C] gradient of a LayerNorm output
-  Tensor datty;                         // [B,T,C']
-  Tensor dqkv;                          // [B,T,3C']
-  Tensor dfch;                          // [N,4C']
+  Tensor d_resid;  // [B,T,C] gradient of the residual stream
+  Tensor d_ln;     // [N,C] gradient of a LayerNorm output
+  Tensor datty;    // [B,T,C']
+  Tensor dqkv;     // [B,T,3C']
+  Tensor dfch;     // [N,4C']
 };
 
 struct ActivationSizes {
@@ -58,7 +58,6 @@ struct ActivationSizes {
 // batch of B sequences of T tokens in `base` (which may be null to only
 // measure). Returns the sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, float* base,
-                                  GptActivations* acts);
+                                  int64_t T, bool with_backward, float* base, GptActivations* acts);
 
 }  // namespace ladder

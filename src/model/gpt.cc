@@ -8,8 +8,8 @@
 
 namespace ladder {
 
-Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training,
-         ParameterTable table, Communicator* tp)
+Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
+         Communicator* tp)
     : cfg_(cfg),
       backend_(backend),
       max_batch_(max_batch),
@@ -31,7 +31,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     if (cfg.n_head % layout.tp_size != 0) {
       return absl::InvalidArgumentError(absl::StrCat("n_head (", cfg.n_head,
                                                      ") is not divisible by the tensor-parallel "
-                                                     "degree ", layout.tp_size));
+                                                     "degree ",
+                                                     layout.tp_size));
     }
   }
   ASSIGN_OR_RETURN(ParameterTable table, ParameterTable::Create(GptParameterSpecs(cfg), layout));
@@ -45,8 +46,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   }
   m->arena_sizes_ =
       LayoutActivations(cfg, layout, max_batch, cfg.context, training, nullptr, nullptr);
-  ASSIGN_OR_RETURN(m->arena_, backend->Allocate(static_cast<size_t>(
-                                  m->arena_sizes_.total_floats()) * sizeof(float)));
+  ASSIGN_OR_RETURN(
+      m->arena_,
+      backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_floats()) * sizeof(float)));
   m->w_ = BindGptTensors(m->table_, static_cast<float*>(m->weights_.get()), cfg);
   if (training) m->g_ = BindGptTensors(m->table_, static_cast<float*>(m->grads_.get()), cfg);
   return m;
@@ -119,9 +121,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   const int V = cfg_.vocab_size;
   for (int64_t i = 0; i < int64_t{B} * T; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", tokens[i], " at position ", i, " is outside the vocabulary [0, ",
-                       V, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                     " is outside the vocabulary [0, ", V, ")"));
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
@@ -138,8 +139,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     // LN1 of layer 0 reads the embedding; later layers first add the previous
     // layer's MLP branch into the residual stream (fused).
     if (l == 0) {
-      RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd,
-                                                  la.x, Tensor(), w.ln1_w, w.ln1_b));
+      RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd, la.x,
+                                                  Tensor(), w.ln1_w, w.ln1_b));
     } else {
       RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd,
                                                   a.layers[l - 1].resid_mid, a.branch, w.ln1_w,
@@ -164,8 +165,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
 
   for (int64_t i = 0; i < int64_t{B} * T; ++i) {
     if (targets[i] < 0 || targets[i] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat("target id ", targets[i],
-                                                     " is outside the vocabulary [0, ", V, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("target id ", targets[i], " is outside the vocabulary [0, ", V, ")"));
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
@@ -203,9 +204,8 @@ absl::Status Gpt::Backward(float dloss) {
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
     RETURN_IF_ERROR(
         tp::ColumnLinearBackward(be, tp_, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
-    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln,
-                                                 la.resid_mid, w.ln2_w, la.ln2_mean,
-                                                 la.ln2_rstd));
+    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln, la.resid_mid,
+                                                 w.ln2_w, la.ln2_mean, la.ln2_rstd));
     // Attention branch.
     RETURN_IF_ERROR(
         tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
@@ -213,8 +213,8 @@ absl::Status Gpt::Backward(float dloss) {
                                          cfg_.attention, a.attn_scratch));
     RETURN_IF_ERROR(
         tp::ColumnLinearBackward(be, tp_, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
-    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x,
-                                                 w.ln1_w, la.ln1_mean, la.ln1_rstd));
+    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
+                                                 la.ln1_mean, la.ln1_rstd));
   }
   // d_resid is whole on every rank: each fills its vocabulary rows, and the
   // replicated position table gets the same gradient everywhere.
@@ -230,8 +230,8 @@ absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
   }
   const int64_t Vp = cfg_.padded_vocab();
   out->resize(cfg_.vocab_size);
-  Tensor row = Tensor::F32(acts_.logits.f32() + (int64_t{b} * bound_T_ + t) * Vp,
-                           {cfg_.vocab_size});
+  Tensor row =
+      Tensor::F32(acts_.logits.f32() + (int64_t{b} * bound_T_ + t) * Vp, {cfg_.vocab_size});
   return backend_->CopyToHost(out->data(), row);
 }
 

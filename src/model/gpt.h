@@ -35,12 +35,20 @@ class Gpt {
   Backend* backend() const { return backend_; }
   bool training() const { return training_; }
   // Flat views over all weights / gradients, laid out by table().
-  Tensor weights() const { return Tensor::F32(static_cast<float*>(weights_.get()), {table_.total_floats()}); }
-  Tensor grads() const { return Tensor::F32(static_cast<float*>(grads_.get()), {table_.total_floats()}); }
+  Tensor weights() const {
+    return Tensor::F32(static_cast<float*>(weights_.get()), {table_.total_floats()});
+  }
+  Tensor grads() const {
+    return Tensor::F32(static_cast<float*>(grads_.get()), {table_.total_floats()});
+  }
   // The same buffers with their zero padding (buffer_floats() long).
   int64_t buffer_floats() const { return buffer_floats_; }
-  Tensor weight_buffer() const { return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_}); }
-  Tensor grad_buffer() const { return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}); }
+  Tensor weight_buffer() const {
+    return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_});
+  }
+  Tensor grad_buffer() const {
+    return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_});
+  }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
 
   // GPT-2 initialization from a seed (see ParameterTable::Initialize).

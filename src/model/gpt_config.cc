@@ -16,9 +16,8 @@ absl::Status GptConfig::Validate() const {
   RETURN_IF_ERROR(positive("context", context));
   RETURN_IF_ERROR(positive("vocab_size", vocab_size));
   if (n_embd % n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model: n_embd (", n_embd,
-                                                   ") must be divisible by n_head (", n_head,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")"));
   }
   if (vocab_size < 256) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -48,8 +47,9 @@ absl::Status GptConfig::ReadFrom(const KeyValueConfig& cfg) {
 
 std::string GptConfig::ToText() const {
   return absl::StrCat("n_layer = ", n_layer, "\nn_head = ", n_head, "\nn_embd = ", n_embd,
-                      "\ncontext = ", context, "\nvocab_size = ", vocab_size, "\nattention = ",
-                      attention == AttentionKind::kFlash ? "flash" : "naive", "\n");
+                      "\ncontext = ", context, "\nvocab_size = ", vocab_size,
+                      "\nattention = ", attention == AttentionKind::kFlash ? "flash" : "naive",
+                      "\n");
 }
 
 int64_t GptConfig::NumParameters() const {

@@ -15,8 +15,8 @@ struct GptConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
-  int context = 64;       // maximum sequence length (rows of wpe)
-  int vocab_size = 256;   // real vocabulary (the tokenizer's)
+  int context = 64;      // maximum sequence length (rows of wpe)
+  int vocab_size = 256;  // real vocabulary (the tokenizer's)
   AttentionKind attention = AttentionKind::kFlash;
 
   // The embedding/head is padded to a multiple of 128 rows so the head GEMM

@@ -67,13 +67,12 @@ absl::StatusOr<ModelFile> LoadModelFile(const std::string& path) {
   if (Crc32(0, data.data(), data.size() - 4) != stored_crc) return corrupt("checksum mismatch");
 
   ModelFile mf;
-  ASSIGN_OR_RETURN(KeyValueConfig kv,
-                   KeyValueConfig::ParseText(data.substr(16, config_len), path));
+  ASSIGN_OR_RETURN(KeyValueConfig kv, KeyValueConfig::ParseText(data.substr(16, config_len), path));
   RETURN_IF_ERROR(mf.config.ReadFrom(kv));
   RETURN_IF_ERROR(kv.CheckAllRead());
   if (static_cast<int64_t>(count) != ExpectedFloats(mf.config)) {
-    return corrupt(absl::StrCat("holds ", count, " weights but its config needs ",
-                                ExpectedFloats(mf.config)));
+    return corrupt(
+        absl::StrCat("holds ", count, " weights but its config needs ", ExpectedFloats(mf.config)));
   }
   mf.weights.resize(count);
   std::memcpy(mf.weights.data(), data.data() + 16 + config_len + 8, count * sizeof(float));

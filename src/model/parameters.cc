@@ -83,17 +83,16 @@ ParameterTable::ParameterTable(std::vector<ParamSpec> specs)
 absl::StatusOr<ParameterTable> ParameterTable::Create(std::vector<ParamSpec> specs,
                                                       const ShardLayout& layout) {
   if (layout.tp_size < 1 || layout.pp_size < 1 || layout.tp_rank < 0 ||
-      layout.tp_rank >= layout.tp_size || layout.pp_rank < 0 ||
-      layout.pp_rank >= layout.pp_size) {
+      layout.tp_rank >= layout.tp_size || layout.pp_rank < 0 || layout.pp_rank >= layout.pp_size) {
     return absl::InvalidArgumentError("invalid shard layout");
   }
   int n_layer = 0;
   for (const ParamSpec& s : specs) n_layer = std::max(n_layer, s.layer + 1);
   const LayerRange stage = StageLayers(n_layer, layout.pp_size, layout.pp_rank);
   if (stage.first >= stage.last && n_layer > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline stage ", layout.pp_rank, " of ", layout.pp_size, " would hold no layer (",
-        n_layer, " layers)"));
+    return absl::InvalidArgumentError(absl::StrCat("pipeline stage ", layout.pp_rank, " of ",
+                                                   layout.pp_size, " would hold no layer (",
+                                                   n_layer, " layers)"));
   }
   const bool first = layout.pp_rank == 0, last = layout.pp_rank == layout.pp_size - 1;
   ParameterTable t;
@@ -108,9 +107,10 @@ absl::StatusOr<ParameterTable> ParameterTable::Create(std::vector<ParamSpec> spe
     if (s.split != TpSplit::kReplicated) {
       const int64_t parts = int64_t{layout.tp_size} * (dim == 0 ? s.split_blocks : 1);
       if (dim >= static_cast<int>(shape.size()) || shape[dim] % parts != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            s.name, ": dimension ", dim, " (", dim < static_cast<int>(shape.size()) ? shape[dim] : 0,
-            ") does not split into ", parts, " equal parts"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.name, ": dimension ", dim, " (",
+                         dim < static_cast<int>(shape.size()) ? shape[dim] : 0,
+                         ") does not split into ", parts, " equal parts"));
       }
       shape[dim] /= layout.tp_size;
     }

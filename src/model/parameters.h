@@ -36,16 +36,16 @@ struct ParamSpec {
   std::string name;            // e.g. "h.3.attn.qkv.weight" (GPT-2's names)
   std::vector<int64_t> shape;  // logical shape, 1 or 2 dims; weights are [out, in]
   InitKind init = InitKind::kZeros;
-  float init_std = 0.0f;       // for kNormal
-  int64_t init_rows = -1;      // kNormal draws only the first rows (vocab padding stays 0)
-  bool weight_decay = false;   // AdamW decays matrices only, not biases or LayerNorm
+  float init_std = 0.0f;      // for kNormal
+  int64_t init_rows = -1;     // kNormal draws only the first rows (vocab padding stays 0)
+  bool weight_decay = false;  // AdamW decays matrices only, not biases or LayerNorm
   TpSplit split = TpSplit::kReplicated;
   // kRows of a fused matrix: dim 0 is `split_blocks` equal blocks (q, k, v)
   // and each block is split on its own, so a rank gets its heads of each.
   int split_blocks = 1;
-  int layer = -1;              // transformer layer; -1 for wte, wpe, ln_f
-  bool first_stage = false;    // held by the first pipeline stage (wte, wpe)
-  bool last_stage = false;     // held by the last pipeline stage (wte: tied head, ln_f)
+  int layer = -1;            // transformer layer; -1 for wte, wpe, ln_f
+  bool first_stage = false;  // held by the first pipeline stage (wte, wpe)
+  bool last_stage = false;   // held by the last pipeline stage (wte: tied head, ln_f)
 
   int64_t numel() const;
 };

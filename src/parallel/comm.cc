@@ -39,18 +39,18 @@ absl::Status Communicator::CheckBlocks(const char* op, const Tensor& whole,
     return absl::InvalidArgumentError(absl::StrCat(op, ": in and out have different dtypes"));
   }
   if (whole.numel() != size() * block.numel()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", whole.numel(), " elements are not ", size(), " blocks of ",
-                     block.numel(), " (the group has ", size(), " ranks)"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", whole.numel(), " elements are not ",
+                                                   size(), " blocks of ", block.numel(),
+                                                   " (the group has ", size(), " ranks)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Communicator::CheckPeer(const char* op, int peer) const {
   if (peer < 0 || peer >= size() || peer == rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": peer ", peer, " is not another rank of the ",
-                                                   AxisName(axis()), " group (size ", size(),
-                                                   ", this rank ", rank(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": peer ", peer, " is not another rank of the ", AxisName(axis()),
+                     " group (size ", size(), ", this rank ", rank(), ")"));
   }
   return absl::OkStatus();
 }

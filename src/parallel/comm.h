@@ -101,8 +101,7 @@ class Communicator {
       : axis_(axis), members_(std::move(members)), rank_(rank) {}
 
   // Shared argument checks; `op` names the call in the message.
-  absl::Status CheckBuffer(const char* op, const char* what, const Tensor& t,
-                           Device device) const;
+  absl::Status CheckBuffer(const char* op, const char* what, const Tensor& t, Device device) const;
   // f32 or i32 (the reducible dtypes).
   absl::Status CheckReducible(const char* op, const Tensor& t) const;
   // whole.numel() == size() * block.numel(), same dtype.

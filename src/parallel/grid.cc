@@ -10,29 +10,35 @@ namespace ladder {
 
 const char* AxisName(Axis axis) {
   switch (axis) {
-    case Axis::kWorld: return "world";
-    case Axis::kData: return "data";
-    case Axis::kTensor: return "tensor";
-    case Axis::kPipeline: return "pipeline";
-    case Axis::kEmbedding: return "embedding";
+    case Axis::kWorld:
+      return "world";
+    case Axis::kData:
+      return "data";
+    case Axis::kTensor:
+      return "tensor";
+    case Axis::kPipeline:
+      return "pipeline";
+    case Axis::kEmbedding:
+      return "embedding";
   }
   return "unknown";
 }
 
 absl::StatusOr<Grid> Grid::Create(GridShape shape, int world_size, int rank) {
-  const struct { const char* name; int size; } sizes[] = {
-      {"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
+  const struct {
+    const char* name;
+    int size;
+  } sizes[] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
   for (const auto& s : sizes) {
     if (s.size < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(s.name, " must be at least 1, got ", s.size));
+      return absl::InvalidArgumentError(absl::StrCat(s.name, " must be at least 1, got ", s.size));
     }
   }
   // 64-bit product: absurd sizes must not overflow into a match.
   const int64_t product = int64_t{shape.dp} * shape.tp * shape.pp;
   if (product != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("dp*tp*pp = ", product, " but the world has ",
-                                                   world_size, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dp*tp*pp = ", product, " but the world has ", world_size, " ranks"));
   }
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -82,11 +88,16 @@ std::vector<int> Grid::Members(Axis axis) const {
 
 int Grid::GroupRank(Axis axis) const {
   switch (axis) {
-    case Axis::kWorld: return rank_;
-    case Axis::kData: return dp_rank_;
-    case Axis::kTensor: return tp_rank_;
-    case Axis::kPipeline: return pp_rank_;
-    case Axis::kEmbedding: return is_last_stage() && shape_.pp > 1 ? 1 : 0;
+    case Axis::kWorld:
+      return rank_;
+    case Axis::kData:
+      return dp_rank_;
+    case Axis::kTensor:
+      return tp_rank_;
+    case Axis::kPipeline:
+      return pp_rank_;
+    case Axis::kEmbedding:
+      return is_last_stage() && shape_.pp > 1 ? 1 : 0;
   }
   return 0;
 }

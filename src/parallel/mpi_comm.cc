@@ -48,10 +48,14 @@ absl::Status Wait(MPI_Request* req, MPI_Status* status, const char* op, Watchdog
 
 MPI_Datatype MpiType(DType t) {
   switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kBF16: return MPI_UINT16_T;  // moved, never reduced
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI8: return MPI_INT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kBF16:
+      return MPI_UINT16_T;  // moved, never reduced
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI8:
+      return MPI_INT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -82,9 +86,9 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(CheckCount("AllReduce", buf));
     Timer timer;
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()),
-                            MpiType(buf.dtype), op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_,
-                            &req);
+    int rc =
+        MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype),
+                       op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, &req);
     return Finish(rc, &req, "all-reduce", others_, timer, buf.bytes());
   }
 
@@ -129,8 +133,8 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(CheckCount("Broadcast", buf));
     Timer timer;
     MPI_Request req;
-    int rc = MPI_Ibcast(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), root, comm_,
-                        &req);
+    int rc =
+        MPI_Ibcast(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), root, comm_, &req);
     // A receiver waits for the root; the root for everyone.
     std::vector<int> waiting_for = rank() == root ? others_ : std::vector<int>{members()[root]};
     return Finish(rc, &req, "broadcast", waiting_for, timer, buf.bytes());
@@ -181,14 +185,14 @@ class MpiCommunicator final : public Communicator {
   // MPI counts are ints.
   absl::Status CheckCount(const char* op, const Tensor& t) const {
     if (t.numel() <= INT_MAX) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", t.numel(), " elements is more than MPI's limit of ", INT_MAX,
-                     " in one call; split the buffer"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.numel(),
+                                                   " elements is more than MPI's limit of ",
+                                                   INT_MAX, " in one call; split the buffer"));
   }
 
   // Completes a call issued with return code `rc` and records it.
-  absl::Status Finish(int rc, MPI_Request* req, const char* op,
-                      const std::vector<int>& waiting_for, const Timer& timer, size_t bytes) {
+  absl::Status Finish(int rc, MPI_Request* req, const char* op, const std::vector<int>& waiting_for,
+                      const Timer& timer, size_t bytes) {
     if (rc != MPI_SUCCESS) return MpiError(rc, op);
     RETURN_IF_ERROR(Wait(req, MPI_STATUS_IGNORE, op, Dog(op, waiting_for)));
     Record(timer.Seconds(), static_cast<int64_t>(bytes));
@@ -242,13 +246,14 @@ void MpiRuntime::Abort(int code) {
   std::_Exit(code);
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
-    Axis axis, const std::vector<int>& members, double timeout_seconds) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
+                                                                    const std::vector<int>& members,
+                                                                    double timeout_seconds) {
   const int me = MpiRuntime::world_rank();
   auto it = std::find(members.begin(), members.end(), me);
   if (it == members.end() || !std::is_sorted(members.begin(), members.end()) ||
-      std::adjacent_find(members.begin(), members.end()) != members.end() ||
-      members.front() < 0 || members.back() >= MpiRuntime::world_size()) {
+      std::adjacent_find(members.begin(), members.end()) != members.end() || members.front() < 0 ||
+      members.back() >= MpiRuntime::world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the ", AxisName(axis), " group {", absl::StrJoin(members, ","),
                      "} is not an ascending list of world ranks containing rank ", me));
@@ -275,8 +280,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
 absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds) {
   if (grid.world_size() != MpiRuntime::world_size() || grid.rank() != MpiRuntime::world_rank()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the grid is for rank ", grid.rank(), " of ", grid.world_size(), " but this process is rank ",
-        MpiRuntime::world_rank(), " of ", MpiRuntime::world_size()));
+        "the grid is for rank ", grid.rank(), " of ", grid.world_size(),
+        " but this process is rank ", MpiRuntime::world_rank(), " of ", MpiRuntime::world_size()));
   }
   if (grid.world_size() > 1) {
     std::vector<int> others;

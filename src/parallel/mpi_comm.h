@@ -70,8 +70,9 @@ class MpiRuntime {
 // timeout_seconds: the hang watchdog's limit per call (0 waits forever).
 // FailedPrecondition if MPI is not active (and the group is not just this
 // rank).
-absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
-    Axis axis, const std::vector<int>& members, double timeout_seconds);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
+                                                                    const std::vector<int>& members,
+                                                                    double timeout_seconds);
 
 // Every axis's communicator of this rank of `grid`, in the order world,
 // tensor, data, pipeline, embedding: MPI for groups of two or more,
@@ -79,7 +80,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
 // Under MPI it first waits (watched by the timeout) for every rank to arrive,
 // so a rank that never starts is named instead of hanging the creation.
 // InvalidArgument if the grid's world size or rank differ from MpiRuntime's.
-absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid,
-                                                      double timeout_seconds);
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds);
 
 }  // namespace ladder

@@ -17,10 +17,14 @@ namespace {
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI8: return ncclInt8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI8:
+      return ncclInt8;
   }
   return ncclFloat32;
 }
@@ -100,8 +104,8 @@ class NcclCommunicator final : public Communicator {
     RETURN_IF_ERROR(CheckBuffer("Broadcast", "buf", buf, Device::kCuda));
     RETURN_IF_ERROR(CheckRoot("Broadcast", root));
     Timer timer;
-    ncclResult_t r = ncclBroadcast(buf.data, buf.data, buf.numel(), NcclType(buf.dtype), root,
-                                   comm_, stream_);
+    ncclResult_t r =
+        ncclBroadcast(buf.data, buf.data, buf.numel(), NcclType(buf.dtype), root, comm_, stream_);
     std::vector<int> waiting_for = rank() == root ? others_ : std::vector<int>{members()[root]};
     return Finish(r, "broadcast", waiting_for, timer, buf.bytes());
   }
@@ -168,16 +172,17 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
-    Communicator& host, cudaStream_t stream, double timeout_seconds) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicator& host,
+                                                                     cudaStream_t stream,
+                                                                     double timeout_seconds) {
   // The id travels as bytes over the host group.
   ncclUniqueId id{};
   if (host.rank() == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) return NcclError(r, nullptr, "ncclGetUniqueId");
   }
-  RETURN_IF_ERROR(host.Broadcast(
-      Tensor(&id, DType::kI8, {static_cast<int64_t>(sizeof(id))}, Device::kCpu), 0));
+  RETURN_IF_ERROR(
+      host.Broadcast(Tensor(&id, DType::kI8, {static_cast<int64_t>(sizeof(id))}, Device::kCpu), 0));
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -189,11 +194,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     if (i != host.rank()) others.push_back(host.members()[i]);
   }
   const int me = host.members()[host.rank()];
-  RETURN_IF_ERROR(WaitReady(
-      comm,
-      Watchdog(timeout_seconds, me, "NCCL init", host.axis(), others,
-               [comm] { ncclCommAbort(comm); }),
-      "ncclCommInitRankConfig"));
+  RETURN_IF_ERROR(WaitReady(comm,
+                            Watchdog(timeout_seconds, me, "NCCL init", host.axis(), others,
+                                     [comm] { ncclCommAbort(comm); }),
+                            "ncclCommInitRankConfig"));
 
   void* scratch = nullptr;
   cudaError_t e = cudaMalloc(&scratch, sizeof(int32_t));
@@ -201,9 +205,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     ncclCommDestroy(comm);
     return absl::InternalError(absl::StrCat("cudaMalloc: ", cudaGetErrorString(e)));
   }
-  return std::make_unique<NcclCommunicator>(host.axis(), host.members(), host.rank(), comm,
-                                            stream, static_cast<int32_t*>(scratch),
-                                            timeout_seconds);
+  return std::make_unique<NcclCommunicator>(host.axis(), host.members(), host.rank(), comm, stream,
+                                            static_cast<int32_t*>(scratch), timeout_seconds);
 }
 
 }  // namespace ladder

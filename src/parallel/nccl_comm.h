@@ -20,9 +20,9 @@
 // rerun on the same machines reduces in the same order.
 #pragma once
 
-#include <memory>
-
 #include <cuda_runtime_api.h>
+
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "src/parallel/comm.h"
@@ -34,7 +34,8 @@ namespace ladder {
 // (MPI, or the SelfCommunicator of a group of one); it is used only during
 // this call. Uses the calling thread's current CUDA device; buffers must be
 // CUDA tensors on it. timeout_seconds as in comm.h.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
-    Communicator& host, cudaStream_t stream, double timeout_seconds);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicator& host,
+                                                                     cudaStream_t stream,
+                                                                     double timeout_seconds);
 
 }  // namespace ladder

@@ -32,9 +32,8 @@ void Watchdog::Pause() {
 }
 
 void Watchdog::Fire() {
-  const std::string peers =
-      absl::StrCat(waiting_for_.size() == 1 ? "world rank " : "world ranks ",
-                   absl::StrJoin(waiting_for_, ", "));
+  const std::string peers = absl::StrCat(waiting_for_.size() == 1 ? "world rank " : "world ranks ",
+                                         absl::StrJoin(waiting_for_, ", "));
   std::fprintf(stderr, "ladder: rank %d timed out after %gs in %s on the %s axis waiting for %s\n",
                world_rank_, timeout_, op_, AxisName(axis_), peers.c_str());
   if (before_abort_) before_abort_();

@@ -10,8 +10,7 @@ namespace ladder {
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be >= 0, got ", temperature));
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
   }
   if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
   if (!(top_p > 0 && top_p <= 1)) {

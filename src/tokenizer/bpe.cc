@@ -59,7 +59,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Train(absl::string_view text, int vocab_siz
   std::unordered_map<absl::string_view, int64_t, ChunkHash> chunk_counts;
   for (absl::string_view chunk : SplitChunks(text)) ++chunk_counts[chunk];
   struct Word {
-    std::vector<int32_t> sym;        // -1 once absorbed into its left neighbor
+    std::vector<int32_t> sym;         // -1 once absorbed into its left neighbor
     std::vector<int32_t> prev, next;  // -1 / size() mean none
     int64_t count;
   };
@@ -286,8 +286,8 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
       return error(i, "expected a merge 'a b' (two token ids), got '", lines[i], "'");
     }
     if (a < 0 || b < 0 || a >= new_id || b >= new_id) {
-      return error(i, "merge ", a, " ", b, " creates id ", new_id,
-                   " so both ids must be in [0, ", new_id, ")");
+      return error(i, "merge ", a, " ", b, " creates id ", new_id, " so both ids must be in [0, ",
+                   new_id, ")");
     }
     if (tok.ranks_.count(PairKey(a, b))) {
       return error(i, "duplicate merge ", a, " ", b);

@@ -64,8 +64,8 @@ class Tokenizer {
   void EncodeChunk(absl::string_view chunk, std::vector<int32_t>* out) const;
 
   std::vector<std::pair<int32_t, int32_t>> merges_;
-  std::vector<std::string> tokens_;                // bytes of each id
-  std::unordered_map<uint64_t, int32_t> ranks_;    // PairKey(a, b) -> merge index
+  std::vector<std::string> tokens_;              // bytes of each id
+  std::unordered_map<uint64_t, int32_t> ranks_;  // PairKey(a, b) -> merge index
 };
 
 }  // namespace ladder

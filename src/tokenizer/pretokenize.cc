@@ -36,7 +36,8 @@ std::vector<absl::string_view> SplitChunks(absl::string_view text) {
     size_t end;
     if (size_t len = ContractionAt(text, i); len > 0) {
       end = i + len;
-    } else if (cls(i) != Class::kSpace || (text[i] == ' ' && i + 1 < n && cls(i + 1) != Class::kSpace)) {
+    } else if (cls(i) != Class::kSpace ||
+               (text[i] == ' ' && i + 1 < n && cls(i + 1) != Class::kSpace)) {
       // A run of one class, with an optional leading space.
       const size_t start = text[i] == ' ' ? i + 1 : i;
       const Class c = cls(start);

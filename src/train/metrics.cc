@@ -24,17 +24,17 @@ std::string Duration(double seconds) {
 }  // namespace
 
 std::string StepRecord::ToJson() const {
-  std::string out = absl::StrCat(
-      "{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
-      ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
-      ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data), ",\"forward\":",
-      Num(t_forward), ",\"backward\":", Num(t_backward), ",\"optimizer\":", Num(t_optimizer),
-      ",\"step\":", Num(t_step), "}");
+  std::string out =
+      absl::StrCat("{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
+                   ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
+                   ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data),
+                   ",\"forward\":", Num(t_forward), ",\"backward\":", Num(t_backward),
+                   ",\"optimizer\":", Num(t_optimizer), ",\"step\":", Num(t_step), "}");
   if (!comm.empty()) {
     absl::StrAppend(&out, ",\"comm\":{");
     for (size_t i = 0; i < comm.size(); ++i) {
-      absl::StrAppend(&out, i ? "," : "", "\"", comm[i].axis, "\":{\"seconds\":",
-                      Num(comm[i].seconds), ",\"bytes\":", comm[i].bytes, "}");
+      absl::StrAppend(&out, i ? "," : "", "\"", comm[i].axis,
+                      "\":{\"seconds\":", Num(comm[i].seconds), ",\"bytes\":", comm[i].bytes, "}");
     }
     out += "}";
   }
@@ -44,9 +44,9 @@ std::string StepRecord::ToJson() const {
 }
 
 std::string StepRecord::ProgressLine(int64_t total_steps, double eta_seconds) const {
-  std::string line = absl::StrFormat("step %d/%d | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%%",
-                                     step, total_steps, loss, lr, tokens_per_s / 1000.0,
-                                     100.0 * mfu);
+  std::string line =
+      absl::StrFormat("step %d/%d | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%%", step,
+                      total_steps, loss, lr, tokens_per_s / 1000.0, 100.0 * mfu);
   if (val_loss) absl::StrAppendFormat(&line, " | val %.4f", *val_loss);
   absl::StrAppend(&line, " | ETA ", Duration(eta_seconds));
   return line;

@@ -14,14 +14,16 @@ absl::Status RunConfig::Validate() const {
   RETURN_IF_ERROR(model.Validate());
   const int64_t micro = int64_t{batch_size} * model.context;
   if (batch_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size must be positive, got ", batch_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size must be positive, got ", batch_size));
   }
   if (total_batch_tokens < 0 || (total_batch_tokens > 0 && total_batch_tokens % micro != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "total_batch_tokens (", total_batch_tokens, ") must be a positive multiple of batch_size * context (",
-        micro, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("total_batch_tokens (", total_batch_tokens,
+                     ") must be a positive multiple of batch_size * context (", micro, ")"));
   }
-  if (steps <= 0) return absl::InvalidArgumentError(absl::StrCat("steps must be positive, got ", steps));
+  if (steps <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("steps must be positive, got ", steps));
   if (!(lr > 0) || min_lr < 0 || min_lr > lr) {
     return absl::InvalidArgumentError(
         absl::StrCat("need 0 <= min_lr <= lr and lr > 0, got lr ", lr, ", min_lr ", min_lr));

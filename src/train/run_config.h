@@ -32,8 +32,8 @@ struct RunConfig {
   int64_t eval_batches = 10;  // validation micro-batches per evaluation
   int64_t log_every = 10;     // steps between progress lines
   uint64_t seed = 1337;
-  std::string data;           // text file or prepared shard directory
-  std::string tokenizer;      // tokenizer file; empty: trained on the data (or bytes)
+  std::string data;       // text file or prepared shard directory
+  std::string tokenizer;  // tokenizer file; empty: trained on the data (or bytes)
   double val_fraction = 0.05;
 
   int AccumulationSteps() const;

@@ -15,9 +15,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   RETURN_IF_ERROR(cfg.Validate());
   std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops, groups));
   if (cfg.batch_size % t->dp_size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size (", cfg.batch_size,
-                                                   ") is not divisible by dp (", t->dp_size(),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size (", cfg.batch_size, ") is not divisible by dp (", t->dp_size(), ")"));
   }
   const bool zero = groups.zero1 && t->dp_size() > 1;
   // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
@@ -46,8 +45,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   t->train_loader_.emplace(std::move(tl));
   t->val_loader_.emplace(std::move(vl));
   // This rank's rows of one global batch.
-  const size_t n = static_cast<size_t>(cfg.batch_size) / t->dp_size() *
-                   cfg.AccumulationSteps() * cfg.model.context;
+  const size_t n = static_cast<size_t>(cfg.batch_size) / t->dp_size() * cfg.AccumulationSteps() *
+                   cfg.model.context;
   t->inputs_.resize(n);
   t->targets_.resize(n);
   return t;
@@ -94,8 +93,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     if (shard_floats_ > 0) {
       // ZeRO-1: each rank receives the sum of its shard only.
       grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_});
-      weights = Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_,
-                            {shard_floats_});
+      weights =
+          Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_, {shard_floats_});
       RETURN_IF_ERROR(groups_.dp->ReduceScatter(model_->grad_buffer(), grads));
       range_group = groups_.dp;
     } else {
@@ -104,7 +103,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-  RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
+  RETURN_IF_ERROR(
+      optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
   if (range_group != nullptr) {
     // Every rank gets every updated shard back (in place: its own block).
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
@@ -142,8 +142,8 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
 absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& on_step) {
   while (step_ < cfg_.steps) {
     ASSIGN_OR_RETURN(StepRecord r, Step());
-    const bool eval_now = (cfg_.eval_every > 0 && r.step % cfg_.eval_every == 0) ||
-                          r.step == cfg_.steps;
+    const bool eval_now =
+        (cfg_.eval_every > 0 && r.step % cfg_.eval_every == 0) || r.step == cfg_.steps;
     if (eval_now) {
       ASSIGN_OR_RETURN(double v, ValidationLoss());
       r.val_loss = v;

@@ -2,14 +2,13 @@
 // clipping, AdamW with warmup + cosine LR, periodic validation, metrics.
 //
 // A step reads one global batch of G = batch_size x A sequences (A
-// accumulation steps; with ZeRO-1 see TrainerGroups). With data parallelism of degree D, DP rank d takes rows
-// [d G/D, (d+1) G/D) of it; each rank runs its rows as A micro-batches of
-// batch_size / D: forward, backward with dloss = 1 / (G T) (so the summed
-// gradient is that of the mean loss over the global batch). Then gradients
-// are all-reduced over the DP group, clipped by the global norm and applied
-// by AdamW. Tensor-parallel ranks of one DP rank read the same rows and
-// compute one model together. Everything is a pure function of (config,
-// seed, data, layout), so two runs give identical losses.
+// accumulation steps; with ZeRO-1 see TrainerGroups). With data parallelism of degree D, DP rank d
+// takes rows [d G/D, (d+1) G/D) of it; each rank runs its rows as A micro-batches of batch_size /
+// D: forward, backward with dloss = 1 / (G T) (so the summed gradient is that of the mean loss over
+// the global batch). Then gradients are all-reduced over the DP group, clipped by the global norm
+// and applied by AdamW. Tensor-parallel ranks of one DP rank read the same rows and compute one
+// model together. Everything is a pure function of (config, seed, data, layout), so two runs give
+// identical losses.
 #pragma once
 
 #include <cstdint>
@@ -77,8 +76,8 @@ class Trainer {
   TrainerGroups groups_;
   std::unique_ptr<Gpt> model_;
   std::optional<AdamW> optimizer_;
-  int64_t shard_floats_ = 0;   // ZeRO-1: this rank's slice of the flat buffers
-  DeviceBuffer grad_shard_;    // ZeRO-1: its reduced gradient
+  int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
+  DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient
   std::optional<DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/backend/reference_ops.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/core/philox.h"
+#include "tests/backend/reference_ops.h"
 
 namespace ladder {
 namespace {
@@ -30,8 +30,7 @@ struct Shape {
 std::string Name(const Shape& s) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "B=%ld T=%ld NH=%ld HS=%ld sd=%g", static_cast<long>(s.B),
-                static_cast<long>(s.T), static_cast<long>(s.NH), static_cast<long>(s.HS),
-                s.stddev);
+                static_cast<long>(s.T), static_cast<long>(s.NH), static_cast<long>(s.HS), s.stddev);
   return buf;
 }
 
@@ -41,7 +40,7 @@ std::string Name(const Shape& s) {
 // peaky scores, where the online softmax's running max moves a lot between
 // key tiles.
 const Shape kShapes[] = {
-    {2, 1, 1, 8, 1.0f},    {2, 7, 2, 16, 1.0f},   {2, 64, 4, 32, 1.0f}, {2, 100, 3, 64, 1.0f},
+    {2, 1, 1, 8, 1.0f},    {2, 7, 2, 16, 1.0f},  {2, 64, 4, 32, 1.0f},  {2, 100, 3, 64, 1.0f},
     {2, 130, 2, 24, 1.0f}, {2, 70, 3, 12, 1.0f}, {2, 200, 1, 64, 3.0f},
 };
 
@@ -78,8 +77,8 @@ Result ForwardBackward(const Problem& p, AttentionKind kind) {
   // Dirty the scratch: the backward must not rely on what the forward left there.
   std::fill(scratch.begin(), scratch.end(), -7.0f);
   EXPECT_TRUE(be.AttentionBackward(Tensor::F32(r.dqkv.data(), {s.B, s.T, 3 * s.C()}),
-                                   Tensor::F32(dout.data(), {s.B, s.T, s.C()}), qkv_t, out_t,
-                                   lse_t, s.NH, kind, scratch_t)
+                                   Tensor::F32(dout.data(), {s.B, s.T, s.C()}), qkv_t, out_t, lse_t,
+                                   s.NH, kind, scratch_t)
                   .ok());
   EXPECT_TRUE(qkv == p.qkv && dout == p.dout) << "inputs were modified";
   return r;
@@ -126,7 +125,8 @@ TEST(AttentionTest, FlashForwardMatchesNaive) {
   uint64_t seed = 1;
   for (const Shape& s : kShapes) {
     Problem p = MakeProblem(s, seed++);
-    Result naive = ForwardBackward(p, AttentionKind::kNaive), flash = ForwardBackward(p, AttentionKind::kFlash);
+    Result naive = ForwardBackward(p, AttentionKind::kNaive),
+           flash = ForwardBackward(p, AttentionKind::kFlash);
     ExpectClose(flash.out, naive.out, FwdTol(s), FwdTol(s), "out " + Name(s));
     ExpectClose(flash.lse, naive.lse, FwdTol(s), FwdTol(s), "lse " + Name(s));
   }
@@ -136,7 +136,8 @@ TEST(AttentionTest, FlashBackwardMatchesNaive) {
   uint64_t seed = 11;
   for (const Shape& s : kShapes) {
     Problem p = MakeProblem(s, seed++);
-    Result naive = ForwardBackward(p, AttentionKind::kNaive), flash = ForwardBackward(p, AttentionKind::kFlash);
+    Result naive = ForwardBackward(p, AttentionKind::kNaive),
+           flash = ForwardBackward(p, AttentionKind::kFlash);
     ExpectClose(flash.dqkv, naive.dqkv, BwdTol(s), BwdTol(s), "dqkv " + Name(s));
   }
 }
@@ -219,8 +220,8 @@ TEST(AttentionTest, IsCausal) {
               << "t0=" << t0 << " b=" << bb << " h=" << h;
         }
         // and the perturbed token's own output does change
-        EXPECT_NE(0, std::memcmp(&a.out[o + t0 * s.C()], &b.out[o + t0 * s.C()],
-                                 s.C() * sizeof(float)));
+        EXPECT_NE(
+            0, std::memcmp(&a.out[o + t0 * s.C()], &b.out[o + t0 * s.C()], s.C() * sizeof(float)));
       }
     }
   }
@@ -248,8 +249,8 @@ TEST(AttentionTest, IsDeterministic) {
 TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   CpuBackend be;
   const int64_t B = 2, T = 5, NH = 2, HS = 4, C = NH * HS;
-  std::vector<float> qkv(B * T * 3 * C, 0.5f), out(B * T * C), lse(B * NH * T),
-      dqkv(B * T * 3 * C), dout(B * T * C), scratch(B * NH * T * T + 8);
+  std::vector<float> qkv(B * T * 3 * C, 0.5f), out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C),
+      dout(B * T * C), scratch(B * NH * T * T + 8);
   Tensor qkv_t = Tensor::F32(qkv.data(), {B, T, 3 * C});
   Tensor out_t = Tensor::F32(out.data(), {B, T, C});
   Tensor lse_t = Tensor::F32(lse.data(), {B, NH, T});
@@ -268,13 +269,12 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   // The valid calls succeed (flash with an empty scratch).
   EXPECT_TRUE(be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive, scratch_t).ok());
   EXPECT_TRUE(be.AttentionForward(out_t, lse_t, qkv_t, NH, kFlash, Tensor()).ok());
-  EXPECT_TRUE(
-      be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, NH, kFlash, Tensor()).ok());
+  EXPECT_TRUE(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, NH, kFlash, Tensor()).ok());
   EXPECT_TRUE(
       be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, NH, kNaive, scratch_t).ok());
 
-  expect_invalid(be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B, T, 3 * C - 1}),
-                                     NH, kFlash, Tensor()),
+  expect_invalid(be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B, T, 3 * C - 1}), NH,
+                                     kFlash, Tensor()),
                  fwd, "qkv");
   expect_invalid(be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B * T, 3 * C}), NH,
                                      kFlash, Tensor()),
@@ -285,9 +285,9 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   expect_invalid(be.AttentionForward(Tensor::F32(out.data(), {B, T, C + 1}), lse_t, qkv_t, NH,
                                      kFlash, Tensor()),
                  fwd, "out");
-  expect_invalid(be.AttentionForward(out_t, Tensor::F32(lse.data(), {B, T, NH}), qkv_t, NH,
-                                     kFlash, Tensor()),
-                 fwd, "lse");
+  expect_invalid(
+      be.AttentionForward(out_t, Tensor::F32(lse.data(), {B, T, NH}), qkv_t, NH, kFlash, Tensor()),
+      fwd, "lse");
   expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive, Tensor()), fwd, "scratch");
   expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive,
                                      Tensor::F32(scratch.data(), {B * NH * T * T - 1})),
@@ -299,14 +299,12 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   expect_invalid(be.AttentionBackward(Tensor::F32(dqkv.data(), {B, T, C}), dout_t, qkv_t, out_t,
                                       lse_t, NH, kFlash, Tensor()),
                  bwd, "dqkv");
-  expect_invalid(be.AttentionBackward(dqkv_t, Tensor::F32(dout.data(), {B, T - 1, C}), qkv_t,
-                                      out_t, lse_t, NH, kFlash, Tensor()),
+  expect_invalid(be.AttentionBackward(dqkv_t, Tensor::F32(dout.data(), {B, T - 1, C}), qkv_t, out_t,
+                                      lse_t, NH, kFlash, Tensor()),
                  bwd, "dout");
-  expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, Tensor(), lse_t, NH, kFlash,
-                                      Tensor()),
+  expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, Tensor(), lse_t, NH, kFlash, Tensor()),
                  bwd, "out");
-  expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, Tensor(), NH, kFlash,
-                                      Tensor()),
+  expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, Tensor(), NH, kFlash, Tensor()),
                  bwd, "lse");
   expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, 5, kFlash, Tensor()),
                  bwd, "num_heads");
@@ -331,8 +329,8 @@ TEST(AttentionTest, ThroughputReport) {
     std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
     for (int rep = 0; rep < 4; ++rep) {
       const auto t0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                  n, 0.0f, c.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                  0.0f, c.data(), n);
       sgemm_gflops = std::max(sgemm_gflops, 2.0 * n * n * n / seconds(t0) / 1e9);
     }
   }
@@ -359,9 +357,8 @@ TEST(AttentionTest, ThroughputReport) {
         ASSERT_TRUE(be.AttentionForward(out_t, lse_t, qkv_t, s.NH, kind, scratch_t).ok());
         best_f = std::min(best_f, seconds(t0));
         t0 = Clock::now();
-        ASSERT_TRUE(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, s.NH, kind,
-                                         scratch_t)
-                        .ok());
+        ASSERT_TRUE(
+            be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, s.NH, kind, scratch_t).ok());
         best_b = std::min(best_b, seconds(t0));
       }
       const double gf = fwd_flops / best_f / 1e9, gb = 2 * fwd_flops / best_b / 1e9;

@@ -207,9 +207,12 @@ TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
                                      I32(tok, {B, T}), start)
                   .ok());
   const Vec wd = D(w);
-  EXPECT_TRUE(AllClose(dwte, NumericGrad(D(wte), [&](const Vec& x) {
-                         return ref::Dot(ref::Embedding(tok, B, T, C, x, Vec(), start), wd);
-                       }),
+  EXPECT_TRUE(AllClose(dwte,
+                       NumericGrad(D(wte),
+                                   [&](const Vec& x) {
+                                     return ref::Dot(ref::Embedding(tok, B, T, C, x, Vec(), start),
+                                                     wd);
+                                   }),
                        kGradRtol, kGradAtol));
 }
 
@@ -247,8 +250,8 @@ TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
   ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
                                     F32(wpe, {maxT, C}), 0)
                   .ok());
-  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}),
-                                     F32(dout, {B, T, C}), I32(tok, {B, T}), 0)
+  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(dout, {B, T, C}),
+                                     I32(tok, {B, T}), 0)
                   .ok());
   for (int shards : {2, 4}) {
     const int rows = Vp / shards;
@@ -266,8 +269,8 @@ TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
       ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dw, {rows, C}), dpe, F32(dout, {B, T, C}),
                                          I32(tok, {B, T}), start)
                       .ok());
-      EXPECT_TRUE(BitwiseEqual(
-          dw, Floats(dwte.begin() + start * C, dwte.begin() + (start + rows) * C)))
+      EXPECT_TRUE(
+          BitwiseEqual(dw, Floats(dwte.begin() + start * C, dwte.begin() + (start + rows) * C)))
           << "shard " << k << " of " << shards;
       if (k == 0) {
         EXPECT_TRUE(BitwiseEqual(dp, dwpe)) << shards << " shards";
@@ -590,8 +593,8 @@ CeForwardOut CeForward(CpuBackend& cpu, Floats& logits, Ints& tg, int N, int Vp,
   CeForwardOut o{Floats(N), Floats(N), Floats(N), Floats(N), Floats(N)};
   EXPECT_TRUE(cpu.CrossEntropyRowMax(F32(o.row_max, {N}), F32(logits, {N, Vp}), 0, V).ok());
   EXPECT_TRUE(cpu.CrossEntropyPartials(F32(o.sum_exp, {N}), F32(o.target_logit, {N}),
-                                       F32(logits, {N, Vp}), I32(tg, {N}), F32(o.row_max, {N}),
-                                       0, V)
+                                       F32(logits, {N, Vp}), I32(tg, {N}), F32(o.row_max, {N}), 0,
+                                       V)
                   .ok());
   EXPECT_TRUE(cpu.CrossEntropyLoss(F32(o.loss, {N}), F32(o.lse, {N}), F32(o.row_max, {N}),
                                    F32(o.sum_exp, {N}), F32(o.target_logit, {N}))
@@ -655,12 +658,12 @@ TEST_F(BackendOpsTest, CrossEntropyBackwardInPlace) {
   Ints tg = RandomInts(N, 122, V);
   CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
   Floats separate(N * Vp);
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(separate, {N, Vp}), F32(logits, {N, Vp}),
-                                        I32(tg, {N}), F32(o.lse, {N}), 0, V, 0.5f)
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(separate, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                        F32(o.lse, {N}), 0, V, 0.5f)
                   .ok());
   Floats inplace = logits;
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(inplace, {N, Vp}), F32(inplace, {N, Vp}),
-                                        I32(tg, {N}), F32(o.lse, {N}), 0, V, 0.5f)
+  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(inplace, {N, Vp}), F32(inplace, {N, Vp}), I32(tg, {N}),
+                                        F32(o.lse, {N}), 0, V, 0.5f)
                   .ok());
   EXPECT_TRUE(BitwiseEqual(inplace, separate));
   for (int n = 0; n < N; ++n) {
@@ -775,8 +778,7 @@ TEST_F(BackendOpsTest, CrossEntropyRejectsBadInput) {
   Ints tg = {1, 7};
   EXPECT_TRUE(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 8).ok());
   ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N + 1}), F32(logits, {N, Vp}), 0, 8), "row_max");
-  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), -8, 8),
-                "vocab_start");
+  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), -8, 8), "vocab_start");
   ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 0), "vocab_size");
   EXPECT_TRUE(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {N}), F32(logits, {N, Vp}),
                                         I32(tg, {N}), F32(mx, {N}), 0, 8)
@@ -787,20 +789,20 @@ TEST_F(BackendOpsTest, CrossEntropyRejectsBadInput) {
   ExpectInvalid(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {1}), F32(logits, {N, Vp}),
                                           I32(tg, {N}), F32(mx, {N}), 0, 8),
                 "target_logit");
-  EXPECT_TRUE(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {N}),
-                                    F32(tl, {N}))
-                  .ok());
+  EXPECT_TRUE(
+      cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {N}), F32(tl, {N}))
+          .ok());
   ExpectInvalid(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {1}),
                                       F32(tl, {N})),
                 "sum_exp");
-  ExpectInvalid(cpu_.CrossEntropyLoss(Tensor(), F32(lse, {N}), F32(mx, {N}), F32(se, {N}),
-                                      F32(tl, {N})),
-                "losses");
+  ExpectInvalid(
+      cpu_.CrossEntropyLoss(Tensor(), F32(lse, {N}), F32(mx, {N}), F32(se, {N}), F32(tl, {N})),
+      "losses");
   ExpectInvalid(cpu_.CrossEntropyBackward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}),
                                           F32(lse, {N}), 0, 8, 1.0f),
                 "dlogits");
-  ExpectInvalid(cpu_.CrossEntropyBackward(F32(logits, {N, Vp}), F32(logits, {N, Vp}),
-                                          I32(tg, {N}), F32(lse, {1}), 0, 8, 1.0f),
+  ExpectInvalid(cpu_.CrossEntropyBackward(F32(logits, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
+                                          F32(lse, {1}), 0, 8, 1.0f),
                 "lse");
 }
 

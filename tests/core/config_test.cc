@@ -6,9 +6,10 @@ namespace ladder {
 namespace {
 
 TEST(ConfigTest, ParsesTypedValuesAndComments) {
-  auto cfg = KeyValueConfig::ParseText("# model\nn_layer = 4  # layers\nlr=1e-3\nname = tiny\n"
-                                       "flash = false\n",
-                                       "test.conf");
+  auto cfg = KeyValueConfig::ParseText(
+      "# model\nn_layer = 4  # layers\nlr=1e-3\nname = tiny\n"
+      "flash = false\n",
+      "test.conf");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   int n_layer = 0;
   double lr = 0;

@@ -23,9 +23,8 @@ TEST(FlagsTest, ParsesAllForms) {
   f.Int("steps", &steps, "steps");
   f.Double("temperature", &temp, "temperature");
   f.Bool("verbose", &verbose, "verbose");
-  ASSERT_TRUE(ParseArgs(f, {"--out", "dir", "--steps=5", "pos", "--temperature", "0.5",
-                            "--verbose"})
-                  .ok());
+  ASSERT_TRUE(
+      ParseArgs(f, {"--out", "dir", "--steps=5", "pos", "--temperature", "0.5", "--verbose"}).ok());
   EXPECT_EQ(out, "dir");
   EXPECT_EQ(steps, 5);
   EXPECT_DOUBLE_EQ(temp, 0.5);

@@ -15,8 +15,8 @@ TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(zero[1], 0xe169c58du);
   EXPECT_EQ(zero[2], 0xbc57ac4cu);
   EXPECT_EQ(zero[3], 0x9b00dbd8u);
-  auto pi = Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
-                       {0xa4093822u, 0x299f31d0u});
+  auto pi =
+      Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u});
   EXPECT_EQ(pi[0], 0xd16cfe09u);
   EXPECT_EQ(pi[1], 0x94fdccebu);
   EXPECT_EQ(pi[2], 0x5001e420u);

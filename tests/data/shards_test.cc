@@ -22,8 +22,7 @@ TEST(ShardsTest, RoundTripTwoAndFourBytesPerToken) {
     tokens.push_back(vocab - 1);
     const std::string path = TempPath("round.bin");
     ASSERT_TRUE(WriteShard(path, tokens, vocab).ok());
-    EXPECT_EQ(std::filesystem::file_size(path),
-              1024 + tokens.size() * (vocab <= 65536 ? 2 : 4));
+    EXPECT_EQ(std::filesystem::file_size(path), 1024 + tokens.size() * (vocab <= 65536 ? 2 : 4));
     EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
     auto back = ReadShard(path);
     ASSERT_TRUE(back.ok()) << back.status();

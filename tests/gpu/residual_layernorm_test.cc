@@ -15,6 +15,8 @@
 // Without a GPU every test that needs one skips with the reason; the argument
 // checks still run. Inputs come from Philox (seed 20240607, or
 // LADDER_GPU_TEST_SEED), so a failure reproduces.
+#include "src/backend/cuda/residual_layernorm.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,7 +31,6 @@
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cuda/cuda_device.h"
-#include "src/backend/cuda/residual_layernorm.h"
 #include "src/core/philox.h"
 
 namespace ladder {
@@ -43,9 +44,9 @@ uint64_t Seed() {
   return s != nullptr ? std::strtoull(s, nullptr, 10) : 20240607u;
 }
 
-#define ASSERT_CUDA_OK(expr)                                                    \
-  do {                                                                          \
-    const cudaError_t _err = (expr);                                            \
+#define ASSERT_CUDA_OK(expr)                                                   \
+  do {                                                                         \
+    const cudaError_t _err = (expr);                                           \
     ASSERT_EQ(_err, cudaSuccess) << #expr << ": " << cudaGetErrorString(_err); \
   } while (0)
 
@@ -101,8 +102,8 @@ void ExpectClose(const char* what, const std::vector<float>& got, const std::vec
     if (excess > worst_excess) worst_excess = excess, worst = i;
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
-                     << " elements outside tolerance " << tol << "; worst at " << worst
-                     << ": gpu " << got[worst] << " cpu " << want[worst];
+                     << " elements outside tolerance " << tol << "; worst at " << worst << ": gpu "
+                     << got[worst] << " cpu " << want[worst];
 }
 
 struct Case {
@@ -111,8 +112,7 @@ struct Case {
 };
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
-  return absl::StrCat("N", info.param.N, "_C", info.param.C,
-                      info.param.branch ? "_add" : "_noadd");
+  return absl::StrCat("N", info.param.N, "_C", info.param.C, info.param.branch ? "_add" : "_noadd");
 }
 
 bool SkipWithoutGpu(std::string* why) { return CudaDeviceCount(why) == 0; }
@@ -201,8 +201,8 @@ void CompareWithCpu(const Case& c, int64_t offset) {
     dg_g.Upload(dgamma0);
     db_g.Upload(dbeta0);
     return cuda::ResidualLayerNormBackward(
-        dres_g.T({N, C}), dg_g.T({C}), db_g.T({C}), dy_g.T({N, C}), x_g.T({N, C}),
-        gamma_g.T({C}), mean_g.T({N}), rstd_g.T({N}),
+        dres_g.T({N, C}), dg_g.T({C}), db_g.T({C}), dy_g.T({N, C}), x_g.T({N, C}), gamma_g.T({C}),
+        mean_g.T({N}), rstd_g.T({N}),
         scratch.T({cuda::ResidualLayerNormBackwardScratchFloats(N, C)}));
   };
   st = run_backward();
@@ -228,21 +228,19 @@ TEST_P(ResidualLayerNormGpuTest, MatchesCpu) { CompareWithCpu(GetParam(), 0); }
 // GPT-2 widths (768, 1600) and smaller ones, a C not a multiple of 4 (99:
 // scalar kernels), C = 100 (vectors, odd number of vectors per row), and two
 // wide rows that need more than the default 48 KiB of shared memory.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, ResidualLayerNormGpuTest,
-    testing::ValuesIn([] {
-      std::vector<Case> cases;
-      for (int64_t N : {1, 5, 64, 1000, 4096}) {
-        for (int64_t C : {99, 100, 128, 384, 768, 1600}) {
-          for (bool branch : {true, false}) cases.push_back({N, C, branch});
-        }
-      }
-      cases.push_back({37, 8192, true});
-      cases.push_back({19, 12345, true});
-      cases.push_back({3, 13000, false});
-      return cases;
-    }()),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(Shapes, ResidualLayerNormGpuTest, testing::ValuesIn([] {
+                           std::vector<Case> cases;
+                           for (int64_t N : {1, 5, 64, 1000, 4096}) {
+                             for (int64_t C : {99, 100, 128, 384, 768, 1600}) {
+                               for (bool branch : {true, false}) cases.push_back({N, C, branch});
+                             }
+                           }
+                           cases.push_back({37, 8192, true});
+                           cases.push_back({19, 12345, true});
+                           cases.push_back({3, 13000, false});
+                           return cases;
+                         }()),
+                         CaseName);
 
 TEST_F(ResidualLayerNormGpuTest, UnalignedViewsUseScalarKernels) {
   CompareWithCpu({33, 768, true}, 1);

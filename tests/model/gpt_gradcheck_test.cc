@@ -17,13 +17,14 @@ namespace {
 // Mean cross-entropy of a GPT-2 forward, all in double, over weights laid out
 // by ParameterTable(GptParameterSpecs(cfg)).
 double ReferenceLoss(const GptConfig& cfg, const ParameterTable& table, const ref::Vec& w,
-                     const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-                     int B, int T) {
+                     const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int B,
+                     int T) {
   const int C = cfg.n_embd, N = B * T, Vp = cfg.padded_vocab();
   int next = 0;
   auto take = [&]() {
     const int i = next++;
-    return ref::Vec(w.begin() + table.offset(i), w.begin() + table.offset(i) + table.spec(i).numel());
+    return ref::Vec(w.begin() + table.offset(i),
+                    w.begin() + table.offset(i) + table.spec(i).numel());
   };
   const ref::Vec wte = take(), wpe = take();
   ref::Vec x = ref::Embedding(tokens, B, T, C, wte, wpe);

@@ -1,10 +1,11 @@
 // Sharded parameter tables: every tensor/pipeline layout holds exactly the
 // slices of the logical tensors it should, and starts from the same weights.
+#include "src/model/parameters.h"
+
 #include <map>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/model/parameters.h"
 
 namespace ladder {
 namespace {
@@ -58,7 +59,8 @@ TEST(ShardedTableTest, ShardsAreSlicesOfTheWholeModel) {
             count.resize(s.numel());
             for (int64_t row = 0; row < table->numel(i) / lcols; ++row) {
               for (int64_t c = 0; c < lcols; ++c) {
-                const int64_t e = table->LogicalRow(i, row) * cols + table->LogicalColumnStart(i) + c;
+                const int64_t e =
+                    table->LogicalRow(i, row) * cols + table->LogicalColumnStart(i) + c;
                 ASSERT_EQ(shard[table->offset(i) + row * lcols + c], full[whole.offset(w) + e])
                     << s.name << " tp " << r << "/" << tp << " pp " << p << "/" << pp;
                 ++count[e];
@@ -70,11 +72,10 @@ TEST(ShardedTableTest, ShardsAreSlicesOfTheWholeModel) {
       for (const auto& [name, count] : covered) {
         // The tied embedding lives on the first and the last stage.
         const int copies = (name == "wte" && pp > 1) ? 2 : 1;
-        for (int c : count) ASSERT_EQ(c, (whole.spec(*whole.Find(name)).split ==
-                                                  TpSplit::kReplicated
-                                              ? tp * copies
-                                              : copies))
-            << name << " tp " << tp << " pp " << pp;
+        for (int c : count)
+          ASSERT_EQ(c, (whole.spec(*whole.Find(name)).split == TpSplit::kReplicated ? tp * copies
+                                                                                    : copies))
+              << name << " tp " << tp << " pp " << pp;
       }
       EXPECT_EQ(covered.size(), static_cast<size_t>(whole.size()));
     }

@@ -142,9 +142,11 @@ void CheckAllGather(Communicator& c) {
   std::vector<int32_t> in(block), out(n), want(n);
   for (int64_t i = 0; i < block; ++i) in[i] = m[c.rank()] * 100000 + static_cast<int32_t>(i);
   for (int r = 0; r < c.size(); ++r) {
-    for (int64_t i = 0; i < block; ++i) want[r * block + i] = m[r] * 100000 + static_cast<int32_t>(i);
+    for (int64_t i = 0; i < block; ++i)
+      want[r * block + i] = m[r] * 100000 + static_cast<int32_t>(i);
   }
-  if (Ok(c, "AllGather", c.AllGather(Tensor::I32(in.data(), {block}), Tensor::I32(out.data(), {n})))) {
+  if (Ok(c, "AllGather",
+         c.AllGather(Tensor::I32(in.data(), {block}), Tensor::I32(out.data(), {n})))) {
     Expect(c, "AllGather i32", out, want);
   }
   // In place: this rank's block already sits in out (ZeRO-1's parameter shard).
@@ -216,13 +218,14 @@ void CheckStats(Communicator& c) {
   c.ResetStats();
   const int64_t n = 64;
   std::vector<float> a(n * c.size(), 1.0f), b(n);
-  bool ok = Ok(c, "AllReduce", c.AllReduce(Tensor::F32(a.data(), {n}), ReduceOp::kSum)) &&
-            Ok(c, "ReduceScatter",
-               c.ReduceScatter(Tensor::F32(a.data(), {n * c.size()}), Tensor::F32(b.data(), {n}))) &&
-            Ok(c, "AllGather",
-               c.AllGather(Tensor::F32(b.data(), {n}), Tensor::F32(a.data(), {n * c.size()}))) &&
-            Ok(c, "Broadcast", c.Broadcast(Tensor::F32(b.data(), {n}), 0)) &&
-            Ok(c, "Barrier", c.Barrier());
+  bool ok =
+      Ok(c, "AllReduce", c.AllReduce(Tensor::F32(a.data(), {n}), ReduceOp::kSum)) &&
+      Ok(c, "ReduceScatter",
+         c.ReduceScatter(Tensor::F32(a.data(), {n * c.size()}), Tensor::F32(b.data(), {n}))) &&
+      Ok(c, "AllGather",
+         c.AllGather(Tensor::F32(b.data(), {n}), Tensor::F32(a.data(), {n * c.size()}))) &&
+      Ok(c, "Broadcast", c.Broadcast(Tensor::F32(b.data(), {n}), 0)) &&
+      Ok(c, "Barrier", c.Barrier());
   if (!ok) return;
   const bool alone = c.size() == 1;
   const int64_t calls = alone ? 0 : 5;
@@ -234,7 +237,8 @@ void CheckStats(Communicator& c) {
 }
 
 absl::Status Run(GridShape shape, double timeout, int skip_rank) {
-  ASSIGN_OR_RETURN(Grid grid, Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
+  ASSIGN_OR_RETURN(Grid grid,
+                   Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
   ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, timeout));
 
   if (skip_rank >= 0) {
@@ -291,11 +295,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     int value = std::atoi(argv[i + 1]);
-    if (flag == "--dp") shape.dp = value;
-    else if (flag == "--tp") shape.tp = value;
-    else if (flag == "--pp") shape.pp = value;
-    else if (flag == "--timeout") timeout = std::atof(argv[i + 1]);
-    else if (flag == "--skip-allreduce-rank") skip_rank = value;
+    if (flag == "--dp")
+      shape.dp = value;
+    else if (flag == "--tp")
+      shape.tp = value;
+    else if (flag == "--pp")
+      shape.pp = value;
+    else if (flag == "--timeout")
+      timeout = std::atof(argv[i + 1]);
+    else if (flag == "--skip-allreduce-rank")
+      skip_rank = value;
     else {
       std::fprintf(stderr, "comm_mpi_test: unknown flag %s\n", flag.c_str());
       return 2;

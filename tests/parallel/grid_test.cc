@@ -72,8 +72,8 @@ TEST(GridTest, GroupsAreConsistentAndPartitionTheWorld) {
         }
       }
       EXPECT_EQ(static_cast<int>(seen.size()), world) << AxisName(axis);
-      const int expected_size = axis == Axis::kWorld  ? world
-                                : axis == Axis::kData ? s.dp
+      const int expected_size = axis == Axis::kWorld    ? world
+                                : axis == Axis::kData   ? s.dp
                                 : axis == Axis::kTensor ? s.tp
                                                         : s.pp;
       EXPECT_EQ(groups * expected_size, world) << AxisName(axis);

@@ -4,14 +4,13 @@
 // non-blocking initialization, stream-ordered calls polled to completion, the
 // argument checks, and teardown. Multi-rank results are checked by the
 // parallel training tests on a multi-GPU machine.
-#include "src/parallel/nccl_comm.h"
-
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "src/backend/cuda/cuda_device.h"
+#include "src/parallel/nccl_comm.h"
 #include "src/parallel/self_comm.h"
 
 namespace ladder {

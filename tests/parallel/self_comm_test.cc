@@ -63,8 +63,7 @@ TEST(HostCommunicatorsTest, ASingleProcessGetsGroupsOfOneWithoutMpi) {
   // A grid for more ranks than this process has is refused, not half-built.
   auto big = Grid::Create({.dp = 2}, 2, 0);
   ASSERT_TRUE(big.ok());
-  EXPECT_EQ(CreateHostCommunicators(*big, 300).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateHostCommunicators(*big, 300).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

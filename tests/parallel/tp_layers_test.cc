@@ -70,7 +70,7 @@ void ColumnAndRowLinear(CpuBackend& be, Communicator& tp) {
   const int64_t oc = OC / P;
   Vec w_c = Rows(w, C, r * oc, oc), b_c = Rows(b, 1, r * oc, oc);
   Vec out_c(N * oc), dout_c = Columns(dout, N, OC, r * oc, oc), dinp_c(N * C), dw_c(oc * C, 0),
-      db_c(oc, 0);
+                     db_c(oc, 0);
   Check(tp::ColumnLinearForward(be, T2(out_c, N, oc), T2(inp, N, C), T2(w_c, oc, C), T1(b_c)));
   Check(tp::ColumnLinearBackward(be, &tp, T2(dinp_c, N, C), T2(dw_c, oc, C), T1(db_c),
                                  T2(dout_c, N, oc), T2(inp, N, C), T2(w_c, oc, C)));
@@ -104,7 +104,8 @@ void VocabParallel(CpuBackend& be, Communicator& tp) {
   Tensor tok = Tensor::I32(tokens.data(), {B, T}), tgt = Tensor::I32(targets.data(), {N});
   Vec wte = Random(Vp * C, 5), wpe = Random(T * C, 6);
   Vec emb(N * C), emb_p(N * C), wte_p = Rows(wte, C, r * vs, vs);
-  Check(be.EmbeddingForward(Tensor::F32(emb.data(), {B, T, C}), tok, T2(wte, Vp, C), T2(wpe, T, C), 0));
+  Check(be.EmbeddingForward(Tensor::F32(emb.data(), {B, T, C}), tok, T2(wte, Vp, C), T2(wpe, T, C),
+                            0));
   Check(tp::VocabEmbeddingForward(be, &tp, Tensor::F32(emb_p.data(), {B, T, C}), tok,
                                   T2(wte_p, vs, C), T2(wpe, T, C), r * vs));
   Expect("vocabulary-parallel embedding", emb_p, emb, r);
@@ -117,8 +118,8 @@ void VocabParallel(CpuBackend& be, Communicator& tp) {
   Vec logits_p = Columns(logits, N, Vp, r * vs, vs), losses_p(N), mx_p(N), se_p(N), tl_p(N),
       lse_p(N), dlogits_p(N * vs);
   Check(tp::VocabCrossEntropyForward(be, &tp, T1(losses_p),
-                                     {T1(mx_p), T1(se_p), T1(tl_p), T1(lse_p)},
-                                     T2(logits_p, N, vs), tgt, r * vs, V));
+                                     {T1(mx_p), T1(se_p), T1(tl_p), T1(lse_p)}, T2(logits_p, N, vs),
+                                     tgt, r * vs, V));
   Check(be.CrossEntropyBackward(T2(dlogits_p, N, vs), T2(logits_p, N, vs), tgt, T1(lse_p), r * vs,
                                 V, 0.1f));
   Expect("vocabulary-parallel cross-entropy loss", losses_p, losses, r);
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
   }
   const int rank = MpiRuntime::world_rank();
   MpiRuntime::Finalize();
-  if (rank == 0 && failures == 0) std::printf("tensor-parallel layers equal their unsplit versions\n");
+  if (rank == 0 && failures == 0)
+    std::printf("tensor-parallel layers equal their unsplit versions\n");
   return failures == 0 ? 0 : 1;
 }

@@ -20,9 +20,10 @@ using Merge = std::pair<int32_t, int32_t>;
 // Random byte strings that stress the pre-tokenizer: words, digits,
 // punctuation, whitespace runs, apostrophes, NULs and invalid UTF-8.
 std::string RandomBytes(std::mt19937& rng, size_t max_len) {
-  static const std::string kPieces[] = {"the", " the", "'s", "'ll", "  ", "\n\n", "\t", "123",
-                                        "!!", "\xc3\xa9", "\xff\xfe", std::string(1, '\0'),
-                                        "\xe2\x82", "a", " ", "'"};
+  static const std::string kPieces[] = {"the",      " the",     "'s",       "'ll",
+                                        "  ",       "\n\n",     "\t",       "123",
+                                        "!!",       "\xc3\xa9", "\xff\xfe", std::string(1, '\0'),
+                                        "\xe2\x82", "a",        " ",        "'"};
   std::string s;
   const size_t len = rng() % (max_len + 1);
   while (s.size() < len) {
@@ -85,8 +86,8 @@ TEST(BpeTest, RejectsVocabBelow256) {
 TEST(BpeTest, TrainsExpectedMerges) {
   auto tok = Tokenizer::Train("aaabdaaabac", 260);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  EXPECT_THAT(tok->merges(), ElementsAre(Merge(97, 97), Merge(97, 98), Merge(256, 257),
-                                         Merge(97, 99)));
+  EXPECT_THAT(tok->merges(),
+              ElementsAre(Merge(97, 97), Merge(97, 98), Merge(256, 257), Merge(97, 99)));
   EXPECT_EQ(tok->TokenBytes(258), "aaab");
   EXPECT_THAT(tok->Encode("aaabdaaabac"), ElementsAre(258, 100, 258, 259));
 }

@@ -31,7 +31,8 @@ TEST(PretokenizeTest, MatchesGpt2Regex) {
 
 TEST(PretokenizeTest, NonAsciiBytesAreLetters) {
   using ::testing::ElementsAre;
-  EXPECT_THAT(Split("caf\xc3\xa9 \xe2\x82\xac" "5"),
+  EXPECT_THAT(Split("caf\xc3\xa9 \xe2\x82\xac"
+                    "5"),
               ElementsAre("caf\xc3\xa9", " \xe2\x82\xac", "5"));
 }
 

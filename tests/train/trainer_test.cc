@@ -1,12 +1,13 @@
 // Training-loop properties: bitwise reproducibility, gradient accumulation
 // equal to a bigger batch, and learning on a learnable stream.
+#include "src/train/trainer.h"
+
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/core/philox.h"
-#include "src/train/trainer.h"
 
 namespace ladder {
 namespace {

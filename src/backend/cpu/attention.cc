@@ -78,8 +78,8 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, Di
   d->T = qkv.dim(1);
   d->C = qkv.dim(2) / 3;
   if (num_heads <= 0 || d->C % num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": num_heads=", num_heads,
-                                                   " must be positive and divide C=", d->C));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": num_heads=", num_heads, " must be positive and divide C=", d->C));
   }
   d->NH = num_heads;
   d->HS = d->C / num_heads;
@@ -91,10 +91,9 @@ absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor
   const int64_t need = AttentionScratchFloats(kind, d.B, d.T, d.NH);
   if (need == 0) return absl::OkStatus();
   if (scratch.empty() || scratch.dtype != DType::kF32 || scratch.numel() < need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": scratch has shape ", scratch.ShapeString(),
-                     scratch.empty() ? " (empty)" : "", ", kNaive needs at least B*NH*T*T = ",
-                     need, " f32"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": scratch has shape ", scratch.ShapeString(), scratch.empty() ? " (empty)" : "",
+        ", kNaive needs at least B*NH*T*T = ", need, " f32"));
   }
   return cpu::CheckCpu(op, "scratch", scratch);
 }
@@ -311,12 +310,18 @@ template <int NV>
 void BlockRows(int mr, int64_t k0, int64_t k1, MatA a, const float* b, int64_t ldb, float* c,
                int64_t ldc, float alpha, bool accumulate) {
   switch (mr) {
-    case 6: return Block<6, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
-    case 5: return Block<5, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
-    case 4: return Block<4, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
-    case 3: return Block<3, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
-    case 2: return Block<2, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
-    default: return Block<1, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 6:
+      return Block<6, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 5:
+      return Block<5, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 4:
+      return Block<4, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 3:
+      return Block<3, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    case 2:
+      return Block<2, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
+    default:
+      return Block<1, NV>(k0, k1, a, b, ldb, c, ldc, alpha, accumulate);
   }
 }
 
@@ -324,8 +329,8 @@ void BlockRows(int mr, int64_t k0, int64_t k1, MatA a, const float* b, int64_t l
 // query tile - first key of the key tile (>= 0; >= kTile means no trimming).
 enum class Causal {
   kNone,
-  kColsToDiag,   // C rows are queries, columns keys: only columns <= row + off
-  kInnerToDiag,  // C rows are queries, k runs over keys: only k <= row + off
+  kColsToDiag,     // C rows are queries, columns keys: only columns <= row + off
+  kInnerToDiag,    // C rows are queries, k runs over keys: only k <= row + off
   kInnerFromDiag,  // C rows are keys, k runs over queries: only k >= row - off
 };
 
@@ -445,7 +450,8 @@ void TransposeTiles(float* dst, const float* src, int64_t ld, int64_t T, int64_t
       for (int j = 0; j < 8; ++j) Store8(tile + (d0 + j) * kTile, r[j]);
     }
     for (int64_t d = HS8; d < HS; ++d) {  // HS not a multiple of 8
-      for (int64_t i = 0; i < 8; ++i) tile[d * kTile + i] = t0 + i < T ? src[(t0 + i) * ld + d] : 0.0f;
+      for (int64_t i = 0; i < 8; ++i)
+        tile[d * kTile + i] = t0 + i < T ? src[(t0 + i) * ld + d] : 0.0f;
     }
   }
 }
@@ -504,8 +510,8 @@ void FlashForward(float* out, float* lse, const float* qkv, const Dims& d) {
           m[r] = mx;
         }
         // O += P V (the first key tile initializes O)
-        Gemm(nq, HS, nk, {S, kTile, 1}, V + j0 * HS, HS, O, HS, 1.0f, j0 > 0,
-             Causal::kInnerToDiag, off);
+        Gemm(nq, HS, nk, {S, kTile, 1}, V + j0 * HS, HS, O, HS, 1.0f, j0 > 0, Causal::kInnerToDiag,
+             off);
       }
       // out = O / l;  lse = m + log(l)
       for (int64_t r = 0; r < nq; ++r) {

@@ -26,9 +26,8 @@ class CpuBackend final : public Backend {
   absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
                                         Tensor residual_in, Tensor branch, Tensor gamma,
                                         Tensor beta) override;
-  absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta,
-                                         Tensor dy, Tensor x, Tensor gamma, Tensor mean,
-                                         Tensor rstd) override;
+  absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta, Tensor dy,
+                                         Tensor x, Tensor gamma, Tensor mean, Tensor rstd) override;
 
   absl::Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,

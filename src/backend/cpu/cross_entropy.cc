@@ -51,8 +51,7 @@ absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t voca
   return absl::OkStatus();
 }
 
-absl::Status CheckTargets(absl::string_view op, const Tensor& targets, int64_t N,
-                          int vocab_size) {
+absl::Status CheckTargets(absl::string_view op, const Tensor& targets, int64_t N, int vocab_size) {
   RETURN_IF_ERROR(cpu::CheckNumel(op, "targets", targets, DType::kI32, N));
   const int32_t* t = targets.i32();
   for (int64_t n = 0; n < N; ++n) {
@@ -83,8 +82,8 @@ absl::Status CpuBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int64
 }
 
 absl::Status CpuBackend::CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
-                                              Tensor targets, Tensor row_max,
-                                              int64_t vocab_start, int vocab_size) {
+                                              Tensor targets, Tensor row_max, int64_t vocab_start,
+                                              int vocab_size) {
   int64_t N = 0, Vs = 0, real = 0;
   RETURN_IF_ERROR(CheckShard(kPartials, logits, vocab_start, vocab_size, &N, &Vs, &real));
   RETURN_IF_ERROR(CheckTargets(kPartials, targets, N, vocab_size));
@@ -107,8 +106,8 @@ absl::Status CpuBackend::CrossEntropyPartials(Tensor sum_exp, Tensor target_logi
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max,
-                                          Tensor sum_exp, Tensor target_logit) {
+absl::Status CpuBackend::CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
+                                          Tensor target_logit) {
   // Every tensor holds N = losses.numel() elements (any shape: [N] or [B,T]).
   const int64_t N = losses.numel();
   RETURN_IF_ERROR(cpu::CheckNumel(kLoss, "losses", losses, DType::kF32, N));

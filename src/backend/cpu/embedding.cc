@@ -46,8 +46,7 @@ absl::Status CheckEmbeddingShapes(absl::string_view op, absl::string_view d, con
   RETURN_IF_ERROR(cpu::CheckCpu(op, "tokens", tokens));
   if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
       wte.dim(1) <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ",
-                                                   wte.ShapeString(),
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ", wte.ShapeString(),
                                                    ", expected [Vshard,C] f32"));
   }
   RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wte"), wte));
@@ -58,9 +57,9 @@ absl::Status CheckEmbeddingShapes(absl::string_view op, absl::string_view d, con
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
   if (!wpe.empty()) {
     if (wpe.dtype != DType::kF32 || wpe.rank != 2 || wpe.dim(0) < T || wpe.dim(1) != C) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": ", d, "wpe has shape ", wpe.ShapeString(), ", expected [maxT,", C,
-                       "] f32 with maxT >= T = ", T, ", or empty"));
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wpe has shape ",
+                                                     wpe.ShapeString(), ", expected [maxT,", C,
+                                                     "] f32 with maxT >= T = ", T, ", or empty"));
     }
     RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wpe"), wpe));
   }

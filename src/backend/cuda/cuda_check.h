@@ -2,11 +2,11 @@
 // the shape checks of row-wise ops for tensors that must live on the GPU.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
-
-#include <cuda_runtime.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

@@ -3,9 +3,8 @@
 // works, and reports the reason, on a machine without a GPU or a driver.
 #include "src/backend/cuda/cuda_device.h"
 
-#include <dlfcn.h>
-
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
 

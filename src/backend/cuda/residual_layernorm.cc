@@ -14,8 +14,8 @@ constexpr char kBwd[] = "ResidualLayerNormBackward";
 }  // namespace
 
 absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
-                                      Tensor residual_in, Tensor branch, Tensor gamma,
-                                      Tensor beta, cudaStream_t stream) {
+                                      Tensor residual_in, Tensor branch, Tensor gamma, Tensor beta,
+                                      cudaStream_t stream) {
   int64_t N = 0, C = 0;
   RETURN_IF_ERROR(RowView(kFwd, "residual_in", residual_in, DType::kF32, &N, &C));
   const bool add = !branch.empty();
@@ -34,8 +34,8 @@ absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean
 
   return CudaStatus(kernels::LaunchResidualLayerNormForward<float>(
                         add ? residual_out.f32() : nullptr, y.f32(), mean.f32(), rstd.f32(),
-                        residual_in.f32(), add ? branch.f32() : nullptr, gamma.f32(),
-                        beta.f32(), static_cast<int>(N), static_cast<int>(C), stream),
+                        residual_in.f32(), add ? branch.f32() : nullptr, gamma.f32(), beta.f32(),
+                        static_cast<int>(N), static_cast<int>(C), stream),
                     kFwd);
 }
 
@@ -60,11 +60,11 @@ absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor 
   const int64_t need = ResidualLayerNormBackwardScratchFloats(N, C);
   if (need > 0) RETURN_IF_ERROR(CheckNumel(kBwd, "scratch", scratch, DType::kF32, need, true));
 
-  return CudaStatus(kernels::LaunchResidualLayerNormBackward<float>(
-                        d_residual.f32(), dgamma.f32(), dbeta.f32(), scratch.f32(), dy.f32(),
-                        x.f32(), gamma.f32(), mean.f32(), rstd.f32(), static_cast<int>(N),
-                        static_cast<int>(C), stream),
-                    kBwd);
+  return CudaStatus(
+      kernels::LaunchResidualLayerNormBackward<float>(
+          d_residual.f32(), dgamma.f32(), dbeta.f32(), scratch.f32(), dy.f32(), x.f32(),
+          gamma.f32(), mean.f32(), rstd.f32(), static_cast<int>(N), static_cast<int>(C), stream),
+      kBwd);
 }
 
 }  // namespace cuda

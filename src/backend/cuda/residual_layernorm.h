@@ -5,9 +5,9 @@
 // waited for: a fault inside a kernel surfaces at the next synchronization.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "src/core/tensor.h"
@@ -16,8 +16,8 @@ namespace ladder {
 namespace cuda {
 
 absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
-                                      Tensor residual_in, Tensor branch, Tensor gamma,
-                                      Tensor beta, cudaStream_t stream = nullptr);
+                                      Tensor residual_in, Tensor branch, Tensor gamma, Tensor beta,
+                                      cudaStream_t stream = nullptr);
 
 // Floats of GPU scratch ResidualLayerNormBackward needs for rows x cols.
 int64_t ResidualLayerNormBackwardScratchFloats(int64_t rows, int64_t cols);

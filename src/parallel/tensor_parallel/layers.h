@@ -57,7 +57,7 @@ struct CrossEntropyStats {
 // losses [N] of the logits shard [N, Vp/P] (columns [vocab_start, ...) of the
 // logical, padded vocabulary; the first vocab_size are real).
 absl::Status VocabCrossEntropyForward(Backend& be, Communicator* tp, Tensor losses,
-                                      const CrossEntropyStats& stats, Tensor logits,
-                                      Tensor targets, int64_t vocab_start, int vocab_size);
+                                      const CrossEntropyStats& stats, Tensor logits, Tensor targets,
+                                      int64_t vocab_start, int vocab_size);
 
 }  // namespace ladder::tp
