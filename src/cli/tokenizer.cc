@@ -1,6 +1,7 @@
 // ladder tokenizer train | encode | decode: learn a byte-level BPE tokenizer
 // and apply it to stdin (for inspection and shell pipelines).
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,45 +79,42 @@ int Train(int argc, char** argv) {
   });
 }
 
-int Encode(int argc, char** argv) {
+// `ladder tokenizer encode|decode`: loads --tokenizer, then writes
+// transform(tokenizer, stdin) to stdout.
+using StdinTransform =
+    std::function<absl::StatusOr<std::string>(const Tokenizer&, const std::string&)>;
+int RunOnStdin(int argc, char** argv, const char* command, const char* summary,
+               const StdinTransform& transform) {
   std::string path;
-  FlagSet flags("ladder tokenizer encode",
-                "Read bytes on stdin and print their token ids, space-separated, on one line.");
+  FlagSet flags(command, summary);
   flags.String("tokenizer", &path, "tokenizer file");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     RETURN_IF_ERROR(NoPositional(flags));
     RETURN_IF_ERROR(Require(path, "tokenizer"));
     ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
-    ASSIGN_OR_RETURN(std::string text, ReadStdin());
-    std::string line;
-    for (int32_t id : tok.Encode(text)) absl::StrAppend(&line, line.empty() ? "" : " ", id);
-    line += '\n';
-    return WriteStdout(line);
+    ASSIGN_OR_RETURN(std::string input, ReadStdin());
+    ASSIGN_OR_RETURN(std::string output, transform(tok, input));
+    return WriteStdout(output);
   });
 }
 
-int Decode(int argc, char** argv) {
-  std::string path;
-  FlagSet flags("ladder tokenizer decode",
-                "Read whitespace-separated token ids on stdin and write their bytes to stdout.");
-  flags.String("tokenizer", &path, "tokenizer file");
-  return RunCommand(flags, argc, argv, [&]() -> absl::Status {
-    RETURN_IF_ERROR(NoPositional(flags));
-    RETURN_IF_ERROR(Require(path, "tokenizer"));
-    ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
-    ASSIGN_OR_RETURN(std::string text, ReadStdin());
-    std::vector<int32_t> ids;
-    for (absl::string_view word :
-         absl::StrSplit(text, absl::ByAnyChar(" \t\n\v\f\r"), absl::SkipEmpty())) {
-      int32_t id;
-      if (!absl::SimpleAtoi(word, &id)) {
-        return absl::InvalidArgumentError(absl::StrCat("not a token id: '", word, "'"));
-      }
-      ids.push_back(id);
+absl::StatusOr<std::string> EncodeText(const Tokenizer& tok, const std::string& text) {
+  std::string line;
+  for (int32_t id : tok.Encode(text)) absl::StrAppend(&line, line.empty() ? "" : " ", id);
+  return line + '\n';
+}
+
+absl::StatusOr<std::string> DecodeIds(const Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view word :
+       absl::StrSplit(text, absl::ByAnyChar(" \t\n\v\f\r"), absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(word, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("not a token id: '", word, "'"));
     }
-    ASSIGN_OR_RETURN(std::string bytes, tok.Decode(ids));
-    return WriteStdout(bytes);
-  });
+    ids.push_back(id);
+  }
+  return tok.Decode(ids);
 }
 
 }  // namespace
@@ -128,8 +126,17 @@ int TokenizerCommand(int argc, char** argv) {
     return 0;
   }
   if (sub == "train") return Train(argc - 1, argv + 1);
-  if (sub == "encode") return Encode(argc - 1, argv + 1);
-  if (sub == "decode") return Decode(argc - 1, argv + 1);
+  if (sub == "encode") {
+    return RunOnStdin(
+        argc - 1, argv + 1, "ladder tokenizer encode",
+        "Read bytes on stdin and print their token ids, space-separated, on one line.", EncodeText);
+  }
+  if (sub == "decode") {
+    return RunOnStdin(argc - 1, argv + 1, "ladder tokenizer decode",
+                      "Read whitespace-separated token ids on stdin and write their bytes to "
+                      "stdout.",
+                      DecodeIds);
+  }
   const std::string problem =
       sub.empty() ? "missing subcommand" : absl::StrCat("unknown subcommand '", sub, "'");
   std::fprintf(stderr,
