@@ -18,10 +18,22 @@ if [ ! -s data/kjv.txt ]; then
   echo "setup: wrote data/kjv.txt ($(wc -c < data/kjv.txt) bytes)"
 fi
 
+# Quiet when it works; on failure, what meson or the compiler said.
+run_quietly() {
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    rm -f "$log"
+    echo "setup: failed: $*" >&2
+    return 1
+  fi
+  rm -f "$log"
+}
 if [ ! -f "$build_dir/build.ninja" ]; then
-  meson setup "$build_dir" "$@" >/dev/null
+  run_quietly meson setup "$build_dir" "$@"
 else
-  meson configure "$build_dir" "$@" >/dev/null
+  run_quietly meson configure "$build_dir" "$@"
 fi
-ninja -C "$build_dir" >/dev/null
+run_quietly ninja -C "$build_dir"
 echo "setup: built $build_dir/ladder"
