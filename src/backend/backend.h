@@ -90,6 +90,10 @@ class Backend {
   virtual absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta,
                                                  Tensor dy, Tensor x, Tensor gamma, Tensor mean,
                                                  Tensor rstd) = 0;
+  // out = a + b, elementwise: the residual add alone, where a pipeline stage
+  // hands its residual stream to the next stage (which normalizes it there).
+  // Its backward is the identity on both inputs. out may alias a or b.
+  virtual absl::Status ResidualAdd(Tensor out, Tensor a, Tensor b) = 0;
 
   // ---- matmul with bias ---------------------------------------------------
   // out [N,OC] = inp [N,C] @ weight[OC,C]^T + bias[OC] (bias may be empty).

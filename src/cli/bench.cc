@@ -26,9 +26,11 @@ struct BenchFlags {
   LayoutFlags layout;
 };
 
-// Per-rank figures gathered to rank 0: seconds per step of the whole step,
-// its communication on the tensor and data axes, and the rest (compute).
-constexpr int kRankFields = 3;
+// Per-rank figures gathered to rank 0, seconds per step: the whole step, its
+// communication on the tensor, data and embedding axes, and the pipeline
+// bubble (the schedule's time outside forward and backward); the rest is
+// compute. Last, the schedule's wall time (forward, backward and bubble).
+constexpr int kRankFields = 6;
 
 absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
@@ -40,7 +42,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   rc.total_batch_tokens = 0;  // one micro-batch per step: time what one step costs
   rc.steps = f.steps + f.warmup;
   RETURN_IF_ERROR(rc.Validate());
-  RETURN_IF_ERROR(CheckLayout(rc, f.layout));
+  RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   const bool lead = MpiRuntime::world_rank() == 0;
 
   // Random tokens: enough windows for every step without wrapping.
@@ -57,15 +59,15 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}), ReduceOp::kSum));
   const double gemm = rate;
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &tokens, &tokens, gemm,
-                                                 par.groups(f.layout.zero == 1)));
+  ASSIGN_OR_RETURN(auto trainer,
+                   Trainer::Create(rc, &backend, &tokens, &tokens, gemm, par.groups(f.layout)));
   if (lead) {
     std::printf(
         "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
-        "rank, dp %d x tp %d, ZeRO-%d\n",
+        "rank, dp %d x tp %d x pp %d, ZeRO-%d, %d microbatches (%s)\n",
         f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
-        omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(),
-        static_cast<int>(f.layout.zero));
+        omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(), par.grid.pp_size(),
+        static_cast<int>(f.layout.zero), trainer->microbatches(), f.layout.pp_schedule.c_str());
     std::printf(
         "sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5, summed over %d ranks running "
         "at once)\n",
@@ -81,9 +83,15 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
     sum.t_forward += r.t_forward;
     sum.t_backward += r.t_backward;
     sum.t_optimizer += r.t_optimizer;
+    mine[5] += static_cast<float>((r.t_forward + r.t_backward + r.t_bubble) / f.steps);
     mine[0] += static_cast<float>(r.t_step / f.steps);
+    mine[4] += static_cast<float>(r.t_bubble / f.steps);
     for (const StepRecord::AxisComm& c : r.comm) {
-      mine[c.axis == AxisName(Axis::kTensor) ? 1 : 2] += static_cast<float>(c.seconds / f.steps);
+      const int field = c.axis == AxisName(Axis::kTensor)      ? 1
+                        : c.axis == AxisName(Axis::kData)      ? 2
+                        : c.axis == AxisName(Axis::kEmbedding) ? 3
+                                                               : -1;  // pipeline: the bubble
+      if (field > 0) mine[field] += static_cast<float>(c.seconds / f.steps);
     }
   }
   const int world = par.grid.world_size();
@@ -93,13 +101,28 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
         Tensor::F32(mine, {kRankFields}), Tensor::F32(all.data(), {world * kRankFields})));
     if (lead) {
       std::printf(
-          "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  bubble ms\n");
+          "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  embed comm ms"
+          "  bubble ms\n");
+      const GridShape& g = par.grid.shape();
       for (int q = 0; q < world; ++q) {
         const float* v = &all[static_cast<size_t>(q) * kRankFields];
-        std::printf("%4d  (0,%d,%d)    %7.1f  %10.1f  %14.1f  %12.1f  %9.1f\n", q,
-                    q / par.grid.tp_size(), q % par.grid.tp_size(), 1e3 * v[0],
-                    1e3 * (v[0] - v[1] - v[2]), 1e3 * v[1], 1e3 * v[2], 0.0);
+        std::printf("%4d  (%d,%d,%d)    %7.1f  %10.1f  %14.1f  %12.1f  %13.1f  %9.1f\n", q,
+                    q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, 1e3 * v[0],
+                    1e3 * (v[0] - v[1] - v[2] - v[3] - v[4]), 1e3 * v[1], 1e3 * v[2], 1e3 * v[3],
+                    1e3 * v[4]);
       }
+    }
+    if (lead && par.grid.pp_size() > 1) {
+      double bubble = 0;
+      for (int q = 0; q < world; ++q) {
+        const float* v = &all[static_cast<size_t>(q) * kRankFields];
+        bubble += v[5] > 0 ? v[4] / v[5] / world : 0.0;
+      }
+      std::printf(
+          "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook (P-1)/(M+P-1) "
+          "= %.1f%% (P = %d, M = %d)\n",
+          100 * bubble, 100 * pp::TextbookBubble(par.grid.pp_size(), trainer->microbatches()),
+          par.grid.pp_size(), trainer->microbatches());
     }
   }
   if (!lead) return absl::OkStatus();

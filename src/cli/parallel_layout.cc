@@ -1,5 +1,6 @@
 #include "src/cli/parallel_layout.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -10,23 +11,29 @@
 namespace ladder {
 
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
-  flags.Int("dp", &f->dp, "data-parallel degree (under mpirun; dp x tp = ranks)");
+  flags.Int("dp", &f->dp, "data-parallel degree (under mpirun; dp x tp x pp = ranks)");
   flags.Int("tp", &f->tp,
             "tensor-parallel degree (Megatron style; divides n_head and the vocabulary)");
+  flags.Int("pp", &f->pp, "pipeline-parallel degree: stages of contiguous layers (<= n_layer)");
+  flags.Int("microbatches", &f->microbatches,
+            "microbatches per step and DP rank (they split the global batch)",
+            "the config's accumulation steps");
+  flags.String("pp-schedule", &f->pp_schedule, "pipeline schedule: gpipe or 1f1b");
   flags.Int("zero", &f->zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
+  flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
 }
 
-absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f) {
-  if (f.dp < 1 || f.tp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dp and --tp must be at least 1, got ", f.dp, " and ", f.tp));
+absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size) {
+  if (f.dp < 1 || f.tp < 1 || f.pp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--dp, --tp and --pp must be at least 1, got ",
+                                                   f.dp, ", ", f.tp, " and ", f.pp));
   }
-  if (f.dp * f.tp != MpiRuntime::world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("dp x tp = ", f.dp, " x ", f.tp, " = ",
-                                                   f.dp * f.tp, " but the job has ",
-                                                   MpiRuntime::world_size(), " ranks"));
+  if (f.dp * f.tp * f.pp != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("dp x tp x pp = ", f.dp, " x ", f.tp, " x ",
+                                                   f.pp, " = ", f.dp * f.tp * f.pp,
+                                                   " but the job has ", world_size, " ranks"));
   }
   if (rc.model.n_head % f.tp != 0) {
     return absl::InvalidArgumentError(
@@ -37,12 +44,28 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f) {
                                                    rc.model.padded_vocab(),
                                                    ") is not divisible by tp (", f.tp, ")"));
   }
-  if (rc.batch_size % f.dp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size (", rc.batch_size, ") is not divisible by dp (", f.dp, ")"));
+  if (rc.model.n_layer < f.pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_layer (", rc.model.n_layer, ") is smaller than pp (", f.pp, "): a stage needs a layer"));
   }
+  if (f.microbatches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--microbatches must be positive, got ", f.microbatches));
+  }
+  const int64_t global = int64_t{rc.batch_size} * rc.AccumulationSteps();
+  const int64_t micro = f.microbatches > 0 ? f.microbatches : rc.AccumulationSteps();
+  if (global % (f.dp * micro) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the global batch of ", global,
+                                                   " sequences does not split into dp (", f.dp,
+                                                   ") x microbatches (", micro, ") equal parts"));
+  }
+  RETURN_IF_ERROR(pp::ParseSchedule(f.pp_schedule).status());
   if (f.zero != 0 && f.zero != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--zero must be 0 or 1, got ", f.zero));
+  }
+  if (!(f.bucket_mb > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bucket-mb must be positive, got ", f.bucket_mb));
   }
   if (!(f.comm_timeout > 0)) {
     return absl::InvalidArgumentError(
@@ -51,10 +74,24 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f) {
   return absl::OkStatus();
 }
 
+TrainerGroups ParallelRun::groups(const LayoutFlags& f) {
+  TrainerGroups g;
+  g.tp = &comms[Axis::kTensor];
+  g.dp = &comms[Axis::kData];
+  g.pp = &comms[Axis::kPipeline];
+  g.embedding = &comms[Axis::kEmbedding];
+  g.zero1 = f.zero == 1;
+  g.schedule = pp::ParseSchedule(f.pp_schedule).value_or(pp::Schedule::k1F1B);
+  g.microbatches = static_cast<int>(f.microbatches);
+  g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
+  return g;
+}
+
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f) {
   // The rank grid [pp][dp][tp], TP innermost, and one communicator per axis.
-  ASSIGN_OR_RETURN(Grid grid, Grid::Create({static_cast<int>(f.dp), static_cast<int>(f.tp), 1},
-                                           MpiRuntime::world_size(), MpiRuntime::world_rank()));
+  GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp)};
+  ASSIGN_OR_RETURN(Grid grid,
+                   Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
   ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));
   return ParallelRun{grid, std::move(comms)};
 }

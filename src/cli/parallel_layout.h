@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "src/core/flags.h"
@@ -16,22 +17,26 @@
 namespace ladder {
 
 struct LayoutFlags {
-  int64_t dp = 1, tp = 1, zero = 0;
+  int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  int64_t microbatches = 0;  // 0: the config's accumulation steps
+  std::string pp_schedule = "1f1b";
+  double bucket_mb = 25;
   double comm_timeout = 300;
 };
 
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
 
-// Every layout rule (dp x tp = ranks, divisibility of heads, vocabulary and
-// batch), checked identically on every rank, so a bad layout gives the same
-// one-line error (printed by rank 0) and exit code 2 on all of them.
-absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f);
+// Every layout rule (dp x tp x pp = ranks, divisibility of heads, vocabulary
+// and batch, layers per stage, the schedule's name), checked identically on
+// every rank, so a bad layout gives the same one-line error (printed by rank
+// 0) and exit code 2 on all of them. `world_size`: the job's ranks.
+absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size);
 
 struct ParallelRun {
   Grid grid;
   Communicators comms;
-  // The trainer's groups for this rank.
-  TrainerGroups groups(bool zero1) { return {&comms[Axis::kTensor], &comms[Axis::kData], zero1}; }
+  // The trainer's groups for this rank, as the flags set them.
+  TrainerGroups groups(const LayoutFlags& f);
 };
 // Builds the grid and the communicators (collective over all ranks).
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f);

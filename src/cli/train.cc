@@ -55,7 +55,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("log-every")) rc.log_every = f.log_every;
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
-  RETURN_IF_ERROR(CheckLayout(rc, f.layout));
+  RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {
@@ -83,12 +83,16 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const double peak = MeasureSgemmGflops(1024, 3);
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak,
-                                                 par.groups(f.layout.zero == 1)));
+                                                 par.groups(f.layout)));
   Gpt& model = trainer->model();
   const double mib = 1.0 / (1 << 20);
   if (lead)
-    std::fprintf(stderr, "layout: dp %d x tp %d (%d ranks), ZeRO-%d\n", grid.dp_size(),
-                 grid.tp_size(), grid.world_size(), static_cast<int>(f.layout.zero));
+    std::fprintf(stderr,
+                 "layout: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d microbatches of %d "
+                 "sequences per DP rank, %s schedule\n",
+                 grid.dp_size(), grid.tp_size(), grid.pp_size(), grid.world_size(),
+                 static_cast<int>(f.layout.zero), trainer->microbatches(), trainer->micro_rows(),
+                 f.layout.pp_schedule.c_str());
   if (lead)
     std::fprintf(
         stderr,
@@ -96,7 +100,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         "parameters\n"
         "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
         "accumulation)\n"
-        "memory: weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
+        "memory (rank 0): weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
         "backend %s, sgemm ceiling %.1f GFLOP/s\n",
         rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context, rc.model.vocab_size,
         rc.model.padded_vocab(), rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),

@@ -28,7 +28,7 @@ class Bump {
 }  // namespace
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, float* base,
+                                  int64_t T, bool with_backward, int slots, float* base,
                                   GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
@@ -38,40 +38,50 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   const int64_t C = cfg.n_embd, N = B * T, NH = cfg.n_head / tp, Vp = cfg.padded_vocab() / tp;
   const int64_t Cl = C / tp;  // this rank's attention width
   const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
+  const bool last_stage = layout.pp_rank == layout.pp_size - 1;
   Bump bump(base);
-  a.tokens = bump.I32({B, T});
-  a.targets = bump.I32({B, T});
-  a.layers.assign(stage.last - stage.first, {});
-  for (LayerActivations& l : a.layers) {
-    l.x = bump.F32({B, T, C});
-    l.ln1 = bump.F32({N, C});
-    l.ln1_mean = bump.F32({N});
-    l.ln1_rstd = bump.F32({N});
-    l.qkv = bump.F32({B, T, 3 * Cl});
-    l.atty = bump.F32({B, T, Cl});
-    l.lse = bump.F32({B, NH, T});
-    l.resid_mid = bump.F32({N, C});
-    l.ln2 = bump.F32({N, C});
-    l.ln2_mean = bump.F32({N});
-    l.ln2_rstd = bump.F32({N});
-    l.fch = bump.F32({N, 4 * Cl});
-    l.fch_gelu = bump.F32({N, 4 * Cl});
+  a.slots.assign(slots, {});
+  for (SlotActivations& s : a.slots) {
+    s.tokens = bump.I32({B, T});
+    s.targets = bump.I32({B, T});
+    s.layers.assign(stage.last - stage.first, {});
+    for (LayerActivations& l : s.layers) {
+      l.x = bump.F32({B, T, C});
+      l.ln1 = bump.F32({N, C});
+      l.ln1_mean = bump.F32({N});
+      l.ln1_rstd = bump.F32({N});
+      l.qkv = bump.F32({B, T, 3 * Cl});
+      l.atty = bump.F32({B, T, Cl});
+      l.lse = bump.F32({B, NH, T});
+      l.resid_mid = bump.F32({N, C});
+      l.ln2 = bump.F32({N, C});
+      l.ln2_mean = bump.F32({N});
+      l.ln2_rstd = bump.F32({N});
+      l.fch = bump.F32({N, 4 * Cl});
+      l.fch_gelu = bump.F32({N, 4 * Cl});
+    }
+    if (last_stage) {
+      s.x_final = bump.F32({N, C});
+      s.lnf = bump.F32({N, C});
+      s.lnf_mean = bump.F32({N});
+      s.lnf_rstd = bump.F32({N});
+      s.logits = bump.F32({N, Vp});
+      s.losses = bump.F32({N});
+      s.row_max = bump.F32({N});
+      s.sum_exp = bump.F32({N});
+      s.target_logit = bump.F32({N});
+      s.lse = bump.F32({N});
+    }
   }
-  a.x_final = bump.F32({N, C});
-  a.lnf = bump.F32({N, C});
-  a.lnf_mean = bump.F32({N});
-  a.lnf_rstd = bump.F32({N});
-  a.logits = bump.F32({N, Vp});
-  a.losses = bump.F32({N});
-  a.row_max = bump.F32({N});
-  a.sum_exp = bump.F32({N});
-  a.target_logit = bump.F32({N});
-  a.lse = bump.F32({N});
+  ActivationSizes sizes;
+  sizes.slots = slots;
+  sizes.slot_floats = slots > 0 ? bump.used() / slots : 0;
+  const int64_t saved = bump.used();
   a.branch = bump.F32({N, C});
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();
-  ActivationSizes sizes;
-  sizes.forward_floats = bump.used();
+  a.stage_out = last_stage ? Tensor() : bump.F32({B, T, C});
+  sizes.scratch_floats = bump.used() - saved;
   if (with_backward) {
     a.d_resid = bump.F32({B, T, C});
     a.d_ln = bump.F32({N, C});
@@ -79,7 +89,7 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
     a.dqkv = bump.F32({B, T, 3 * Cl});
     a.dfch = bump.F32({N, 4 * Cl});
   }
-  sizes.backward_floats = bump.used() - sizes.forward_floats;
+  sizes.backward_floats = bump.used() - saved - sizes.scratch_floats;
   return sizes;
 }
 

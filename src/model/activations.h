@@ -1,7 +1,12 @@
 // The activation arena: every tensor the forward saves for the backward, and
 // the backward's scratch, laid out in one buffer whose size is a pure function
-// of (config, batch, sequence length). `ladder plan` and the trainer's memory
-// report use the same function, so predicted and allocated memory agree.
+// of (config, layout, batch, sequence length, slots). `ladder plan` and the
+// trainer's memory report use the same function, so predicted and allocated
+// memory agree.
+//
+// A pipeline schedule keeps several microbatches in flight on a stage (GPipe:
+// all M; 1F1B: at most P - stage), so what the forward saves is laid out once
+// per *slot*; the forward's and the backward's scratch exist once.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +30,11 @@ struct LayerActivations {
   Tensor fch, fch_gelu;            // [N,4C'] MLP pre- and post-GELU
 };
 
-struct GptActivations {
+// What the forward of one microbatch saves on this rank's pipeline stage.
+// The first layer's x is the stage input: the embedding on the first stage,
+// the previous stage's residual stream (received into it) on the others.
+// The tensors after the last layer exist on the last stage only.
+struct SlotActivations {
   Tensor tokens, targets;  // [B,T] i32 (the batch, on the device)
   std::vector<LayerActivations> layers;
   Tensor x_final;                  // [N,C] residual stream after the last layer
@@ -37,8 +46,14 @@ struct GptActivations {
   // which the backward reads. (`lse` here is the cross-entropy's; each layer's
   // `lse` is its attention's.)
   Tensor row_max, sum_exp, target_logit, lse;
-  Tensor branch;        // [N,C] scratch: attention / MLP branch output
+};
+
+struct GptActivations {
+  std::vector<SlotActivations> slots;
+  // Forward scratch, shared by the slots.
+  Tensor branch;        // [N,C] attention / MLP branch output
   Tensor attn_scratch;  // naive attention's [B,NH,T,T] (empty for flash)
+  Tensor stage_out;     // [B,T,C] residual stream for the next stage (not on the last)
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
   Tensor d_ln;     // [N,C] gradient of a LayerNorm output
@@ -48,16 +63,19 @@ struct GptActivations {
 };
 
 struct ActivationSizes {
-  int64_t forward_floats = 0;   // saved for the backward (and inference)
+  int64_t slot_floats = 0;      // saved by the forward, per slot
+  int slots = 1;                // microbatches kept at once
+  int64_t scratch_floats = 0;   // forward scratch
   int64_t backward_floats = 0;  // backward scratch
-  int64_t total_floats() const { return forward_floats + backward_floats; }
+  int64_t total_floats() const { return slots * slot_floats + scratch_floats + backward_floats; }
 };
 
 // Lays out the activations of one rank of `layout` (its pipeline stage's
-// layers, its tensor-parallel share of heads, MLP width and vocabulary) for a
-// batch of B sequences of T tokens in `base` (which may be null to only
-// measure). Returns the sizes; fills *acts if non-null.
+// layers, its tensor-parallel share of heads, MLP width and vocabulary) for
+// `slots` microbatches of B sequences of T tokens in `base` (which may be
+// null to only measure). Returns the sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, float* base, GptActivations* acts);
+                                  int64_t T, bool with_backward, int slots, float* base,
+                                  GptActivations* acts);
 
 }  // namespace ladder

@@ -9,25 +9,29 @@
 namespace ladder {
 
 Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
-         Communicator* tp)
+         const GptParallel& par)
     : cfg_(cfg),
       backend_(backend),
       max_batch_(max_batch),
       training_(training),
-      tp_(tp),
+      par_(par),
       table_(std::move(table)) {}
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* backend,
-                                                 int max_batch, bool training, Communicator* tp,
-                                                 int64_t buffer_multiple) {
+                                                 int max_batch, bool training,
+                                                 const GptParallel& par) {
   RETURN_IF_ERROR(cfg.Validate());
   if (max_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch size must be positive, got ", max_batch));
   }
+  if (par.slots <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("activation slots must be positive, got ", par.slots));
+  }
   ShardLayout layout;
-  if (tp != nullptr) {
-    layout.tp_size = tp->size();
-    layout.tp_rank = tp->rank();
+  if (par.tp != nullptr) {
+    layout.tp_size = par.tp->size();
+    layout.tp_rank = par.tp->rank();
     if (cfg.n_head % layout.tp_size != 0) {
       return absl::InvalidArgumentError(absl::StrCat("n_head (", cfg.n_head,
                                                      ") is not divisible by the tensor-parallel "
@@ -35,9 +39,13 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
                                                      layout.tp_size));
     }
   }
+  if (par.pp != nullptr) {
+    layout.pp_size = par.pp->size();
+    layout.pp_rank = par.pp->rank();
+  }
   ASSIGN_OR_RETURN(ParameterTable table, ParameterTable::Create(GptParameterSpecs(cfg), layout));
-  std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training, std::move(table), tp));
-  const int64_t multiple = std::max<int64_t>(1, buffer_multiple);
+  std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training, std::move(table), par));
+  const int64_t multiple = std::max<int64_t>(1, par.buffer_multiple);
   m->buffer_floats_ = (m->table_.total_floats() + multiple - 1) / multiple * multiple;
   const size_t param_bytes = static_cast<size_t>(m->buffer_floats_) * sizeof(float);
   ASSIGN_OR_RETURN(m->weights_, backend->Allocate(param_bytes));
@@ -45,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
   m->arena_sizes_ =
-      LayoutActivations(cfg, layout, max_batch, cfg.context, training, nullptr, nullptr);
+      LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots, nullptr, nullptr);
   ASSIGN_OR_RETURN(
       m->arena_,
       backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_floats()) * sizeof(float)));
@@ -70,10 +78,12 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
   const ParameterTable whole(GptParameterSpecs(cfg_));
   host->assign(whole.total_floats(), 0.0f);
   // Each rank writes the elements it holds at their logical positions;
-  // replicated tensors are written by rank 0 only, so one sum assembles all.
+  // replicated tensors are written by TP rank 0 only and the tied embedding
+  // by the first stage only, so one sum over both groups assembles all.
   for (int i = 0; i < table_.size(); ++i) {
     const ParamSpec& s = table_.spec(i);
     if (s.split == TpSplit::kReplicated && tp_rank() != 0) continue;
+    if (table_.IsTiedCopy(i)) continue;
     const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
     const std::vector<int64_t>& shape = table_.local_shape(i);
     const int64_t local_cols = shape.size() == 2 ? shape[1] : 1;
@@ -84,8 +94,13 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
                 dst + table_.LogicalRow(i, r) * cols + table_.LogicalColumnStart(i));
     }
   }
-  if (tp_ == nullptr || tp_->size() == 1) return absl::OkStatus();
-  return tp_->AllReduce(Tensor::F32(host->data(), {whole.total_floats()}), ReduceOp::kSum);
+  const Tensor all = Tensor::F32(host->data(), {whole.total_floats()});
+  for (Communicator* group : {par_.tp, par_.pp}) {
+    if (group != nullptr && group->size() > 1) {
+      RETURN_IF_ERROR(group->AllReduce(all, ReduceOp::kSum));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Gpt::ZeroGrads() {
@@ -93,19 +108,25 @@ absl::Status Gpt::ZeroGrads() {
   return backend_->Fill(grad_buffer(), 0.0f);
 }
 
-absl::Status Gpt::Bind(int B, int T) {
+absl::Status Gpt::SetBatchShape(int B, int T) {
   if (B <= 0 || B > max_batch_ || T <= 0 || T > cfg_.context) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " x ", T,
                                                    " tokens exceeds the model's arena (",
                                                    max_batch_, " x ", cfg_.context, ")"));
   }
   if (B != bound_B_ || T != bound_T_) {
-    LayoutActivations(cfg_, table_.layout(), B, T, training_, static_cast<float*>(arena_.get()),
-                      &acts_);
+    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots,
+                      static_cast<float*>(arena_.get()), &acts_);
     bound_B_ = B;
     bound_T_ = T;
   }
   return absl::OkStatus();
+}
+
+absl::Status Gpt::CheckSlot(int slot) const {
+  if (slot >= 0 && slot < par_.slots) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      absl::StrCat("activation slot ", slot, " outside [0, ", par_.slots, ")"));
 }
 
 int Gpt::tp_rank() const { return table_.layout().tp_rank; }
@@ -114,53 +135,73 @@ int64_t Gpt::vocab_start() const {
   return int64_t{cfg_.padded_vocab()} / table_.layout().tp_size * tp_rank();
 }
 
-absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  RETURN_IF_ERROR(Bind(B, T));
+Tensor Gpt::StageInput(int slot) const {
+  return slot >= 0 && slot < static_cast<int>(acts_.slots.size()) ? acts_.slots[slot].layers[0].x
+                                                                  : Tensor();
+}
+Tensor Gpt::StageOutput() const { return acts_.stage_out; }
+Tensor Gpt::OutputGrad() const { return acts_.d_resid; }
+Tensor Gpt::InputGrad() const { return acts_.d_resid; }
+
+absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                                    int slot) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  RETURN_IF_ERROR(SetBatchShape(B, T));
   Backend& be = *backend_;
   GptActivations& a = acts_;
+  SlotActivations& s = a.slots[slot];
   const int V = cfg_.vocab_size;
-  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
-                                                     " is outside the vocabulary [0, ", V, ")"));
-    }
-  }
-  RETURN_IF_ERROR(be.CopyFromHost(a.tokens, tokens));
 
   // Tensor parallelism (src/parallel/tensor_parallel/layers.h): QKV and
   // MLP-up column-parallel, the projections row-parallel, the embedding and
-  // the tied head vocabulary-parallel; with tp_ null these are plain layers.
+  // the tied head vocabulary-parallel; with tp null these are plain layers.
+  if (is_first_stage()) {
+    for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= V) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at position ", i,
+                                                       " is outside the vocabulary [0, ", V, ")"));
+      }
+    }
+    RETURN_IF_ERROR(be.CopyFromHost(s.tokens, tokens));
+    RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, w_.wte, w_.wpe,
+                                              vocab_start()));
+  }
   const int heads = cfg_.n_head / table_.layout().tp_size;
-  RETURN_IF_ERROR(
-      tp::VocabEmbeddingForward(be, tp_, a.layers[0].x, a.tokens, w_.wte, w_.wpe, vocab_start()));
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  const int n_layers = static_cast<int>(s.layers.size());
+  for (int l = 0; l < n_layers; ++l) {
     const LayerTensors& w = w_.layers[l];
-    LayerActivations& la = a.layers[l];
-    // LN1 of layer 0 reads the embedding; later layers first add the previous
-    // layer's MLP branch into the residual stream (fused).
+    LayerActivations& la = s.layers[l];
+    // LN1 of the stage's first layer reads its input; later layers first add
+    // the previous layer's MLP branch into the residual stream (fused).
     if (l == 0) {
       RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd, la.x,
                                                   Tensor(), w.ln1_w, w.ln1_b));
     } else {
       RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                                  a.layers[l - 1].resid_mid, a.branch, w.ln1_w,
+                                                  s.layers[l - 1].resid_mid, a.branch, w.ln1_w,
                                                   w.ln1_b));
     }
     RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
     RETURN_IF_ERROR(
         be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, a.attn_scratch));
-    RETURN_IF_ERROR(tp::RowLinearForward(be, tp_, a.branch, la.atty, w.proj_w, w.proj_b));
+    RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, a.branch, la.atty, w.proj_w, w.proj_b));
     RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd,
                                                 la.x, a.branch, w.ln2_w, w.ln2_b));
     RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.fch, la.ln2, w.fc_w, w.fc_b));
     RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
-    RETURN_IF_ERROR(tp::RowLinearForward(be, tp_, a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
+    RETURN_IF_ERROR(
+        tp::RowLinearForward(be, par_.tp, a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
   }
-  RETURN_IF_ERROR(be.ResidualLayerNormForward(a.x_final, a.lnf, a.lnf_mean, a.lnf_rstd,
-                                              a.layers.back().resid_mid, a.branch, w_.lnf_w,
+  if (!is_last_stage()) {
+    // The next stage normalizes the residual stream; only the add is ours.
+    RETURN_IF_ERROR(be.ResidualAdd(a.stage_out, s.layers.back().resid_mid, a.branch));
+    return 0.0;
+  }
+  RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd,
+                                              s.layers.back().resid_mid, a.branch, w_.lnf_w,
                                               w_.lnf_b));
   // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
-  RETURN_IF_ERROR(tp::ColumnLinearForward(be, a.logits, a.lnf, w_.wte, Tensor()));
+  RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
   if (targets == nullptr) return 0.0;
 
   for (int64_t i = 0; i < int64_t{B} * T; ++i) {
@@ -169,41 +210,46 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
           absl::StrCat("target id ", targets[i], " is outside the vocabulary [0, ", V, ")"));
     }
   }
-  RETURN_IF_ERROR(be.CopyFromHost(a.targets, targets));
-  RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, tp_, a.losses,
-                                               {a.row_max, a.sum_exp, a.target_logit, a.lse},
-                                               a.logits, a.targets, vocab_start(), V));
+  RETURN_IF_ERROR(be.CopyFromHost(s.targets, targets));
+  RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, par_.tp, s.losses,
+                                               {s.row_max, s.sum_exp, s.target_logit, s.lse},
+                                               s.logits, s.targets, vocab_start(), V));
   std::vector<float> losses;
-  RETURN_IF_ERROR(Losses(&losses));
+  RETURN_IF_ERROR(Losses(&losses, slot));
   double sum = 0.0;
   for (float x : losses) sum += x;
   return sum / static_cast<double>(losses.size());
 }
 
-absl::Status Gpt::Backward(float dloss) {
+absl::Status Gpt::Backward(float dloss, int slot) {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
   if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
+  RETURN_IF_ERROR(CheckSlot(slot));
   Backend& be = *backend_;
   GptActivations& a = acts_;
+  SlotActivations& s = a.slots[slot];
   const int heads = cfg_.n_head / table_.layout().tp_size;
-  RETURN_IF_ERROR(be.CrossEntropyBackward(a.logits, a.logits, a.targets, a.lse, vocab_start(),
-                                          cfg_.vocab_size, dloss));
-  RETURN_IF_ERROR(
-      tp::ColumnLinearBackward(be, tp_, a.d_ln, g_.wte, Tensor(), a.logits, a.lnf, w_.wte));
-  // d_resid starts as the gradient of the final residual stream.
-  RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
-  RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, a.x_final,
-                                               w_.lnf_w, a.lnf_mean, a.lnf_rstd));
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  if (is_last_stage()) {
+    RETURN_IF_ERROR(be.CrossEntropyBackward(s.logits, s.logits, s.targets, s.lse, vocab_start(),
+                                            cfg_.vocab_size, dloss));
+    RETURN_IF_ERROR(
+        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g_.wte, Tensor(), s.logits, s.lnf, w_.wte));
+    // d_resid starts as the gradient of the final residual stream.
+    RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
+    RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, s.x_final,
+                                                 w_.lnf_w, s.lnf_mean, s.lnf_rstd));
+  }
+  // On other stages d_resid already holds the gradient of the stage output.
+  for (int l = static_cast<int>(s.layers.size()) - 1; l >= 0; --l) {
     const LayerTensors& w = w_.layers[l];
     const LayerTensors& g = g_.layers[l];
-    LayerActivations& la = a.layers[l];
+    LayerActivations& la = s.layers[l];
     // MLP branch: d_resid is the gradient of its output.
     RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
                                           la.fch_gelu, w.fcproj_w));
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
     RETURN_IF_ERROR(
-        tp::ColumnLinearBackward(be, tp_, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln, la.resid_mid,
                                                  w.ln2_w, la.ln2_mean, la.ln2_rstd));
     // Attention branch.
@@ -212,32 +258,40 @@ absl::Status Gpt::Backward(float dloss) {
     RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
                                          cfg_.attention, a.attn_scratch));
     RETURN_IF_ERROR(
-        tp::ColumnLinearBackward(be, tp_, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
+        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));
   }
-  // d_resid is whole on every rank: each fills its vocabulary rows, and the
-  // replicated position table gets the same gradient everywhere.
-  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, a.tokens, vocab_start());
+  // d_resid is now the gradient of the stage input: a later stage hands it
+  // back (InputGrad). The first stage ends at the embedding: d_resid is whole
+  // on every TP rank, each fills its vocabulary rows, and the replicated
+  // position table gets the same gradient everywhere.
+  if (!is_first_stage()) return absl::OkStatus();
+  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, s.tokens, vocab_start());
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
   if (b < 0 || b >= bound_B_ || t < 0 || t >= bound_T_) {
     return absl::OutOfRangeError(absl::StrCat("no logits at (", b, ", ", t, ")"));
   }
-  if (table_.layout().tp_size != 1) {
-    return absl::FailedPreconditionError("LogitsAt needs the whole vocabulary on one rank");
+  if (table_.layout().tp_size != 1 || table_.layout().pp_size != 1) {
+    return absl::FailedPreconditionError("LogitsAt needs the whole model on one rank");
   }
   const int64_t Vp = cfg_.padded_vocab();
   out->resize(cfg_.vocab_size);
-  Tensor row =
-      Tensor::F32(acts_.logits.f32() + (int64_t{b} * bound_T_ + t) * Vp, {cfg_.vocab_size});
+  Tensor row = Tensor::F32(acts_.slots[0].logits.f32() + (int64_t{b} * bound_T_ + t) * Vp,
+                           {cfg_.vocab_size});
   return backend_->CopyToHost(out->data(), row);
 }
 
-absl::Status Gpt::Losses(std::vector<float>* out) const {
-  out->resize(acts_.losses.numel());
-  return backend_->CopyToHost(out->data(), acts_.losses);
+absl::Status Gpt::Losses(std::vector<float>* out, int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(acts_.slots.size()) ||
+      acts_.slots[slot].losses.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no losses in slot ", slot, " (only the last pipeline stage has them)"));
+  }
+  out->resize(acts_.slots[slot].losses.numel());
+  return backend_->CopyToHost(out->data(), acts_.slots[slot].losses);
 }
 
 }  // namespace ladder

@@ -17,23 +17,39 @@
 
 namespace ladder {
 
+// How one model instance is split over ranks and how many microbatches it
+// keeps in flight. The defaults are the whole model, one microbatch at a time.
+struct GptParallel {
+  // Tensor-parallel group (size > 1): this rank holds and computes its shard
+  // of every layer (Megatron style); its members must make the same calls.
+  Communicator* tp = nullptr;
+  // Pipeline group (size > 1): this rank holds the layers of stage
+  // pp->rank() of pp->size() (parameters.h StageLayers), the embedding on the
+  // first stage and the final LayerNorm and head on the last.
+  Communicator* pp = nullptr;
+  // Activation slots: microbatches whose forward state is kept at once (a
+  // pipeline schedule runs several forwards before their backwards).
+  int slots = 1;
+  // Pads the flat weight and gradient buffers with zeros to a multiple of
+  // this many floats (ZeRO-1 cuts them into equal shards).
+  int64_t buffer_multiple = 1;
+};
+
 class Gpt {
  public:
-  // Allocates weights (and gradients if `training`) and an activation arena
-  // for up to `max_batch` sequences of cfg.context tokens. With a tensor-
-  // parallel group `tp` (size > 1) this rank holds and computes its shard of
-  // every layer (Megatron style); its members must make the same calls.
-  // `buffer_multiple` pads the flat weight and gradient buffers with zeros to
-  // a multiple of that many floats (ZeRO-1 cuts them into equal shards).
+  // Allocates this rank's weights (and gradients if `training`) and an
+  // activation arena for `par.slots` microbatches of up to `max_batch`
+  // sequences of cfg.context tokens.
   static absl::StatusOr<std::unique_ptr<Gpt>> Create(const GptConfig& cfg, Backend* backend,
                                                      int max_batch, bool training,
-                                                     Communicator* tp = nullptr,
-                                                     int64_t buffer_multiple = 1);
+                                                     const GptParallel& par = {});
 
   const GptConfig& config() const { return cfg_; }
   const ParameterTable& table() const { return table_; }
   Backend* backend() const { return backend_; }
   bool training() const { return training_; }
+  bool is_first_stage() const { return table_.layout().pp_rank == 0; }
+  bool is_last_stage() const { return table_.layout().pp_rank == table_.layout().pp_size - 1; }
   // Flat views over all weights / gradients, laid out by table().
   Tensor weights() const {
     return Tensor::F32(static_cast<float*>(weights_.get()), {table_.total_floats()});
@@ -58,28 +74,46 @@ class Gpt {
   absl::Status GetWeights(float* host) const;
   // All weights of the whole model in the unsharded layout
   // (ParameterTable(GptParameterSpecs(config()))), assembled from the shards
-  // of the tensor-parallel group: collective over it, every member gets them.
+  // of the tensor-parallel and pipeline groups: collective over both, every
+  // member gets them.
   absl::Status GetLogicalWeights(std::vector<float>* host);
 
   absl::Status ZeroGrads();
-  // Forward over B sequences of T <= context tokens (host arrays of B*T ids).
-  // With targets, also computes each token's loss and returns the mean loss;
-  // without, returns 0 and only the logits are meaningful.
-  absl::StatusOr<double> Forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Backward of the last Forward with targets; accumulates into grads().
+  // Lays out the activation slots for microbatches of B x T tokens. Forward
+  // does it itself; a later pipeline stage calls it before receiving its
+  // first input into StageInput().
+  absl::Status SetBatchShape(int B, int T);
+  // Forward of this rank's stage over B sequences of T <= context tokens
+  // (host arrays of B*T ids), keeping its state in activation slot `slot`.
+  // The first stage embeds `tokens`; a later stage starts from StageInput(slot),
+  // which must hold the previous stage's output. A stage other than the last
+  // ends with its residual stream in StageOutput(). The last stage with
+  // targets computes each token's loss and returns the mean; otherwise 0.
+  absl::StatusOr<double> Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                                 int slot = 0);
+  // Backward of slot's last Forward (with targets on the last stage);
+  // accumulates into grads(). On the last stage it starts from the loss:
   // dloss is the gradient of the objective w.r.t. each token's loss (for a
-  // mean over N tokens and A accumulation steps, 1 / (N * A)).
-  absl::Status Backward(float dloss);
+  // mean over N tokens and A microbatches, 1 / (N * A)). Other stages start
+  // from OutputGrad(), which must hold the gradient of their StageOutput().
+  // A stage other than the first ends with the gradient of its StageInput()
+  // in InputGrad().
+  absl::Status Backward(float dloss, int slot = 0);
+  // The pipeline's hand-over tensors, [B,T,C] of the current batch shape.
+  Tensor StageInput(int slot) const;
+  Tensor StageOutput() const;
+  Tensor OutputGrad() const;
+  Tensor InputGrad() const;
   // Logits of sequence b at position t of the last Forward: vocab_size floats
-  // (FailedPrecondition under tensor parallelism: each rank has a shard).
+  // (FailedPrecondition unless this rank holds the whole model).
   absl::Status LogitsAt(int b, int t, std::vector<float>* out) const;
-  // Per-token losses of the last Forward with targets (B*T floats).
-  absl::Status Losses(std::vector<float>* out) const;
+  // Per-token losses of slot's last Forward with targets (B*T floats).
+  absl::Status Losses(std::vector<float>* out, int slot = 0) const;
 
  private:
   Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
-      Communicator* tp);
-  absl::Status Bind(int B, int T);
+      const GptParallel& par);
+  absl::Status CheckSlot(int slot) const;
   int tp_rank() const;
   int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
 
@@ -87,7 +121,7 @@ class Gpt {
   Backend* backend_;
   int max_batch_;
   bool training_;
-  Communicator* tp_;
+  GptParallel par_;
   ParameterTable table_;
   int64_t buffer_floats_ = 0;
   DeviceBuffer weights_, grads_, arena_;

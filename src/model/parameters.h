@@ -88,6 +88,13 @@ class ParameterTable {
   int64_t offset(int i) const { return local_[i].offset; }
   int64_t total_floats() const { return total_; }
   const ShardLayout& layout() const { return layout_; }
+  // True for the last stage's copy of the tied embedding in a pipelined
+  // model: the first stage holds the same values (the trainer all-reduces
+  // their gradients over the embedding axis), so sums over the whole model
+  // (gradient norm, logical weights) count the first stage's copy only.
+  bool IsTiedCopy(int i) const {
+    return layout_.pp_size > 1 && layout_.pp_rank == layout_.pp_size - 1 && spec(i).first_stage;
+  }
   // Index of the named local tensor, or NotFound.
   absl::StatusOr<int> Find(const std::string& name) const;
   // View of local tensor i inside a buffer laid out by this table.

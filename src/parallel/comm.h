@@ -34,7 +34,8 @@
 // the calling rank:
 //   AllReduce: buf.bytes()      ReduceScatter: in.bytes() (= size * out)
 //   AllGather: out.bytes()      Broadcast: buf.bytes()
-//   Send / Recv: buf.bytes()    Barrier: 0
+//   Send / Recv: buf.bytes()    SendRecv: send.bytes() + recv.bytes()
+//   Barrier: 0
 // This is what a plan predicts from tensor sizes alone. Wire traffic per
 // rank follows from it with the algorithm's factor, e.g. 2(p-1)/p for a ring
 // all-reduce and (p-1)/p for reduce-scatter and all-gather. A group of one
@@ -91,6 +92,13 @@ class Communicator {
   // in the order sent. peer != rank(). Any dtype.
   virtual absl::Status Send(Tensor buf, int peer) = 0;
   virtual absl::Status Recv(Tensor buf, int peer) = 0;
+  // Send `send` to send_peer and receive `recv` from recv_peer at the same
+  // time, returning when both are done. A pipeline stage that sends its
+  // activations forward while its neighbour sends gradients back would
+  // deadlock with a blocking Send on each side; posted together, neither
+  // waits on the other. The peers may be the same rank; buffers must not
+  // overlap.
+  virtual absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) = 0;
   virtual absl::Status Barrier() = 0;
 
   const CommStats& stats() const { return stats_; }

@@ -162,13 +162,38 @@ class MpiCommunicator final : public Communicator {
     if (rc != MPI_SUCCESS) return MpiError(rc, "recv");
     MPI_Status status;
     RETURN_IF_ERROR(Wait(&req, &status, "recv", Dog("recv", {members()[peer]})));
-    int received = 0;
-    MPI_Get_count(&status, MpiType(buf.dtype), &received);
-    if (received != buf.numel()) {
-      return absl::InternalError(absl::StrCat("recv: got ", received, " elements from world rank ",
-                                              members()[peer], ", expected ", buf.numel()));
-    }
+    RETURN_IF_ERROR(CheckReceived("recv", status, buf, peer));
     Record(timer.Seconds(), static_cast<int64_t>(buf.bytes()));
+    return absl::OkStatus();
+  }
+
+  absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override {
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Device::kCpu));
+    RETURN_IF_ERROR(CheckPeer("SendRecv", send_peer));
+    RETURN_IF_ERROR(CheckPeer("SendRecv", recv_peer));
+    RETURN_IF_ERROR(CheckCount("SendRecv", send));
+    RETURN_IF_ERROR(CheckCount("SendRecv", recv));
+    if (Overlap(send, recv)) return absl::InvalidArgumentError("SendRecv: send and recv overlap");
+    Timer timer;
+    MPI_Request reqs[2];
+    int rc = MPI_Irecv(recv.data, static_cast<int>(recv.numel()), MpiType(recv.dtype), recv_peer,
+                       kTag, comm_, &reqs[0]);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "send-recv");
+    rc = MPI_Isend(send.data, static_cast<int>(send.numel()), MpiType(send.dtype), send_peer, kTag,
+                   comm_, &reqs[1]);
+    if (rc != MPI_SUCCESS) {
+      MPI_Cancel(&reqs[0]);
+      MPI_Request_free(&reqs[0]);
+      return MpiError(rc, "send-recv");
+    }
+    std::vector<int> peers = {members()[recv_peer]};
+    if (send_peer != recv_peer) peers.push_back(members()[send_peer]);
+    MPI_Status status;
+    RETURN_IF_ERROR(Wait(&reqs[0], &status, "send-recv", Dog("send-recv", peers)));
+    RETURN_IF_ERROR(Wait(&reqs[1], MPI_STATUS_IGNORE, "send-recv", Dog("send-recv", peers)));
+    RETURN_IF_ERROR(CheckReceived("send-recv", status, recv, recv_peer));
+    Record(timer.Seconds(), static_cast<int64_t>(send.bytes() + recv.bytes()));
     return absl::OkStatus();
   }
 
@@ -188,6 +213,16 @@ class MpiCommunicator final : public Communicator {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.numel(),
                                                    " elements is more than MPI's limit of ",
                                                    INT_MAX, " in one call; split the buffer"));
+  }
+
+  // A message must fill the receive buffer exactly.
+  absl::Status CheckReceived(const char* op, const MPI_Status& status, const Tensor& buf,
+                             int peer) const {
+    int received = 0;
+    MPI_Get_count(&status, MpiType(buf.dtype), &received);
+    if (received == buf.numel()) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(op, ": got ", received, " elements from world rank ",
+                                            members()[peer], ", expected ", buf.numel()));
   }
 
   // Completes a call issued with return code `rc` and records it.

@@ -126,6 +126,27 @@ class NcclCommunicator final : public Communicator {
     return Finish(r, "recv", {members()[peer]}, timer, buf.bytes());
   }
 
+  // Grouped, NCCL issues both at once (no send waits for the other side's).
+  absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override {
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, Device::kCuda));
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Device::kCuda));
+    RETURN_IF_ERROR(CheckPeer("SendRecv", send_peer));
+    RETURN_IF_ERROR(CheckPeer("SendRecv", recv_peer));
+    Timer timer;
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) {
+      r = ncclSend(send.data, send.numel(), NcclType(send.dtype), send_peer, comm_, stream_);
+    }
+    if (r == ncclSuccess) {
+      r = ncclRecv(recv.data, recv.numel(), NcclType(recv.dtype), recv_peer, comm_, stream_);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+    std::vector<int> peers = {members()[recv_peer]};
+    if (send_peer != recv_peer) peers.push_back(members()[send_peer]);
+    return Finish(r, "send-recv", peers, timer, send.bytes() + recv.bytes());
+  }
+
   // NCCL has no barrier: a one-element all-reduce is one.
   absl::Status Barrier() override {
     Timer timer;

@@ -38,6 +38,13 @@ absl::Status SelfCommunicator::Recv(Tensor buf, int peer) {
   return CheckPeer("Recv", peer);
 }
 
+absl::Status SelfCommunicator::SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) {
+  RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, send.device));
+  RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, recv.device));
+  RETURN_IF_ERROR(CheckPeer("SendRecv", send_peer));
+  return CheckPeer("SendRecv", recv_peer);
+}
+
 absl::Status SelfCommunicator::Copy(const char* op, Tensor in, Tensor out) {
   RETURN_IF_ERROR(CheckBuffer(op, "in", in, in.device));
   RETURN_IF_ERROR(CheckBuffer(op, "out", out, in.device));

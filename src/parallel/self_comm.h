@@ -2,7 +2,7 @@
 // of size 1 under mpirun (tp = 1, the embedding group when pp = 1), goes
 // through the same Communicator calls as a parallel one without MPI: every
 // collective is the identity (a copy where in and out differ), nothing is
-// recorded in stats(), and Send/Recv have no peer (InvalidArgument).
+// recorded in stats(), and Send/Recv/SendRecv have no peer (InvalidArgument).
 //
 // Buffers may live on either device; a copy between two distinct CUDA
 // buffers is not done here (it needs a stream): pass the same buffer as in
@@ -26,6 +26,7 @@ class SelfCommunicator final : public Communicator {
   absl::Status Broadcast(Tensor buf, int root) override;
   absl::Status Send(Tensor buf, int peer) override;
   absl::Status Recv(Tensor buf, int peer) override;
+  absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override;
   absl::Status Barrier() override { return absl::OkStatus(); }
 
  private:

@@ -10,11 +10,11 @@ namespace ladder {
 
 absl::StatusOr<AdamW> AdamW::Create(const ParameterTable* table, Backend* backend,
                                     const AdamWConfig& cfg, int64_t begin, int64_t end,
-                                    Communicator* tp) {
+                                    Communicator* tp, Communicator* pp) {
   if (begin < 0 || end < begin) {
     return absl::InvalidArgumentError(absl::StrCat("bad optimizer range [", begin, ", ", end, ")"));
   }
-  AdamW opt(table, backend, cfg, begin, end, tp);
+  AdamW opt(table, backend, cfg, begin, end, tp, pp);
   const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
   ASSIGN_OR_RETURN(opt.m_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(opt.v_, backend->Allocate(bytes));
@@ -35,21 +35,26 @@ absl::Status AdamW::ForEachSegment(F f) const {
 
 absl::StatusOr<double> AdamW::GradNorm(Tensor grads, Communicator* range_group) const {
   const bool tp_split = tp_ != nullptr && tp_->size() > 1;
+  const bool pp_split = pp_ != nullptr && pp_->size() > 1;
   const bool ranged = range_group != nullptr && range_group->size() > 1;
-  if (!tp_split && !ranged) {
+  if (!tp_split && !pp_split && !ranged) {
     double sum = 0.0;
     RETURN_IF_ERROR(backend_->SumOfSquares(grads, &sum));
     return std::sqrt(sum);
   }
   double split = 0.0, replicated = 0.0;
   RETURN_IF_ERROR(ForEachSegment([&](int i, int64_t first, int64_t count) -> absl::Status {
+    if (table_->IsTiedCopy(i)) return absl::OkStatus();
     double s = 0.0;
     RETURN_IF_ERROR(backend_->SumOfSquares(Tensor::F32(grads.f32() + first, {count}), &s));
     (table_->spec(i).split == TpSplit::kReplicated ? replicated : split) += s;
     return absl::OkStatus();
   }));
+  // Every TP rank holds the replicated tensors whole, so only the split sum
+  // is summed over the TP group; ranges and stages hold disjoint parts.
   float sums[2] = {static_cast<float>(split), static_cast<float>(replicated)};
   if (ranged) RETURN_IF_ERROR(range_group->AllReduce(Tensor::F32(sums, {2}), ReduceOp::kSum));
+  if (pp_split) RETURN_IF_ERROR(pp_->AllReduce(Tensor::F32(sums, {2}), ReduceOp::kSum));
   if (tp_split) RETURN_IF_ERROR(tp_->AllReduce(Tensor::F32(sums, {1}), ReduceOp::kSum));
   return std::sqrt(static_cast<double>(sums[0]) + sums[1]);
 }

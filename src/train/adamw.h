@@ -25,17 +25,19 @@ struct AdamWConfig {
 class AdamW {
  public:
   // Updates floats [begin, end) of buffers laid out by `table` (end may pass
-  // table->total_floats(): padding is skipped). `tp`: the tensor-parallel
-  // group whose shards together form the model (null for none).
+  // table->total_floats(): padding is skipped). `tp` and `pp`: the tensor-
+  // parallel and pipeline groups whose shards and stages together form the
+  // model (null for none).
   static absl::StatusOr<AdamW> Create(const ParameterTable* table, Backend* backend,
                                       const AdamWConfig& cfg, int64_t begin, int64_t end,
-                                      Communicator* tp = nullptr);
+                                      Communicator* tp = nullptr, Communicator* pp = nullptr);
 
   // Global L2 norm of the whole model's gradient (before clipping) from
   // `grads`, the gradient of this range (range-sized): split tensors summed
-  // over the tensor-parallel shards, replicated ones counted once, and summed
+  // over the tensor-parallel shards, replicated ones counted once, every
+  // pipeline stage's tensors summed (the tied embedding once), and summed
   // over `range_group` (the data-parallel group under ZeRO-1, whose ranks
-  // hold the other ranges; null otherwise). Collective over both groups.
+  // hold the other ranges; null otherwise). Collective over all three.
   absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group) const;
   // One update at 1-based `step` with learning rate lr of `weights` (the
   // range, range-sized) from `grads`, scaling the gradient by
@@ -46,8 +48,8 @@ class AdamW {
 
  private:
   AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, int64_t begin,
-        int64_t end, Communicator* tp)
-      : table_(table), backend_(backend), cfg_(cfg), begin_(begin), end_(end), tp_(tp) {}
+        int64_t end, Communicator* tp, Communicator* pp)
+      : table_(table), backend_(backend), cfg_(cfg), begin_(begin), end_(end), tp_(tp), pp_(pp) {}
   // Calls f(i, first, count): the part of tensor i inside the range, as
   // offsets relative to the range's start.
   template <typename F>
@@ -58,6 +60,7 @@ class AdamW {
   AdamWConfig cfg_;
   int64_t begin_, end_;
   Communicator* tp_;
+  Communicator* pp_;
   DeviceBuffer m_, v_;
 };
 

@@ -20,6 +20,9 @@ struct StepRecord {
   // Time split of the step, seconds.
   double t_data = 0, t_forward = 0, t_backward = 0, t_optimizer = 0;
   double t_step = 0;
+  // Of the microbatch schedule's wall time, what was not forward or backward:
+  // the pipeline bubble (waiting for the neighbouring stages), seconds.
+  double t_bubble = 0;
   // Communication of this rank during the step, per parallel axis (seconds
   // inside calls and payload bytes, src/parallel/comm.h); empty for a group of one.
   struct AxisComm {

@@ -1,5 +1,6 @@
 #include "src/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/core/status.h"
@@ -7,6 +8,11 @@
 #include "src/train/lr_schedule.h"
 
 namespace ladder {
+namespace {
+
+bool Parallel(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, Backend* backend,
                                                          const std::vector<int32_t>* train,
@@ -14,14 +20,31 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
                                                          double peak_gflops, TrainerGroups groups) {
   RETURN_IF_ERROR(cfg.Validate());
   std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops, groups));
-  if (cfg.batch_size % t->dp_size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size (", cfg.batch_size, ") is not divisible by dp (", t->dp_size(), ")"));
+  const int D = t->dp_size(), P = t->pp_size(), A = cfg.AccumulationSteps();
+  const int64_t G = int64_t{cfg.batch_size} * A;
+  t->microbatches_ = groups.microbatches > 0 ? groups.microbatches : A;
+  if (G % (int64_t{D} * t->microbatches_) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the global batch of ", G, " sequences (batch_size ", cfg.batch_size, " x ", A,
+                     " accumulation steps) does not split into dp (", D, ") x microbatches (",
+                     t->microbatches_, ") equal parts"));
   }
-  const bool zero = groups.zero1 && t->dp_size() > 1;
+  if (cfg.model.n_layer < P) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_layer (", cfg.model.n_layer, ") is smaller than pp (", P, ")"));
+  }
+  t->micro_rows_ = static_cast<int>(G / (int64_t{D} * t->microbatches_));
+  const int stage = groups.pp ? groups.pp->rank() : 0;
+  t->slots_ = pp::ActivationSlots(groups.schedule, P, stage, t->microbatches_);
+  const bool zero = groups.zero1 && D > 1;
+  GptParallel par;
+  par.tp = groups.tp;
+  par.pp = groups.pp;
+  par.slots = t->slots_;
   // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
-  ASSIGN_OR_RETURN(t->model_, Gpt::Create(cfg.model, backend, t->micro_rows(), /*training=*/true,
-                                          groups.tp, zero ? 16 * t->dp_size() : 1));
+  par.buffer_multiple = zero ? 16 * D : 1;
+  ASSIGN_OR_RETURN(t->model_,
+                   Gpt::Create(cfg.model, backend, t->micro_rows_, /*training=*/true, par));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
   AdamWConfig opt;
   opt.beta1 = cfg.beta1;
@@ -31,22 +54,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   opt.grad_clip = cfg.grad_clip;
   int64_t begin = 0, end = t->model_->table().total_floats();
   if (zero) {
-    t->shard_floats_ = t->model_->buffer_floats() / t->dp_size();
+    t->shard_floats_ = t->model_->buffer_floats() / D;
     begin = t->dp_rank() * t->shard_floats_;
     end = begin + t->shard_floats_;
     ASSIGN_OR_RETURN(t->grad_shard_,
                      backend->Allocate(static_cast<size_t>(t->shard_floats_) * sizeof(float)));
   }
-  ASSIGN_OR_RETURN(AdamW adamw,
-                   AdamW::Create(&t->model_->table(), backend, opt, begin, end, groups.tp));
+  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt, begin, end,
+                                              groups.tp, groups.pp));
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
   t->train_loader_.emplace(std::move(tl));
   t->val_loader_.emplace(std::move(vl));
   // This rank's rows of one global batch.
-  const size_t n = static_cast<size_t>(cfg.batch_size) / t->dp_size() * cfg.AccumulationSteps() *
-                   cfg.model.context;
+  const size_t n = static_cast<size_t>(G / D) * cfg.model.context;
   t->inputs_.resize(n);
   t->targets_.resize(n);
   return t;
@@ -56,51 +78,100 @@ int64_t Trainer::tokens_per_step() const {
   return int64_t{cfg_.batch_size} * cfg_.model.context * cfg_.AccumulationSteps();
 }
 
+pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32_t* targets,
+                                              int rows, int slots, float dloss, double* loss_sum,
+                                              StepRecord* record) {
+  const int T = cfg_.model.context;
+  Gpt* m = model_.get();
+  pp::StageFunctions f;
+  f.forward = [=](int micro) -> absl::Status {
+    const size_t at = static_cast<size_t>(micro) * rows * T;
+    Timer t;
+    ASSIGN_OR_RETURN(double loss, m->Forward(inputs + at, targets + at, rows, T, micro % slots));
+    *loss_sum += loss;
+    record->t_forward += t.Seconds();
+    return absl::OkStatus();
+  };
+  f.backward = [=](int micro) -> absl::Status {
+    Timer t;
+    RETURN_IF_ERROR(m->Backward(dloss, micro % slots));
+    record->t_backward += t.Seconds();
+    return absl::OkStatus();
+  };
+  f.input = [=](int micro) { return m->StageInput(micro % slots); };
+  f.output = [m] { return m->StageOutput(); };
+  f.output_grad = [m] { return m->OutputGrad(); };
+  f.input_grad = [m] { return m->InputGrad(); };
+  return f;
+}
+
+absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicator** range_group) {
+  Communicator* dp = groups_.dp;
+  if (shard_floats_ > 0) {
+    // ZeRO-1: each rank receives the sum of its shard only.
+    *grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_});
+    *weights =
+        Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_, {shard_floats_});
+    *range_group = dp;
+    return dp->ReduceScatter(model_->grad_buffer(), *grads);
+  }
+  // Buckets from the end of the buffer: the backward finishes the last
+  // layers' gradients first, so on a GPU each bucket can start while the
+  // backward still runs; here they run one after another once it is done.
+  const int64_t n = grads->numel(), bucket = std::max<int64_t>(1, groups_.bucket_floats);
+  for (int64_t end = n; end > 0; end -= bucket) {
+    const int64_t begin = std::max<int64_t>(0, end - bucket);
+    RETURN_IF_ERROR(
+        dp->AllReduce(Tensor::F32(grads->f32() + begin, {end - begin}), ReduceOp::kSum));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepRecord> Trainer::Step() {
-  const int T = cfg_.model.context, A = cfg_.AccumulationSteps(), D = dp_size();
-  const int G = cfg_.batch_size * A, rows = micro_rows();
+  const int T = cfg_.model.context, D = dp_size(), M = microbatches_;
+  const int64_t G = int64_t{cfg_.batch_size} * cfg_.AccumulationSteps();
   StepRecord r;
   Timer step_timer;
-  for (Communicator* c : {groups_.tp, groups_.dp}) {
+  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (c != nullptr) c->ResetStats();
   }
   RETURN_IF_ERROR(model_->ZeroGrads());
   Timer t;
   train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
   r.t_data = t.Seconds();
-  const float dloss = 1.0f / static_cast<float>(int64_t{G} * T);
+  RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
+
+  // The microbatches, in this stage's schedule. Only the last stage sees
+  // losses; it hands their mean to the other stages afterwards.
+  const float dloss = 1.0f / static_cast<float>(G * T);
   double loss_sum = 0.0;
-  for (int micro = 0; micro < A; ++micro) {
-    const size_t at = static_cast<size_t>(micro) * rows * T;
-    t.Reset();
-    ASSIGN_OR_RETURN(double loss,
-                     model_->Forward(inputs_.data() + at, targets_.data() + at, rows, T));
-    loss_sum += loss;
-    r.t_forward += t.Seconds();
-    t.Reset();
-    RETURN_IF_ERROR(model_->Backward(dloss));
-    r.t_backward += t.Seconds();
-  }
-  r.loss = loss_sum / A;
+  const int P = pp_size(), stage = groups_.pp ? groups_.pp->rank() : 0;
+  pp::StageTiming timing;
+  RETURN_IF_ERROR(pp::RunStage(
+      pp::StageOps(groups_.schedule, P, stage, M), groups_.pp,
+      StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum, &r),
+      &timing));
+  if (P > 1) r.t_bubble = timing.wall_seconds - timing.compute_seconds;
+  float loss = static_cast<float>(loss_sum / M);
+  if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&loss, {1}), P - 1));
   t.Reset();
+
+  // The tied embedding: the first stage's lookup and the last stage's head
+  // each hold part of its gradient; both need the sum.
+  if (Parallel(groups_.embedding)) {
+    ASSIGN_OR_RETURN(int wte, model_->table().Find("wte"));
+    RETURN_IF_ERROR(groups_.embedding->AllReduce(model_->table().View(model_->grads().f32(), wte),
+                                                 ReduceOp::kSum));
+  }
   Tensor weights = model_->weights(), grads = model_->grads();
   Communicator* range_group = nullptr;
   if (D > 1) {
     // The mean loss over the global batch, and the summed gradient of all rows.
-    float loss = static_cast<float>(r.loss);
     RETURN_IF_ERROR(groups_.dp->AllReduce(Tensor::F32(&loss, {1}), ReduceOp::kSum));
-    r.loss = static_cast<double>(loss) / D;
-    if (shard_floats_ > 0) {
-      // ZeRO-1: each rank receives the sum of its shard only.
-      grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_});
-      weights =
-          Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_, {shard_floats_});
-      RETURN_IF_ERROR(groups_.dp->ReduceScatter(model_->grad_buffer(), grads));
-      range_group = groups_.dp;
-    } else {
-      RETURN_IF_ERROR(groups_.dp->AllReduce(grads, ReduceOp::kSum));
-    }
+    loss /= static_cast<float>(D);
+    RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
+  r.loss = D > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
   RETURN_IF_ERROR(
@@ -111,8 +182,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   r.t_optimizer = t.Seconds();
   r.t_step = step_timer.Seconds();
-  for (Communicator* c : {groups_.tp, groups_.dp}) {
-    if (c != nullptr && c->size() > 1) {
+  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
+    if (Parallel(c)) {
       r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});
     }
   }
@@ -127,14 +198,35 @@ absl::StatusOr<StepRecord> Trainer::Step() {
 
 absl::StatusOr<double> Trainer::ValidationLoss() {
   // The same windows whatever the layout: eval_batches x batch_size of them,
-  // in micro-batches that fit the arena (every DP rank scores all of them).
-  const int T = cfg_.model.context, rows = micro_rows();
+  // in microbatches that fit the arena (every DP rank scores all of them),
+  // passed forward through the pipeline stages.
+  const int T = cfg_.model.context, rows = micro_rows_;
   const int64_t windows = cfg_.eval_batches * cfg_.batch_size;
+  const int64_t chunks = (windows + rows - 1) / rows;
   double sum = 0.0;
-  for (int64_t w = 0; w < windows; w += rows) {
-    val_loader_->ReadSequential(static_cast<uint64_t>(w), rows, inputs_.data(), targets_.data());
-    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), rows, T));
-    sum += loss * rows;
+  int64_t w = 0;
+  pp::StageFunctions f;
+  f.forward = [&](int) -> absl::Status {
+    const int n = static_cast<int>(std::min<int64_t>(rows, windows - w));
+    val_loader_->ReadSequential(static_cast<uint64_t>(w), n, inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), n, T));
+    sum += loss * n;
+    w += n;
+    return absl::OkStatus();
+  };
+  // Every chunk but a short last one has the arena's shape.
+  RETURN_IF_ERROR(model_->SetBatchShape(rows, T));
+  f.input = [&](int) -> Tensor {
+    const int n = static_cast<int>(std::min<int64_t>(rows, windows - w));
+    if (!model_->SetBatchShape(n, T).ok()) return Tensor();
+    return model_->StageInput(0);
+  };
+  f.output = [&] { return model_->StageOutput(); };
+  RETURN_IF_ERROR(pp::RunStage(pp::ForwardOps(static_cast<int>(chunks)), groups_.pp, f, nullptr));
+  float mean = static_cast<float>(sum / static_cast<double>(windows));
+  if (pp_size() > 1) {
+    RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&mean, {1}), pp_size() - 1));
+    return static_cast<double>(mean);
   }
   return sum / static_cast<double>(windows);
 }

@@ -1,14 +1,20 @@
-// The training loop: micro-batches with gradient accumulation, global-norm
+// The training loop: microbatches with gradient accumulation, global-norm
 // clipping, AdamW with warmup + cosine LR, periodic validation, metrics.
 //
 // A step reads one global batch of G = batch_size x A sequences (A
-// accumulation steps; with ZeRO-1 see TrainerGroups). With data parallelism of degree D, DP rank d
-// takes rows [d G/D, (d+1) G/D) of it; each rank runs its rows as A micro-batches of batch_size /
-// D: forward, backward with dloss = 1 / (G T) (so the summed gradient is that of the mean loss over
-// the global batch). Then gradients are all-reduced over the DP group, clipped by the global norm
-// and applied by AdamW. Tensor-parallel ranks of one DP rank read the same rows and compute one
-// model together. Everything is a pure function of (config, seed, data, layout), so two runs give
-// identical losses.
+// accumulation steps). With data parallelism of degree D, DP rank d takes
+// rows [d G/D, (d+1) G/D) of it and runs them as M microbatches of G/(D M)
+// rows (M = --microbatches, by default A): forward, backward with
+// dloss = 1 / (G T), so the summed gradient is that of the mean loss over the
+// global batch. With pipeline parallelism of degree P the microbatches flow
+// through the P stages in a schedule (src/parallel/pipeline_parallel/);
+// without, the same schedule code runs them one after another. Then the tied
+// embedding's gradient is all-reduced between the first and last stage,
+// gradients are all-reduced over the DP group in buckets (or, with ZeRO-1,
+// reduce-scattered), clipped by the global norm and applied by AdamW.
+// Tensor-parallel ranks of one DP rank and stage read the same rows and
+// compute one stage together. Everything is a pure function of (config,
+// seed, data, layout), so two runs give identical losses.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +27,7 @@
 #include "src/backend/backend.h"
 #include "src/data/loader.h"
 #include "src/model/gpt.h"
+#include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/adamw.h"
 #include "src/train/metrics.h"
 #include "src/train/run_config.h"
@@ -28,14 +35,22 @@
 namespace ladder {
 
 // The parallel groups of a trainer's rank (null means a group of one) and
-// how data parallelism shares the optimizer.
+// how the step uses them.
 struct TrainerGroups {
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;
+  Communicator* pp = nullptr;
+  // The first and last stage of one (dp, tp) position: the tied embedding.
+  Communicator* embedding = nullptr;
   // ZeRO-1: reduce-scatter the gradients instead of all-reducing them, keep
   // and update only this DP rank's 1/D of the AdamW state and weights, then
   // all-gather the weights.
   bool zero1 = false;
+  pp::Schedule schedule = pp::Schedule::k1F1B;
+  int microbatches = 0;  // 0: the config's accumulation steps
+  // Without ZeRO-1, the DP all-reduce goes in buckets of this many floats,
+  // last parameters first (the order the backward finishes them).
+  int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
 };
 
 class Trainer {
@@ -63,19 +78,29 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
+  int microbatches() const { return microbatches_; }
+  int micro_rows() const { return micro_rows_; }
 
  private:
   Trainer(const RunConfig& cfg, double peak_gflops, TrainerGroups groups)
       : cfg_(cfg), peak_gflops_(peak_gflops), groups_(groups) {}
   int dp_size() const { return groups_.dp ? groups_.dp->size() : 1; }
   int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
-  int micro_rows() const { return cfg_.batch_size / dp_size(); }
+  int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
+  // The hand-over functions of this rank's stage for the rows at `rows`.
+  pp::StageFunctions StageFunctionsFor(const int32_t* inputs, const int32_t* targets, int rows,
+                                       int slots, float dloss, double* loss_sum,
+                                       StepRecord* record);
+  // Sums the data-parallel gradients (bucketed all-reduce or ZeRO-1
+  // reduce-scatter); returns the range of the buffers this rank updates.
+  absl::Status ReduceGradients(Tensor* weights, Tensor* grads, Communicator** range_group);
 
   RunConfig cfg_;
   double peak_gflops_;
   TrainerGroups groups_;
   std::unique_ptr<Gpt> model_;
   std::optional<AdamW> optimizer_;
+  int microbatches_ = 1, micro_rows_ = 1, slots_ = 1;
   int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
   DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient
   std::optional<DataLoader> train_loader_, val_loader_;

@@ -323,6 +323,23 @@ struct LnData {
         beta(Uniform(c, seed + 3, -0.5f, 0.5f)) {}
 };
 
+// The residual add alone is exactly the fused op's residual_out.
+TEST_F(BackendOpsTest, ResidualAddEqualsTheFusedOpsResidual) {
+  const int C = 53;
+  LnData d(7, C, 5);
+  const int N = d.N;
+  std::vector<float> sum(N * C), res(N * C), y(N * C), mean(N), rstd(N);
+  ASSERT_TRUE(cpu_.ResidualAdd(F32(sum, {N, C}), F32(d.in, {N, C}), F32(d.branch, {N, C})).ok());
+  ASSERT_TRUE(cpu_.ResidualLayerNormForward(
+                      F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N}), F32(rstd, {N}),
+                      F32(d.in, {N, C}), F32(d.branch, {N, C}), F32(d.gamma, {C}), F32(d.beta, {C}))
+                  .ok());
+  EXPECT_EQ(sum, res);
+  for (int i = 0; i < N * C; ++i) ASSERT_EQ(sum[i], d.in[i] + d.branch[i]) << i;
+  ExpectInvalid(cpu_.ResidualAdd(F32(sum, {N, C}), F32(d.in, {N, C}), F32(d.branch, {C})),
+                "ResidualAdd");
+}
+
 TEST_F(BackendOpsTest, ResidualLayerNormForwardMatchesReference) {
   for (int C : {37, 768}) {
     LnData d(9, C, 11);

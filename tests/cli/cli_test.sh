@@ -95,11 +95,15 @@ printf 'n_layer = two\n' >"$tmp/badval.conf"
 expect_error 2 "'n_layer' expects an integer" -- train --config "$tmp/badval.conf" --out "$tmp/x"
 printf 'n_embd = 30\nn_head = 4\n' >"$tmp/badshape.conf"
 expect_error 2 "n_embd (30) must be divisible by n_head (4)" -- train --config "$tmp/badshape.conf" --out "$tmp/x"
-expect_error 2 "dp x tp = 2 x 1 = 2 but the job has 1 ranks" -- train --config "$src/tests/cli/micro.conf" \
+expect_error 2 "dp x tp x pp = 2 x 1 x 1 = 2 but the job has 1 ranks" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --dp 2
 expect_error 2 "--zero must be 0 or 1" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --zero 2
-expect_error 2 "dp x tp = 1 x 4 = 4 but the job has 1 ranks" -- bench train --config "$src/tests/cli/micro.conf" --tp 4
+expect_error 2 "dp x tp x pp = 1 x 4 x 1 = 4 but the job has 1 ranks" -- bench train --config "$src/tests/cli/micro.conf" --tp 4
+expect_error 2 "unknown pipeline schedule 'zigzag' (gpipe or 1f1b)" -- train --config "$src/tests/cli/micro.conf" \
+  --data "$tmp/corpus.txt" --out "$tmp/x" --pp-schedule zigzag
+expect_error 2 "the global batch of 4 sequences does not split into dp (1) x microbatches (3) equal parts" \
+  -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3
 expect_error 2 "/nonexistent/model" -- generate --model /nonexistent/model
 expect_error 2 "temperature" -- generate --model "$tmp/run" --temperature -1
 expect_error 2 "top_p" -- generate --model "$tmp/run" --top-p 2

@@ -210,6 +210,19 @@ void CheckSendRecv(Communicator& c) {
   if (c.Send(Tensor::F32(buf.data(), {n}), r).code() != absl::StatusCode::kInvalidArgument) {
     Fail(c, "Send to itself was not refused");
   }
+  // Every rank sends to the next and receives from the previous at once (a
+  // ring shift): with a blocking Send on every rank, rendezvous-sized
+  // messages would deadlock; SendRecv must not.
+  const int next = (r + 1) % c.size(), prev = (r + c.size() - 1) % c.size();
+  std::vector<float> out = message(r, 9);
+  if (Ok(c, "SendRecv",
+         c.SendRecv(Tensor::F32(out.data(), {n}), next, Tensor::F32(buf.data(), {n}), prev))) {
+    Expect(c, "SendRecv ring shift", buf, message(prev, 9));
+  }
+  if (c.SendRecv(Tensor::F32(out.data(), {n}), next, Tensor::F32(out.data() + 1, {n - 1}), prev)
+          .code() != absl::StatusCode::kInvalidArgument) {
+    Fail(c, "SendRecv with overlapping buffers was not refused");
+  }
 }
 
 // One call of each collective, then compare the counters with the sizes

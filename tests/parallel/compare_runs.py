@@ -63,7 +63,9 @@ def main():
         worst = max(worst, rel)
         if rel > tol:
             bad.append(f"{name}: relative difference {rel:.3g}")
-    print(f"{other}: {len(a)} losses, worst weight difference {worst:.3g} (tolerance {tol})")
+    worst_loss = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=0.0)
+    print(f"{len(a)} losses (worst {worst_loss:.2g}), weights (worst {worst:.2g}); "
+          f"tolerance {tol}")
     for line in bad[:10]:
         print("  " + line)
     sys.exit(1 if bad else 0)

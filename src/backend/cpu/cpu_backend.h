@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
                                         Tensor beta) override;
   absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta, Tensor dy,
                                          Tensor x, Tensor gamma, Tensor mean, Tensor rstd) override;
+  absl::Status ResidualAdd(Tensor out, Tensor a, Tensor b) override;
 
   absl::Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,

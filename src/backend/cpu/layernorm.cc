@@ -1,4 +1,5 @@
-// Residual add fused with LayerNorm:
+// Residual add fused with LayerNorm (and the residual add alone, for the
+// pipeline stage boundary):
 //   residual_out = residual_in + branch
 //   y = (residual_out - mean) * rstd * gamma + beta,  rstd = 1/sqrt(var + 1e-5)
 //
@@ -25,6 +26,7 @@ namespace {
 
 constexpr char kFwd[] = "ResidualLayerNormForward";
 constexpr char kBwd[] = "ResidualLayerNormBackward";
+constexpr char kAdd[] = "ResidualAdd";
 constexpr float kEps = 1e-5f;
 // Rows per partial-sum chunk of dgamma/dbeta (fixed: it sets the sum order).
 constexpr int64_t kRowsPerChunk = 32;
@@ -152,6 +154,20 @@ absl::Status CpuBackend::ResidualLayerNormBackward(Tensor d_residual, Tensor dga
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ResidualAdd(Tensor out, Tensor a, Tensor b) {
+  int64_t N = 0, C = 0;
+  RETURN_IF_ERROR(cpu::RowView(kAdd, "a", a, DType::kF32, &N, &C));
+  RETURN_IF_ERROR(cpu::CheckRows(kAdd, "b", b, DType::kF32, N, C));
+  RETURN_IF_ERROR(cpu::CheckRows(kAdd, "out", out, DType::kF32, N, C));
+  const float* ap = a.f32();
+  const float* bp = b.f32();
+  float* op = out.f32();
+  const int64_t n = N * C;
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) op[i] = ap[i] + bp[i];
   return absl::OkStatus();
 }
 

@@ -1,0 +1,104 @@
+#include "src/parallel/pipeline_parallel/schedule.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/core/status.h"
+#include "src/core/timer.h"
+
+namespace ladder::pp {
+
+absl::StatusOr<Schedule> ParseSchedule(std::string_view name) {
+  if (name == "gpipe") return Schedule::kGPipe;
+  if (name == "1f1b") return Schedule::k1F1B;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown pipeline schedule '", std::string(name), "' (gpipe or 1f1b)"));
+}
+
+const char* ScheduleName(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
+
+std::vector<Op> StageOps(Schedule s, int stages, int stage, int microbatches) {
+  const int M = microbatches;
+  std::vector<Op> ops;
+  if (s == Schedule::kGPipe) {
+    for (int m = 0; m < M; ++m) ops.push_back({true, m});
+    for (int m = 0; m < M; ++m) ops.push_back({false, m});
+    return ops;
+  }
+  const int warmup = std::min(stages - stage - 1, M);
+  for (int m = 0; m < warmup; ++m) ops.push_back({true, m});
+  for (int i = 0; i + warmup < M; ++i) {
+    ops.push_back({true, i + warmup});
+    ops.push_back({false, i});
+  }
+  for (int m = std::max(0, M - warmup); m < M; ++m) ops.push_back({false, m});
+  return ops;
+}
+
+std::vector<Op> ForwardOps(int microbatches) {
+  std::vector<Op> ops;
+  for (int m = 0; m < microbatches; ++m) ops.push_back({true, m});
+  return ops;
+}
+
+int ActivationSlots(Schedule s, int stages, int stage, int microbatches) {
+  if (s == Schedule::kGPipe) return microbatches;
+  return std::max(1, std::min(microbatches, stages - stage));
+}
+
+double TextbookBubble(int stages, int microbatches) {
+  return static_cast<double>(stages - 1) / (microbatches + stages - 1);
+}
+
+absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
+                      StageTiming* timing) {
+  const int stage = group ? group->rank() : 0, stages = group ? group->size() : 1;
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int prev = stage - 1, next = stage + 1;
+  // The microbatch whose input / output gradient a combined SendRecv has
+  // already received (-1: none).
+  int input_ready = -1, grad_ready = -1;
+  Timer wall;
+  double compute = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const Op* following = i + 1 < ops.size() ? &ops[i + 1] : nullptr;
+    if (op.forward) {
+      if (!first && input_ready != op.microbatch) {
+        RETURN_IF_ERROR(group->Recv(f.input(op.microbatch), prev));
+      }
+      Timer t;
+      RETURN_IF_ERROR(f.forward(op.microbatch));
+      compute += t.Seconds();
+      if (last) continue;
+      if (following != nullptr && !following->forward) {
+        RETURN_IF_ERROR(group->SendRecv(f.output(), next, f.output_grad(), next));
+        grad_ready = following->microbatch;
+      } else {
+        RETURN_IF_ERROR(group->Send(f.output(), next));
+      }
+    } else {
+      if (!last && grad_ready != op.microbatch) {
+        RETURN_IF_ERROR(group->Recv(f.output_grad(), next));
+      }
+      Timer t;
+      RETURN_IF_ERROR(f.backward(op.microbatch));
+      compute += t.Seconds();
+      if (first) continue;
+      if (following != nullptr && following->forward) {
+        RETURN_IF_ERROR(
+            group->SendRecv(f.input_grad(), prev, f.input(following->microbatch), prev));
+        input_ready = following->microbatch;
+      } else {
+        RETURN_IF_ERROR(group->Send(f.input_grad(), prev));
+      }
+    }
+  }
+  if (timing != nullptr) {
+    timing->wall_seconds = wall.Seconds();
+    timing->compute_seconds = compute;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder::pp

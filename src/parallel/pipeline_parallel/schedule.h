@@ -1,0 +1,85 @@
+// Pipeline schedules: the order in which one stage runs the forward (F) and
+// backward (B) passes of M microbatches, and the executor that runs that
+// order, moving activations forward and gradients back between neighbouring
+// stages over the pipeline group. The math of a pass is the caller's
+// (src/model/gpt.h); this module only orders and moves.
+//
+//   GPipe  F0 F1 ... F(M-1), then B0 B1 ... B(M-1). A stage keeps all M
+//          microbatches' activations until their backward.
+//   1F1B   (PipeDream-flush, Megatron's default) stage s of P runs
+//          W = min(P-s-1, M) warm-up forwards, then alternates one forward
+//          and one backward, then drains the remaining backwards. At most
+//          P-s microbatches are in flight, so it keeps min(M, P-s) of them.
+//
+// Both leave every stage idle for the same share of the step when a pass
+// takes the same time on every stage: the bubble, (P-1)/(M+P-1). 1F1B buys
+// memory, not time. Backwards run in microbatch order in both schedules, so
+// the gradients accumulate in the order a single process adds them.
+//
+// Deadlock freedom: a forward followed by a backward sends its activation
+// and receives the next gradient in one SendRecv (and a backward followed by
+// a forward sends its gradient and receives the next activation), the pairing
+// Megatron uses. With two blocking sends facing each other, neighbouring
+// 1F1B stages would each wait for the other to receive.
+#pragma once
+
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/core/tensor.h"
+#include "src/parallel/comm.h"
+
+namespace ladder::pp {
+
+enum class Schedule { kGPipe, k1F1B };
+
+// "gpipe" or "1f1b"; anything else is InvalidArgument naming it.
+absl::StatusOr<Schedule> ParseSchedule(std::string_view name);
+const char* ScheduleName(Schedule s);
+
+struct Op {
+  bool forward;  // F or B
+  int microbatch;
+};
+
+// The passes stage `stage` of `stages` runs for `microbatches` microbatches.
+std::vector<Op> StageOps(Schedule s, int stages, int stage, int microbatches);
+// A stage's forward-only passes (validation): F0 .. F(M-1).
+std::vector<Op> ForwardOps(int microbatches);
+// Microbatches whose activations the stage keeps at once; microbatch m uses
+// slot m % ActivationSlots(...).
+int ActivationSlots(Schedule s, int stages, int stage, int microbatches);
+// The textbook bubble fraction (P-1)/(M+P-1).
+double TextbookBubble(int stages, int microbatches);
+
+// What a stage computes, and where the hand-over tensors live. Tensors are
+// looked up when needed (a slot's input buffer belongs to its microbatch).
+struct StageFunctions {
+  std::function<absl::Status(int microbatch)> forward, backward;
+  // Not called on the first stage: where F(m)'s input is received.
+  std::function<Tensor(int microbatch)> input;
+  // Not called on the last stage: F's output, sent to the next stage, and
+  // where B's incoming gradient is received.
+  std::function<Tensor()> output, output_grad;
+  // Not called on the first stage: B's gradient of the input, sent back.
+  std::function<Tensor()> input_grad;
+};
+
+struct StageTiming {
+  double wall_seconds = 0;     // the whole schedule
+  double compute_seconds = 0;  // inside forward and backward
+  // The stage's idle share: (wall - compute) / wall.
+  double bubble() const {
+    return wall_seconds > 0 ? (wall_seconds - compute_seconds) / wall_seconds : 0.0;
+  }
+};
+
+// Runs `ops` on this rank's stage (its rank in `group`; null or a group of
+// one: a single stage, no messages). Every stage of the group must run the
+// ops of the same schedule and microbatch count.
+absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
+                      StageTiming* timing);
+
+}  // namespace ladder::pp
