@@ -21,6 +21,8 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
   flags.String("pp-schedule", &f->pp_schedule, "pipeline schedule: gpipe or 1f1b");
   flags.Int("zero", &f->zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
   flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
+  flags.Bool("recompute", &f->recompute,
+             "activation recomputation: keep each layer's input only, redo the layer backward");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
 }
@@ -83,6 +85,7 @@ TrainerGroups ParallelRun::groups(const LayoutFlags& f) {
   g.zero1 = f.zero == 1;
   g.schedule = pp::ParseSchedule(f.pp_schedule).value_or(pp::Schedule::k1F1B);
   g.microbatches = static_cast<int>(f.microbatches);
+  g.recompute = f.recompute;
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   return g;
 }

@@ -25,11 +25,30 @@ class Bump {
   int64_t used_ = 0;
 };
 
+// Everything a layer saves but its input x.
+void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_t NH,
+                 LayerActivations* layer) {
+  LayerActivations& l = *layer;
+  const int64_t N = B * T;
+  l.ln1 = bump.F32({N, C});
+  l.ln1_mean = bump.F32({N});
+  l.ln1_rstd = bump.F32({N});
+  l.qkv = bump.F32({B, T, 3 * Cl});
+  l.atty = bump.F32({B, T, Cl});
+  l.lse = bump.F32({B, NH, T});
+  l.resid_mid = bump.F32({N, C});
+  l.ln2 = bump.F32({N, C});
+  l.ln2_mean = bump.F32({N});
+  l.ln2_rstd = bump.F32({N});
+  l.fch = bump.F32({N, 4 * Cl});
+  l.fch_gelu = bump.F32({N, 4 * Cl});
+}
+
 }  // namespace
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, float* base,
-                                  GptActivations* acts) {
+                                  int64_t T, bool with_backward, int slots, bool recompute,
+                                  float* base, GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
   // Tensor parallelism splits heads, the MLP's hidden width and the
@@ -47,18 +66,7 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
     s.layers.assign(stage.last - stage.first, {});
     for (LayerActivations& l : s.layers) {
       l.x = bump.F32({B, T, C});
-      l.ln1 = bump.F32({N, C});
-      l.ln1_mean = bump.F32({N});
-      l.ln1_rstd = bump.F32({N});
-      l.qkv = bump.F32({B, T, 3 * Cl});
-      l.atty = bump.F32({B, T, Cl});
-      l.lse = bump.F32({B, NH, T});
-      l.resid_mid = bump.F32({N, C});
-      l.ln2 = bump.F32({N, C});
-      l.ln2_mean = bump.F32({N});
-      l.ln2_rstd = bump.F32({N});
-      l.fch = bump.F32({N, 4 * Cl});
-      l.fch_gelu = bump.F32({N, 4 * Cl});
+      if (!recompute) LayOutLayer(bump, B, T, C, Cl, NH, &l);
     }
     if (last_stage) {
       s.x_final = bump.F32({N, C});
@@ -81,6 +89,8 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();
   a.stage_out = last_stage ? Tensor() : bump.F32({B, T, C});
+  a.recompute = {};
+  if (recompute) LayOutLayer(bump, B, T, C, Cl, NH, &a.recompute);
   sizes.scratch_floats = bump.used() - saved;
   if (with_backward) {
     a.d_resid = bump.F32({B, T, C});

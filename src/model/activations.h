@@ -7,6 +7,13 @@
 // A pipeline schedule keeps several microbatches in flight on a stage (GPipe:
 // all M; 1F1B: at most P - stage), so what the forward saves is laid out once
 // per *slot*; the forward's and the backward's scratch exist once.
+//
+// Per transformer layer and microbatch of N = B T tokens the forward saves
+//   N (4C + 12C' + NH' + 4) floats
+// (x, ln1, resid_mid, ln2: C each; qkv 3C', atty C', fch and fch_gelu 4C'
+// each; attention lse NH'; two LayerNorm means and rstds). With activation
+// recomputation it saves only the layer input x (N C) and recomputes the rest
+// in the backward, one layer at a time, in one shared layer of scratch.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +61,9 @@ struct GptActivations {
   Tensor branch;        // [N,C] attention / MLP branch output
   Tensor attn_scratch;  // naive attention's [B,NH,T,T] (empty for flash)
   Tensor stage_out;     // [B,T,C] residual stream for the next stage (not on the last)
+  // With recomputation: the one layer whose activations exist at a time
+  // (its x is borrowed from the slot's layer being run); empty otherwise.
+  LayerActivations recompute;
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
   Tensor d_ln;     // [N,C] gradient of a LayerNorm output
@@ -73,9 +83,10 @@ struct ActivationSizes {
 // Lays out the activations of one rank of `layout` (its pipeline stage's
 // layers, its tensor-parallel share of heads, MLP width and vocabulary) for
 // `slots` microbatches of B sequences of T tokens in `base` (which may be
-// null to only measure). Returns the sizes; fills *acts if non-null.
+// null to only measure), saving only each layer's input if `recompute`.
+// Returns the sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, float* base,
-                                  GptActivations* acts);
+                                  int64_t T, bool with_backward, int slots, bool recompute,
+                                  float* base, GptActivations* acts);
 
 }  // namespace ladder

@@ -52,8 +52,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
-  m->arena_sizes_ =
-      LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots, nullptr, nullptr);
+  m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots,
+                                      par.recompute, nullptr, nullptr);
   ASSIGN_OR_RETURN(
       m->arena_,
       backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_floats()) * sizeof(float)));
@@ -115,7 +115,7 @@ absl::Status Gpt::SetBatchShape(int B, int T) {
                                                    max_batch_, " x ", cfg_.context, ")"));
   }
   if (B != bound_B_ || T != bound_T_) {
-    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots,
+    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute,
                       static_cast<float*>(arena_.get()), &acts_);
     bound_B_ = B;
     bound_T_ = T;
@@ -143,6 +143,29 @@ Tensor Gpt::StageOutput() const { return acts_.stage_out; }
 Tensor Gpt::OutputGrad() const { return acts_.d_resid; }
 Tensor Gpt::InputGrad() const { return acts_.d_resid; }
 
+absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) {
+  Backend& be = *backend_;
+  const LayerTensors& w = w_.layers[l];
+  const int heads = cfg_.n_head / table_.layout().tp_size;
+  Tensor branch = acts_.branch;
+  // The first LayerNorm without the residual add: x is already the sum (or
+  // the stage input), and recomputation rebuilds it bit for bit.
+  if (l == 0 || !project) {
+    RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd, la.x,
+                                                Tensor(), w.ln1_w, w.ln1_b));
+  }
+  RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
+  RETURN_IF_ERROR(
+      be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, acts_.attn_scratch));
+  RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, branch, la.atty, w.proj_w, w.proj_b));
+  RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x,
+                                              branch, w.ln2_w, w.ln2_b));
+  RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.fch, la.ln2, w.fc_w, w.fc_b));
+  RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
+  if (!project) return absl::OkStatus();
+  return tp::RowLinearForward(be, par_.tp, branch, la.fch_gelu, w.fcproj_w, w.fcproj_b);
+}
+
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                     int slot) {
   RETURN_IF_ERROR(CheckSlot(slot));
@@ -166,40 +189,29 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, w_.wte, w_.wpe,
                                               vocab_start()));
   }
-  const int heads = cfg_.n_head / table_.layout().tp_size;
+  // Each layer's input x is the previous layer's resid_mid plus its MLP
+  // branch, added by the fused LayerNorm that starts the layer (the stage's
+  // first layer starts from its input as it is).
   const int n_layers = static_cast<int>(s.layers.size());
+  Tensor resid_mid;  // of the layer before
   for (int l = 0; l < n_layers; ++l) {
-    const LayerTensors& w = w_.layers[l];
-    LayerActivations& la = s.layers[l];
-    // LN1 of the stage's first layer reads its input; later layers first add
-    // the previous layer's MLP branch into the residual stream (fused).
-    if (l == 0) {
-      RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd, la.x,
-                                                  Tensor(), w.ln1_w, w.ln1_b));
-    } else {
-      RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd,
-                                                  s.layers[l - 1].resid_mid, a.branch, w.ln1_w,
-                                                  w.ln1_b));
+    LayerActivations la = par_.recompute ? a.recompute : s.layers[l];
+    la.x = s.layers[l].x;
+    if (l > 0) {
+      RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, resid_mid,
+                                                  a.branch, w_.layers[l].ln1_w,
+                                                  w_.layers[l].ln1_b));
     }
-    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
-    RETURN_IF_ERROR(
-        be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, a.attn_scratch));
-    RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, a.branch, la.atty, w.proj_w, w.proj_b));
-    RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd,
-                                                la.x, a.branch, w.ln2_w, w.ln2_b));
-    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.fch, la.ln2, w.fc_w, w.fc_b));
-    RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
-    RETURN_IF_ERROR(
-        tp::RowLinearForward(be, par_.tp, a.branch, la.fch_gelu, w.fcproj_w, w.fcproj_b));
+    RETURN_IF_ERROR(LayerForward(l, la, /*project=*/true));
+    resid_mid = la.resid_mid;
   }
   if (!is_last_stage()) {
     // The next stage normalizes the residual stream; only the add is ours.
-    RETURN_IF_ERROR(be.ResidualAdd(a.stage_out, s.layers.back().resid_mid, a.branch));
+    RETURN_IF_ERROR(be.ResidualAdd(a.stage_out, resid_mid, a.branch));
     return 0.0;
   }
-  RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd,
-                                              s.layers.back().resid_mid, a.branch, w_.lnf_w,
-                                              w_.lnf_b));
+  RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd, resid_mid,
+                                              a.branch, w_.lnf_w, w_.lnf_b));
   // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
   RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
   if (targets == nullptr) return 0.0;
@@ -243,7 +255,14 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   for (int l = static_cast<int>(s.layers.size()) - 1; l >= 0; --l) {
     const LayerTensors& w = w_.layers[l];
     const LayerTensors& g = g_.layers[l];
-    LayerActivations& la = s.layers[l];
+    LayerActivations la = s.layers[l];
+    if (par_.recompute) {
+      // Rebuild what the forward did not keep. The attention projection's
+      // output lands in branch, which the backward no longer needs.
+      la = a.recompute;
+      la.x = s.layers[l].x;
+      RETURN_IF_ERROR(LayerForward(l, la, /*project=*/false));
+    }
     // MLP branch: d_resid is the gradient of its output.
     RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
                                           la.fch_gelu, w.fcproj_w));

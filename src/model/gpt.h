@@ -30,6 +30,9 @@ struct GptParallel {
   // Activation slots: microbatches whose forward state is kept at once (a
   // pipeline schedule runs several forwards before their backwards).
   int slots = 1;
+  // Activation recomputation: keep only each layer's input and redo the
+  // layer's forward in the backward (activations.h has the sizes).
+  bool recompute = false;
   // Pads the flat weight and gradient buffers with zeros to a multiple of
   // this many floats (ZeRO-1 cuts them into equal shards).
   int64_t buffer_multiple = 1;
@@ -114,6 +117,10 @@ class Gpt {
   Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
       const GptParallel& par);
   absl::Status CheckSlot(int slot) const;
+  // Layer l's forward from its input la.x up to the MLP's GELU; the MLP's
+  // down projection goes to acts_.branch when `project` (the backward's
+  // recomputation does not need it).
+  absl::Status LayerForward(int l, const LayerActivations& la, bool project);
   int tp_rank() const;
   int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
 

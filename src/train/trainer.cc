@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   par.tp = groups.tp;
   par.pp = groups.pp;
   par.slots = t->slots_;
+  par.recompute = groups.recompute;
   // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
   par.buffer_multiple = zero ? 16 * D : 1;
   ASSIGN_OR_RETURN(t->model_,

@@ -51,6 +51,8 @@ struct TrainerGroups {
   // Without ZeRO-1, the DP all-reduce goes in buckets of this many floats,
   // last parameters first (the order the backward finishes them).
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
+  // Activation recomputation (GptParallel::recompute).
+  bool recompute = false;
 };
 
 class Trainer {

@@ -18,7 +18,8 @@ train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus
 OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { echo "FAIL: single run"; exit 1; }
 failures=0
 # "ranks flags...": every parallel dimension alone and combined, ZeRO-1 on and
-# off, both pipeline schedules, and more microbatches than the reference's one.
+# off, both pipeline schedules, more microbatches than the reference's one,
+# and activation recomputation.
 for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "2 --dp 2" "2 --dp 2 --zero 1" "2 --tp 2" "4 --dp 2 --tp 2" \
     "4 --dp 2 --tp 2 --zero 1" "4 --dp 4 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4" \
@@ -31,7 +32,8 @@ for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 2" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --zero 1 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1" \
-    "8 --dp 2 --pp 4 --microbatches 4 --zero 1"; do
+    "8 --dp 2 --pp 4 --microbatches 4 --zero 1" \
+    "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute"; do
   set -- $layout
   np=$1
   shift

@@ -34,11 +34,16 @@ std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
   return t;
 }
 
-std::vector<double> Losses(const RunConfig& rc, const std::vector<int32_t>& data) {
+std::vector<double> Losses(const RunConfig& rc, const std::vector<int32_t>& data,
+                           TrainerGroups groups = {}, std::vector<float>* weights = nullptr) {
   CpuBackend be;
-  auto t = *Trainer::Create(rc, &be, &data, &data, 0);
+  auto t = *Trainer::Create(rc, &be, &data, &data, 0, groups);
   std::vector<double> losses;
   for (int i = 0; i < rc.steps; ++i) losses.push_back(t->Step()->loss);
+  if (weights != nullptr) {
+    weights->resize(t->model().table().total_floats());
+    EXPECT_TRUE(t->model().GetWeights(weights->data()).ok());
+  }
   return losses;
 }
 
@@ -61,6 +66,29 @@ TEST(TrainerTest, AccumulationEqualsTheBiggerBatch) {
   ASSERT_EQ(accum.AccumulationSteps(), 2);
   auto a = Losses(big, data), b = Losses(accum, data);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i;
+}
+
+// Recomputation redoes the same deterministic ops on the same inputs: the
+// run is bit for bit the one that kept its activations, with less memory.
+TEST(TrainerTest, RecomputationIsBitwiseIdenticalAndSmaller) {
+  const auto data = RandomTokens(5000, 3);
+  RunConfig rc = SmallRun();
+  rc.total_batch_tokens = 8 * 16;
+  std::vector<float> kept, recomputed;
+  TrainerGroups groups;
+  groups.microbatches = 2;
+  groups.schedule = pp::Schedule::kGPipe;  // two slots in flight
+  auto a = Losses(rc, data, groups, &kept);
+  groups.recompute = true;
+  auto b = Losses(rc, data, groups, &recomputed);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(kept, recomputed);
+  CpuBackend be;
+  auto full = *Trainer::Create(rc, &be, &data, &data, 0);
+  groups.recompute = true;
+  auto lean = *Trainer::Create(rc, &be, &data, &data, 0, groups);
+  EXPECT_LT(lean->model().activation_sizes().total_floats(),
+            full->model().activation_sizes().total_floats());
 }
 
 TEST(TrainerTest, LearnsARepeatingPattern) {
