@@ -178,6 +178,9 @@ class Backend {
   // ---- memory helpers -------------------------------------------------------
   // Zero-initialized device memory, 64-byte aligned, freed with the buffer.
   virtual absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) = 0;
+  // Bytes handed out by Allocate and not freed yet (rounded up to 64 each):
+  // the memory `ladder plan` predicts, measured.
+  virtual int64_t bytes_allocated() const = 0;
   virtual absl::Status Fill(Tensor x, float value) = 0;
   // Copies between a tensor on this backend's device and host memory of
   // x.bytes() bytes (the only way code above the interface reads results).

@@ -161,6 +161,7 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("warmup", &f.warmup, "untimed steps first");
   flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
   AddLayoutFlags(flags, &f.layout);
+  AddCommFlags(flags, &f.layout);
   return RunParallelCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
 }
 

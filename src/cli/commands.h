@@ -11,6 +11,7 @@ int GenerateCommand(int argc, char** argv);   // generate.cc
 int TokenizerCommand(int argc, char** argv);  // tokenizer.cc: train | encode | decode
 int DataCommand(int argc, char** argv);       // data.cc: prepare
 int BenchCommand(int argc, char** argv);      // bench.cc: train
+int PlanCommand(int argc, char** argv);       // plan.cc
 int VersionCommand(int argc, char** argv);    // version.cc
 
 }  // namespace ladder

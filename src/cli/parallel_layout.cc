@@ -20,9 +20,12 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
             "the config's accumulation steps");
   flags.String("pp-schedule", &f->pp_schedule, "pipeline schedule: gpipe or 1f1b");
   flags.Int("zero", &f->zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
-  flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
   flags.Bool("recompute", &f->recompute,
              "activation recomputation: keep each layer's input only, redo the layer backward");
+}
+
+void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
+  flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
 }

@@ -25,7 +25,10 @@ struct LayoutFlags {
   double comm_timeout = 300;
 };
 
+// The layout: --dp --tp --pp --microbatches --pp-schedule --zero --recompute.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
+// What a run adds: --bucket-mb --comm-timeout.
+void AddCommFlags(FlagSet& flags, LayoutFlags* f);
 
 // Every layout rule (dp x tp x pp = ranks, divisibility of heads, vocabulary
 // and batch, layers per stage, the schedule's name), checked identically on

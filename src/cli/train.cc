@@ -44,6 +44,45 @@ absl::StatusOr<Tokenizer> ResolveTokenizer(const RunConfig& rc) {
   return tok;
 }
 
+// What every rank allocated and passed to its communicators in the first
+// step, gathered to rank 0 and written as JSON (docs/formats.md): the
+// measurement `ladder plan` is held to.
+absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Trainer& trainer,
+                             const Backend& backend, const StepRecord& r) {
+  constexpr int kFields = 9;
+  const Gpt& m = trainer.model();
+  int64_t mine[kFields] = {static_cast<int64_t>(m.weight_buffer().bytes()),
+                           trainer.gradient_bytes(), trainer.optimizer_state_bytes(),
+                           m.activation_sizes().total_floats() * int64_t{sizeof(float)},
+                           backend.bytes_allocated()};
+  const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
+  for (const StepRecord::AxisComm& c : r.comm) {
+    for (int a = 0; a < 4; ++a) {
+      if (c.axis == AxisName(axes[a])) mine[5 + a] = c.bytes;
+    }
+  }
+  const int world = par.grid.world_size();
+  std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
+  // Moved as bytes: the communicators reduce 32-bit types only.
+  RETURN_IF_ERROR(
+      par.comms[Axis::kWorld].AllGather(Tensor(mine, DType::kI8, {kFields * 8}),
+                                        Tensor(all.data(), DType::kI8, {world * kFields * 8})));
+  if (par.grid.rank() != 0) return absl::OkStatus();
+  const GridShape& g = par.grid.shape();
+  std::string json = "[";
+  for (int q = 0; q < world; ++q) {
+    const int64_t* v = &all[static_cast<size_t>(q) * kFields];
+    absl::StrAppendFormat(
+        &json,
+        "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"tp\":%d,\"memory\":{\"weights\":%d,"
+        "\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
+        "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d}}",
+        q ? "," : "", q, q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, v[0], v[1], v[2], v[3], v[4],
+        v[5], v[6], v[7], v[8]);
+  }
+  return WriteFileAtomically(path, json + "\n]\n");
+}
+
 absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
   if (f.out.empty()) return absl::InvalidArgumentError("missing --out DIR");
@@ -111,6 +150,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   Timer run_timer;
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
+    if (r.step == 1) {
+      RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, backend, r));
+    }
     if (!lead) return absl::OkStatus();
     RETURN_IF_ERROR(metrics->Write(r));
     if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
@@ -150,6 +192,7 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
             kConfig);
   AddLayoutFlags(flags, &f.layout);
+  AddCommFlags(flags, &f.layout);
   return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

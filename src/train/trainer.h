@@ -76,10 +76,15 @@ class Trainer {
   absl::Status Run(const std::function<absl::Status(const StepRecord&)>& on_step);
 
   Gpt& model() { return *model_; }
+  const Gpt& model() const { return *model_; }
   int64_t step() const { return step_; }
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
+  // The gradient buffer, and under ZeRO-1 the reduced shard beside it.
+  int64_t gradient_bytes() const {
+    return static_cast<int64_t>(model_->grad_buffer().bytes()) + shard_floats_ * 4;
+  }
   int microbatches() const { return microbatches_; }
   int micro_rows() const { return micro_rows_; }
 

@@ -42,7 +42,7 @@ printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
 
 # ---- help and version -------------------------------------------------------
 for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
-           "data prepare" "bench train" version; do
+           "data prepare" "bench train" plan version; do
   # shellcheck disable=SC2086
   if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
     fail "ladder $cmd --help"
@@ -54,7 +54,7 @@ grep -q "^ladder " "$tmp/out" || fail "version line"
 
 # ---- happy path --------------------------------------------------------------
 expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/run" --steps 20
-for f in model.bin tokenizer.bpe metrics.jsonl; do
+for f in model.bin tokenizer.bpe metrics.jsonl ranks.json; do
   [ -s "$tmp/run/$f" ] || fail "train did not write $f"
 done
 [ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq 20 ] || fail "metrics.jsonl should have 20 lines"
@@ -104,6 +104,10 @@ expect_error 2 "unknown pipeline schedule 'zigzag' (gpipe or 1f1b)" -- train --c
   --data "$tmp/corpus.txt" --out "$tmp/x" --pp-schedule zigzag
 expect_error 2 "the global batch of 4 sequences does not split into dp (1) x microbatches (3) equal parts" \
   -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3
+expect_error 2 "missing --config FILE" -- plan
+expect_error 2 "--precision must be fp32 or mixed, got 'fp16'" -- plan --config "$src/tests/cli/micro.conf" --precision fp16
+expect_error 2 "n_head (2) is not divisible by tp (4)" -- plan --config "$src/tests/cli/micro.conf" --tp 4
+expect_error 2 "n_layer (2) is smaller than pp (3): a stage needs a layer" -- plan --config "$src/tests/cli/micro.conf" --pp 3
 expect_error 2 "/nonexistent/model" -- generate --model /nonexistent/model
 expect_error 2 "temperature" -- generate --model "$tmp/run" --temperature -1
 expect_error 2 "top_p" -- generate --model "$tmp/run" --top-p 2

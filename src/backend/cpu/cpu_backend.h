@@ -8,7 +8,9 @@
 // A BLAS call made inside one of our parallel regions runs single-threaded.
 #pragma once
 
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include "src/backend/backend.h"
 
@@ -57,6 +59,7 @@ class CpuBackend final : public Backend {
                            const AdamWParams& p) override;
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
+  int64_t bytes_allocated() const override { return allocated_->load(); }
   absl::Status Fill(Tensor x, float value) override;
   absl::Status CopyToHost(void* dst, Tensor src) override {
     std::memcpy(dst, src.data, src.bytes());
@@ -66,6 +69,10 @@ class CpuBackend final : public Backend {
     std::memcpy(dst.data, src, dst.bytes());
     return absl::OkStatus();
   }
+
+ private:
+  // Shared with the buffers' deleters, so a buffer may outlive the backend.
+  std::shared_ptr<std::atomic<int64_t>> allocated_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace ladder

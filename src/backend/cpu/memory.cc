@@ -16,7 +16,12 @@ absl::StatusOr<DeviceBuffer> CpuBackend::Allocate(size_t bytes) {
         absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
   }
   std::memset(p, 0, rounded);
-  return DeviceBuffer(p, [](void* q) { std::free(q); });
+  const int64_t size = static_cast<int64_t>(rounded == 0 ? 64 : rounded);
+  *allocated_ += size;
+  return DeviceBuffer(p, [counter = allocated_, size](void* q) {
+    std::free(q);
+    *counter -= size;
+  });
 }
 
 }  // namespace ladder

@@ -1,0 +1,138 @@
+// ladder plan: memory per rank, communication per step and axis, and the
+// pipeline bubble of a training layout, predicted from the config alone
+// (src/tools/plan.h has the formulas). Runs in one process, no MPI.
+#include "src/tools/plan.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/cli/commands.h"
+#include "src/cli/parallel_layout.h"
+#include "src/core/flags.h"
+#include "src/core/status.h"
+
+namespace ladder {
+namespace {
+
+struct PlanFlags {
+  std::string config, precision = "fp32";
+  bool json = false;
+  LayoutFlags layout;
+};
+
+std::string Json(const Plan& p) {
+  std::string out = absl::StrFormat(
+      "{\"parameters\":%d,\"state_bytes_per_parameter\":%.4f,\"microbatches\":%d,"
+      "\"micro_rows\":%d,\"bubble\":%.6f,\"stages\":[",
+      p.parameters, p.state_bytes_per_parameter, p.microbatches, p.micro_rows, p.bubble);
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const StagePlan& s = p.stages[i];
+    absl::StrAppendFormat(
+        &out,
+        "%s{\"stage\":%d,\"ranks\":[%d,%d],\"layers\":[%d,%d],\"slots\":%d,"
+        "\"memory\":{\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,"
+        "\"total\":%d},\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,"
+        "\"embedding\":%d}}",
+        i ? "," : "", s.stage, s.first_rank, s.last_rank, s.layers.first, s.layers.last, s.slots,
+        s.weight_bytes, s.grad_bytes, s.optimizer_bytes, s.activation_bytes, s.memory_bytes(),
+        s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes);
+  }
+  return out + "]}";
+}
+
+// 1.50 GiB, 12.0 MiB, 300 KiB: three significant figures in a binary unit;
+// "-" for nothing.
+std::string Bytes(double b) {
+  if (b == 0) return "-";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat(b < 10 ? "%.2f %s" : b < 100 ? "%.1f %s" : "%.0f %s", b, units[u]);
+}
+
+absl::Status RunPlan(const PlanFlags& f) {
+  if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
+  if (f.precision != "fp32" && f.precision != "mixed") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision must be fp32 or mixed, got '", f.precision, "'"));
+  }
+  ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
+  const LayoutFlags& lf = f.layout;
+  RETURN_IF_ERROR(CheckLayout(rc, lf, static_cast<int>(lf.dp * lf.tp * lf.pp)));
+  PlanLayout l;
+  l.dp = static_cast<int>(lf.dp);
+  l.tp = static_cast<int>(lf.tp);
+  l.pp = static_cast<int>(lf.pp);
+  l.zero1 = lf.zero == 1;
+  l.microbatches = static_cast<int>(lf.microbatches);
+  ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(lf.pp_schedule));
+  l.recompute = lf.recompute;
+  l.mixed_precision = f.precision == "mixed";
+  ASSIGN_OR_RETURN(Plan p, MakePlan(rc, l));
+  if (f.json) {
+    std::printf("%s\n", Json(p).c_str());
+    return absl::OkStatus();
+  }
+  const GptConfig& m = rc.model;
+  const int w = l.mixed_precision ? 2 : 4, opt = l.mixed_precision ? 12 : 8;
+  std::printf("plan: %s, %.3gB parameters; dp %d x tp %d x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
+              f.config.c_str(), p.parameters / 1e9, l.dp, l.tp, l.pp, l.dp * l.tp * l.pp,
+              l.zero1 ? 1 : 0, pp::ScheduleName(l.schedule),
+              l.mixed_precision ? "mixed precision (bf16 weights, gradients, activations)" : "fp32",
+              l.recompute ? ", recomputing activations" : "");
+  std::printf("batch: %d microbatches of %d x %d tokens per DP rank and step\n", p.microbatches,
+              p.micro_rows, m.context);
+  std::printf(
+      "model states: weights %d + gradients %d + AdamW %d%s bytes per parameter%s = %.2f "
+      "bytes per model parameter per replica%s\n",
+      w, w, opt, l.mixed_precision ? " (fp32 master, m, v)" : " (m, v)",
+      l.zero1 && l.dp > 1 ? absl::StrFormat(", the optimizer's over %d ZeRO-1 ranks", l.dp).c_str()
+                          : "",
+      p.state_bytes_per_parameter,
+      l.pp > 1 ? " (the tied embedding is held by both end stages)" : "");
+  std::printf(
+      "activations: per layer and microbatch N x (4C + 12C/t + NH/t + 4) values%s, N = %d "
+      "tokens, C = %d, NH = %d, t = %d; times the schedule's slots\n",
+      l.recompute ? " kept for the backward's recomputation: only N x C (the layer input)" : "",
+      p.micro_rows * m.context, m.n_embd, m.n_head, l.tp);
+  std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s\n", "stage",
+              "ranks", "layers", "slots", "weights", "gradients", "optimizer", "activations",
+              "total", "tensor/step", "data/step", "pipe/step", "embed/step");
+  for (const StagePlan& s : p.stages) {
+    std::printf("%-5d %-9s %-7s %5d %10s %10s %10s %11s %10s   %-11s %-10s %-10s %-10s\n", s.stage,
+                absl::StrCat(s.first_rank, "-", s.last_rank).c_str(),
+                absl::StrCat(s.layers.first, "-", s.layers.last - 1).c_str(), s.slots,
+                Bytes(s.weight_bytes).c_str(), Bytes(s.grad_bytes).c_str(),
+                Bytes(s.optimizer_bytes).c_str(), Bytes(s.activation_bytes).c_str(),
+                Bytes(s.memory_bytes()).c_str(), Bytes(s.tensor_bytes).c_str(),
+                Bytes(s.data_bytes).c_str(), Bytes(s.pipeline_bytes).c_str(),
+                Bytes(s.embedding_bytes).c_str());
+  }
+  std::printf("\npipeline bubble: (P-1)/(M+P-1) = %.1f%% of each step (P = %d, M = %d)\n",
+              100 * p.bubble, l.pp, p.microbatches);
+  std::printf(
+      "(every rank of a stage is alike; communication is the payload each rank passes to its "
+      "collectives and messages per step, see docs/ARCHITECTURE.md)\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PlanCommand(int argc, char** argv) {
+  PlanFlags f;
+  FlagSet flags("ladder plan",
+                "Predict memory per rank, communication per step and the pipeline bubble of a "
+                "training layout, from the config alone.");
+  flags.String("config", &f.config, "model and run config file (required)");
+  AddLayoutFlags(flags, &f.layout);
+  flags.String("precision", &f.precision,
+               "fp32 (how ladder trains on the CPU) or mixed (bf16 with fp32 master weights)");
+  flags.Bool("json", &f.json, "print the plan as one JSON object");
+  return RunCommand(flags, argc, argv, [&] { return RunPlan(f); });
+}
+
+}  // namespace ladder

@@ -1,0 +1,78 @@
+#include "src/tools/plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/core/status.h"
+#include "src/model/activations.h"
+
+namespace ladder {
+
+absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
+  RETURN_IF_ERROR(rc.Validate());
+  Plan plan;
+  plan.layout = l;
+  const int D = l.dp, Tp = l.tp, P = l.pp;
+  const int64_t G = int64_t{rc.batch_size} * rc.AccumulationSteps();
+  plan.microbatches = l.microbatches > 0 ? l.microbatches : rc.AccumulationSteps();
+  const int M = plan.microbatches;
+  if (D < 1 || Tp < 1 || P < 1 || G % (int64_t{D} * M) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the global batch of ", G,
+                                                   " sequences does not split into dp (", D,
+                                                   ") x microbatches (", M, ") equal parts"));
+  }
+  plan.micro_rows = static_cast<int>(G / (int64_t{D} * M));
+  plan.parameters = rc.model.NumParameters();
+  plan.bubble = pp::TextbookBubble(P, M);
+
+  const int64_t w = l.mixed_precision ? 2 : 4;     // weight / gradient / activation bytes
+  const int64_t opt = l.mixed_precision ? 12 : 8;  // per updated parameter
+  const bool zero = l.zero1 && D > 1;
+  const int64_t C = rc.model.n_embd, T = rc.model.context;
+  const int64_t N = int64_t{plan.micro_rows} * T;
+  double state_bytes = 0;
+  for (int s = 0; s < P; ++s) {
+    StagePlan sp;
+    sp.stage = s;
+    sp.first_rank = s * D * Tp;
+    sp.last_rank = (s + 1) * D * Tp - 1;
+    ShardLayout shard{Tp, 0, P, s};
+    ASSIGN_OR_RETURN(ParameterTable table,
+                     ParameterTable::Create(GptParameterSpecs(rc.model), shard));
+    sp.layers = StageLayers(rc.model.n_layer, P, s);
+    sp.local_parameters = table.total_floats();
+    // ZeRO-1 pads the flat buffers to 16 D floats and cuts them in D shards.
+    const int64_t multiple = zero ? 16 * D : 1;
+    const int64_t buffer = (table.total_floats() + multiple - 1) / multiple * multiple;
+    const int64_t updated = zero ? buffer / D : table.total_floats();
+    sp.weight_bytes = buffer * w;
+    sp.grad_bytes = buffer * w + (zero ? updated * 4 : 0);
+    sp.optimizer_bytes = updated * opt;
+    sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
+    const ActivationSizes acts = LayoutActivations(rc.model, shard, plan.micro_rows, T, true,
+                                                   sp.slots, l.recompute, nullptr, nullptr);
+    sp.activation_bytes = acts.total_floats() * w;
+
+    const bool first = s == 0, last = s == P - 1;
+    const int64_t Ls = sp.layers.last - sp.layers.first;
+    if (Tp > 1) {
+      int64_t per_micro = (first ? N * C : 0) + 4 * Ls * N * C + (l.recompute ? Ls * N * C : 0) +
+                          (last ? N * C : 0);
+      sp.tensor_bytes = M * (per_micro * w + (last ? 3 * N * 4 : 0)) + 4;
+    }
+    if (D > 1) sp.data_bytes = 4 + (zero ? 2 * buffer * w + 8 : table.total_floats() * w);
+    if (P > 1) {
+      sp.pipeline_bytes = int64_t{M} * N * C * w * ((first ? 0 : 2) + (last ? 0 : 2)) + 12;
+      if (first || last) {
+        ASSIGN_OR_RETURN(int wte, table.Find("wte"));
+        sp.embedding_bytes = table.numel(wte) * w;
+      }
+    }
+    // One replica's model states: every stage's TP ranks (a rank's average
+    // over the DP group under ZeRO-1, which holds 1/D of the optimizer).
+    state_bytes += static_cast<double>(Tp) * (sp.weight_bytes + sp.grad_bytes + sp.optimizer_bytes);
+    plan.stages.push_back(sp);
+  }
+  plan.state_bytes_per_parameter = state_bytes / static_cast<double>(plan.parameters);
+  return plan;
+}
+
+}  // namespace ladder

@@ -1,0 +1,78 @@
+// The plan: what a training layout costs each rank, predicted from the
+// config alone, before anything runs. `ladder plan` prints it; a test holds
+// it to what a run measures.
+//
+// Memory per rank (bytes):
+//   weights      local parameters x w        (w = 4 in fp32, 2 in mixed precision)
+//   gradients    local parameters x w, plus the reduced 1/D shard under ZeRO-1 (4 each)
+//   optimizer    AdamW's m and v (8 per updated parameter), plus the fp32 master
+//                copy in mixed precision (12); ZeRO-1 updates 1/D of the parameters
+//   activations  the activation arena (src/model/activations.h: per layer and
+//                microbatch N (4C + 12C/t + NH/t + 4) values, or N C with
+//                recomputation, times the schedule's slots), at w bytes a value
+// Before activations that is 16 bytes per parameter either way (4+4+8 or
+// 2+2+12), the textbook figure for Adam; ZeRO-1 divides the optimizer's share
+// by D.
+//
+// Communication per rank and step, as the communicators count it (comm.h:
+// the full buffer of each call), with N = tokens per microbatch, M
+// microbatches, L_s the stage's layers, e the activation/gradient width:
+//   tensor     per microbatch: forward N C on the first stage (embedding),
+//              2 L_s N C, 3N on the last (cross-entropy statistics, fp32);
+//              backward 2 L_s N C (+ L_s N C recomputing), N C on the last
+//              (head); all x e; plus 4 (gradient norm)
+//   data       4 (loss) + all gradients x e, or ZeRO-1: 2 x buffer x e + 8
+//   pipeline   per microbatch N C e for each hand-over: activation in and
+//              gradient out except on the first stage, activation out and
+//              gradient in except on the last; plus 12 (loss, norm)
+//   embedding  the tied embedding's local gradient x e, first and last stage
+// and the textbook bubble (P-1)/(M+P-1).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/model/parameters.h"
+#include "src/parallel/pipeline_parallel/schedule.h"
+#include "src/train/run_config.h"
+
+namespace ladder {
+
+struct PlanLayout {
+  int dp = 1, tp = 1, pp = 1;
+  bool zero1 = false;
+  int microbatches = 0;  // 0: the config's accumulation steps
+  pp::Schedule schedule = pp::Schedule::k1F1B;
+  bool recompute = false;
+  bool mixed_precision = false;  // bf16 weights, gradients and activations
+};
+
+// One pipeline stage; all its D x T ranks cost the same.
+struct StagePlan {
+  int stage = 0;
+  int first_rank = 0, last_rank = 0;  // world ranks [first, last]
+  LayerRange layers{0, 0};
+  int64_t local_parameters = 0;  // one rank's
+  int slots = 1;
+  int64_t weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  int64_t tensor_bytes = 0, data_bytes = 0, pipeline_bytes = 0, embedding_bytes = 0;
+  int64_t memory_bytes() const {
+    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes;
+  }
+};
+
+struct Plan {
+  PlanLayout layout;
+  int microbatches = 1, micro_rows = 1;
+  int64_t parameters = 0;                // the whole model's
+  double state_bytes_per_parameter = 0;  // weights + gradients + optimizer, one replica
+  double bubble = 0;                     // textbook
+  std::vector<StagePlan> stages;
+};
+
+// InvalidArgument for a layout that does not fit the config (the same rules
+// as the trainer's).
+absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& layout);
+
+}  // namespace ladder
