@@ -4,15 +4,7 @@
 # in each layout give per-step losses and final weights (every tensor, norm of
 # the difference over the norm) within 1e-5 relative of one process.
 #   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
-set -u
-ladder=$1
-src=$2
-mpirun=$3
-shift 3
-mpirun_args=("$@")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for i in $(seq 1 300); do echo "In the beginning God created the heaven and the earth. $i"; done >"$tmp/corpus.txt"
+source "$(dirname "$0")/training_run.sh"
 train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20 --log-every 20)
 
 OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { echo "FAIL: single run"; exit 1; }

@@ -5,15 +5,7 @@
 # the plan. And the textbook case: Adam in mixed precision, 16 bytes per
 # parameter before activations.
 #   plan_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
-set -u
-ladder=$1
-src=$2
-mpirun=$3
-shift 3
-mpirun_args=("$@")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for i in $(seq 1 300); do echo "In the beginning God created the heaven and the earth. $i"; done >"$tmp/corpus.txt"
+source "$(dirname "$0")/training_run.sh"
 config="$src/tests/parallel/equivalence.conf"
 failures=0
 for layout in "1" "2 --dp 2 --zero 1" "4 --dp 2 --tp 2 --bucket-mb 0.01" "4 --tp 2 --pp 2 --microbatches 4" \
