@@ -149,10 +149,13 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         std::string(backend.name()).c_str(), peak);
 
   Timer run_timer;
+  double bubble_seconds = 0, schedule_seconds = 0;  // this rank's, over the run
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
     if (r.step == 1) {
       RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, backend, r));
     }
+    bubble_seconds += r.t_bubble;
+    schedule_seconds += r.t_forward + r.t_backward + r.t_bubble;
     if (!lead) return absl::OkStatus();
     RETURN_IF_ERROR(metrics->Write(r));
     if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
@@ -162,6 +165,18 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     return absl::OkStatus();
   }));
 
+  if (grid.pp_size() > 1) {
+    // Each rank's idle share of its schedule, averaged over the ranks.
+    float share = schedule_seconds > 0 ? static_cast<float>(bubble_seconds / schedule_seconds) : 0;
+    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}), ReduceOp::kSum));
+    if (lead) {
+      std::fprintf(stderr,
+                   "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook "
+                   "(P-1)/(M+P-1) = %.1f%%\n",
+                   100.0 * share / grid.world_size(),
+                   100.0 * pp::TextbookBubble(grid.pp_size(), trainer->microbatches()));
+    }
+  }
   std::vector<float> weights;
   RETURN_IF_ERROR(model.GetLogicalWeights(&weights));
   if (!lead) return absl::OkStatus();

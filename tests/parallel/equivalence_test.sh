@@ -37,5 +37,8 @@ for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
   fi
   printf '%-72s %6d ms  ' "np $np $*" $((($(date +%s%N) - start) / 1000000))
   python3 "$src/tests/parallel/compare_runs.py" "$tmp/single" "$out" 1e-5 || failures=$((failures + 1))
+  if [[ " $* " == *" --pp "* ]] && ! grep -qE "^pipeline bubble: [0-9.]+% of the schedule \(mean over ranks\), textbook" "$out.log"; then
+    echo "FAIL: no pipeline bubble report"; failures=$((failures + 1))
+  fi
 done
 [ "$failures" -eq 0 ] && echo "all layouts equal the single-process run" || exit 1
