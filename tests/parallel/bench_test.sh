@@ -4,12 +4,7 @@
 # and the final JSON line, for tp2 x pp2 with 4 microbatches. Then layouts
 # that do not fit are refused on every rank.
 #   bench_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
-set -u
-ladder=$1
-src=$2
-mpirun=$3
-shift 3
-mpirun_args=("$@")
+source "$(dirname "$0")/training_run.sh"
 out=$("$mpirun" "${mpirun_args[@]}" -np 4 "$ladder" bench train --config "$src/tests/parallel/equivalence.conf" \
   --steps 2 --tp 2 --pp 2 --microbatches 4 2>&1) || { echo "FAIL: bench exited non-zero"; echo "$out"; exit 1; }
 echo "$out"

@@ -1,4 +1,4 @@
-# Sourced by the parallel training tests, called as
+# Sourced by the parallel training and bench tests, called as
 #   SCRIPT LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # Sets $ladder, $src, $mpirun and the array mpirun_args, and a temporary
 # directory $tmp (removed on exit) holding a small corpus, $tmp/corpus.txt.
