@@ -19,6 +19,7 @@ constexpr Subcommand kSubcommands[] = {
     {"generate", ladder::GenerateCommand, "sample text from a trained model"},
     {"tokenizer", ladder::TokenizerCommand, "train | encode | decode a byte-level BPE tokenizer"},
     {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
+    {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand, "train: measure throughput against the machine's GEMM rate"},
     {"version", ladder::VersionCommand, "print the version and the compiled backends"},

@@ -1,5 +1,6 @@
 // ladder train: trains a model from a config on a text file or prepared token
 // shards, writes metrics as it goes and the model directory at the end.
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/checkpoint/checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/cli/model_dir.h"
 #include "src/cli/parallel_layout.h"
@@ -26,7 +28,40 @@ struct TrainFlags {
   std::string config, data, out, tokenizer;
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
   LayoutFlags layout;
+  // Checkpoints (src/checkpoint/checkpoint.h).
+  std::string checkpoint_dir, resume, inject_fault;
+  int64_t save_every = 0, keep = 3;
+  bool strict = false;
 };
+
+// --inject-fault, for recovery tests:
+//   kill:RANK@STEP           that rank kills itself (SIGKILL) right after
+//                            finishing step STEP, as a crashed node would
+//   crash-during-save@STEP   rank 0 dies in the checkpoint of step STEP,
+//                            after the shards are written, before the commit
+struct Fault {
+  int kill_rank = -1;
+  int64_t kill_step = -1, crash_save_step = -1;
+};
+absl::StatusOr<Fault> ParseFault(const std::string& spec) {
+  Fault fault;
+  if (spec.empty()) return fault;
+  int rank = 0;
+  long long step = 0;
+  char tail = 0;
+  if (std::sscanf(spec.c_str(), "kill:%d@%lld%c", &rank, &step, &tail) == 2 && rank >= 0 &&
+      step >= 1) {
+    fault.kill_rank = rank;
+    fault.kill_step = step;
+  } else if (std::sscanf(spec.c_str(), "crash-during-save@%lld%c", &step, &tail) == 1 &&
+             step >= 1) {
+    fault.crash_save_step = step;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--inject-fault '", spec, "' is neither kill:RANK@STEP nor crash-during-save@STEP"));
+  }
+  return fault;
+}
 
 // The tokenizer for a run: an explicit file, the one beside prepared shards,
 // plain bytes for a 256 vocabulary, or one trained on the text now.
@@ -95,6 +130,15 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
+  ASSIGN_OR_RETURN(Fault fault, ParseFault(f.inject_fault));
+  if (f.save_every < 0 || f.keep < 1) {
+    return absl::InvalidArgumentError("--save-every must be >= 0 and --keep >= 1");
+  }
+  const std::string checkpoint_dir =
+      f.checkpoint_dir.empty() ? f.out + "/checkpoints" : f.checkpoint_dir;
+  // An explicit --resume, or the run's own checkpoints from an earlier try.
+  const std::string resume_from =
+      !f.resume.empty() ? f.resume : (HasCheckpoint(checkpoint_dir) ? checkpoint_dir : "");
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {
@@ -108,13 +152,10 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                                                    rc.model.vocab_size));
   }
   ASSIGN_OR_RETURN(TokenSplits data, LoadCorpus(rc.data, tok, rc.val_fraction));
-  std::optional<MetricsWriter> metrics;
   if (lead) {
     std::error_code ec;
     std::filesystem::create_directories(f.out, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
-    ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::Open(f.out + "/metrics.jsonl"));
-    metrics.emplace(std::move(m));
   }
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
@@ -124,6 +165,25 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak,
                                                  par.groups(f.layout)));
   Gpt& model = trainer->model();
+  CheckpointContext ckpt;
+  ckpt.grid = &grid;
+  ckpt.world = &par.comms[Axis::kWorld];
+  ckpt.zero = static_cast<int>(f.layout.zero);
+  ckpt.write_extra = [&tok](const std::string& dir) { return tok.Save(dir + "/tokenizer.bpe"); };
+  if (!resume_from.empty()) {
+    ASSIGN_OR_RETURN(std::string loaded, LoadCheckpoint(resume_from, *trainer, ckpt, f.strict));
+    if (lead) {
+      std::fprintf(stderr, "resumed from %s at step %lld\n", loaded.c_str(),
+                   static_cast<long long>(trainer->step()));
+    }
+  }
+  std::optional<MetricsWriter> metrics;
+  if (lead) {
+    ASSIGN_OR_RETURN(
+        MetricsWriter m,
+        MetricsWriter::Open(f.out + "/metrics.jsonl", resume_from.empty() ? -1 : trainer->step()));
+    metrics.emplace(std::move(m));
+  }
   const double mib = 1.0 / (1 << 20);
   if (lead)
     std::fprintf(stderr,
@@ -150,7 +210,17 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   Timer run_timer;
   double bubble_seconds = 0, schedule_seconds = 0;  // this rank's, over the run
-  RETURN_IF_ERROR(trainer->Run([&](const StepRecord& r) -> absl::Status {
+  RETURN_IF_ERROR(trainer->Run([&](const StepRecord& step_record) -> absl::Status {
+    StepRecord r = step_record;
+    if (f.save_every > 0 && (r.step % f.save_every == 0 || r.step == rc.steps)) {
+      Timer save_timer;
+      ckpt.crash_before_commit = r.step == fault.crash_save_step;
+      ASSIGN_OR_RETURN(std::string saved,
+                       SaveCheckpoint(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep)));
+      r.t_checkpoint = save_timer.Seconds();
+      if (lead) std::fprintf(stderr, "saved %s (%.2fs)\n", saved.c_str(), r.t_checkpoint);
+    }
+    if (r.step == fault.kill_step && grid.rank() == fault.kill_rank) std::raise(SIGKILL);
     if (r.step == 1) {
       RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, backend, r));
     }
@@ -208,6 +278,18 @@ int TrainCommand(int argc, char** argv) {
             kConfig);
   AddLayoutFlags(flags, &f.layout);
   AddCommFlags(flags, &f.layout);
+  flags.Int("save-every", &f.save_every, "steps between checkpoints (and at the end); 0 = none");
+  flags.Int("keep", &f.keep, "committed checkpoints to keep");
+  flags.String("checkpoint-dir", &f.checkpoint_dir,
+               "where checkpoints go; a run whose directory has one resumes from it",
+               "OUT/checkpoints");
+  flags.String("resume", &f.resume,
+               "resume from this checkpoint directory (its latest) or step directory, in any "
+               "layout");
+  flags.Bool("strict", &f.strict, "refuse a corrupt checkpoint instead of using an earlier one");
+  flags.String("inject-fault", &f.inject_fault,
+               "kill:RANK@STEP (that rank dies after that step) or crash-during-save@STEP "
+               "(rank 0 dies between the shard writes and the commit), for recovery tests");
   return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

@@ -45,6 +45,9 @@ class AdamW {
   absl::Status Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step);
 
   int64_t state_bytes() const;
+  // The moments of the range (range-sized device tensors), for checkpoints.
+  Tensor moment_m() const { return Tensor::F32(static_cast<float*>(m_.get()), {end_ - begin_}); }
+  Tensor moment_v() const { return Tensor::F32(static_cast<float*>(v_.get()), {end_ - begin_}); }
 
  private:
   AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, int64_t begin,

@@ -1,6 +1,8 @@
 #include "src/train/metrics.h"
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,12 +26,13 @@ std::string Duration(double seconds) {
 }  // namespace
 
 std::string StepRecord::ToJson() const {
-  std::string out = absl::StrCat(
-      "{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
-      ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
-      ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data), ",\"forward\":", Num(t_forward),
-      ",\"backward\":", Num(t_backward), ",\"optimizer\":", Num(t_optimizer),
-      ",\"bubble\":", Num(t_bubble), ",\"step\":", Num(t_step), "}");
+  std::string out =
+      absl::StrCat("{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
+                   ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
+                   ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data),
+                   ",\"forward\":", Num(t_forward), ",\"backward\":", Num(t_backward),
+                   ",\"optimizer\":", Num(t_optimizer), ",\"bubble\":", Num(t_bubble),
+                   ",\"checkpoint\":", Num(t_checkpoint), ",\"step\":", Num(t_step), "}");
   if (!comm.empty()) {
     absl::StrAppend(&out, ",\"comm\":{");
     for (size_t i = 0; i < comm.size(); ++i) {
@@ -52,9 +55,25 @@ std::string StepRecord::ProgressLine(int64_t total_steps, double eta_seconds) co
   return line;
 }
 
-absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path) {
+absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, int64_t keep_through) {
+  std::string kept;
+  if (keep_through >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    int64_t step = 0;
+    while (std::getline(in, line)) {
+      // Every record starts {"step":N,
+      if (std::sscanf(line.c_str(), "{\"step\":%ld,", &step) == 1 && step <= keep_through) {
+        kept += line + "\n";
+      }
+    }
+  }
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot create '", path, "'"));
+  if (!kept.empty() && (std::fputs(kept.c_str(), f) < 0 || std::fflush(f) != 0)) {
+    std::fclose(f);
+    return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
+  }
   return MetricsWriter(f);
 }
 

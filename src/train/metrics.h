@@ -23,6 +23,8 @@ struct StepRecord {
   // Of the microbatch schedule's wall time, what was not forward or backward:
   // the pipeline bubble (waiting for the neighbouring stages), seconds.
   double t_bubble = 0;
+  // Writing a checkpoint after the step (the training stall it caused).
+  double t_checkpoint = 0;
   // Communication of this rank during the step, per parallel axis (seconds
   // inside calls and payload bytes, src/parallel/comm.h); empty for a group of one.
   struct AxisComm {
@@ -41,7 +43,9 @@ struct StepRecord {
 // Appends records to a JSONL file, flushing each line so a crash keeps them.
 class MetricsWriter {
  public:
-  static absl::StatusOr<MetricsWriter> Open(const std::string& path);
+  // Creates the file, or for a resumed run (keep_through >= 0) keeps the
+  // records of steps up to keep_through and appends after them.
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path, int64_t keep_through = -1);
   MetricsWriter(MetricsWriter&& other) noexcept : file_(other.file_) { other.file_ = nullptr; }
   MetricsWriter(const MetricsWriter&) = delete;
   ~MetricsWriter();

@@ -232,6 +232,50 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
   return sum / static_cast<double>(windows);
 }
 
+absl::Status Trainer::Restore(const Position& p) {
+  if (p.step < 0 || p.step > cfg_.steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at step ", p.step, " of a ", cfg_.steps, "-step run"));
+  }
+  RETURN_IF_ERROR(train_loader_->Restore(p.loader));
+  step_ = p.step;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::GetOptimizerState(std::vector<float>* m, std::vector<float>* v) {
+  const int64_t total = model_->table().total_floats();
+  for (auto [host, dev] : {std::pair{m, optimizer_->moment_m()}, {v, optimizer_->moment_v()}}) {
+    if (shard_floats_ > 0) {
+      // Each DP rank holds its block of the padded buffer: gather them all.
+      host->assign(model_->buffer_floats(), 0.0f);
+      Tensor mine = Tensor::F32(host->data() + dp_rank() * shard_floats_, {shard_floats_});
+      RETURN_IF_ERROR(model_->backend()->CopyToHost(mine.data, dev));
+      RETURN_IF_ERROR(
+          groups_.dp->AllGather(mine, Tensor::F32(host->data(), {model_->buffer_floats()})));
+    } else {
+      host->assign(dev.numel(), 0.0f);
+      RETURN_IF_ERROR(model_->backend()->CopyToHost(host->data(), dev));
+    }
+    host->resize(total);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetOptimizerState(const std::vector<float>& m, const std::vector<float>& v) {
+  const int64_t total = model_->table().total_floats();
+  if (static_cast<int64_t>(m.size()) != total || static_cast<int64_t>(v.size()) != total) {
+    return absl::InvalidArgumentError("optimizer state does not match the parameter table");
+  }
+  const int64_t begin = shard_floats_ > 0 ? dp_rank() * shard_floats_ : 0;
+  for (auto [host, dev] : {std::pair{&m, optimizer_->moment_m()}, {&v, optimizer_->moment_v()}}) {
+    // The range may run into the zero padding past the table.
+    std::vector<float> range(dev.numel(), 0.0f);
+    for (int64_t i = 0; i < dev.numel() && begin + i < total; ++i) range[i] = (*host)[begin + i];
+    RETURN_IF_ERROR(model_->backend()->CopyFromHost(dev, range.data()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& on_step) {
   while (step_ < cfg_.steps) {
     ASSIGN_OR_RETURN(StepRecord r, Step());

@@ -81,6 +81,21 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
+  // Where training stands: optimizer updates done and the data position.
+  struct Position {
+    int64_t step = 0;
+    DataLoader::Position loader;
+  };
+  Position position() const { return {step_, train_loader_->position()}; }
+  // Continues from `p` (with weights and optimizer state set to match).
+  absl::Status Restore(const Position& p);
+  // AdamW's moments for every parameter of this rank's table (its
+  // total_floats()), collective over the DP group under ZeRO-1 (each rank
+  // holds 1/D of them).
+  absl::Status GetOptimizerState(std::vector<float>* m, std::vector<float>* v);
+  // Sets this rank's part of the moments from whole-table arrays.
+  absl::Status SetOptimizerState(const std::vector<float>& m, const std::vector<float>& v);
+  int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
   // The gradient buffer, and under ZeRO-1 the reduced shard beside it.
   int64_t gradient_bytes() const {
     return static_cast<int64_t>(model_->grad_buffer().bytes()) + shard_floats_ * 4;
@@ -92,7 +107,6 @@ class Trainer {
   Trainer(const RunConfig& cfg, double peak_gflops, TrainerGroups groups)
       : cfg_(cfg), peak_gflops_(peak_gflops), groups_(groups) {}
   int dp_size() const { return groups_.dp ? groups_.dp->size() : 1; }
-  int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
   int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
   // The hand-over functions of this rank's stage for the rows at `rows`.
   pp::StageFunctions StageFunctionsFor(const int32_t* inputs, const int32_t* targets, int rows,

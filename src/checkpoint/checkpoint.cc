@@ -1,0 +1,444 @@
+#include "src/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "src/checkpoint/manifest.h"
+#include "src/core/crc32.h"
+#include "src/core/file_util.h"
+#include "src/core/status.h"
+
+namespace ladder {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string StepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
+std::string ShardName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
+
+// A rename or a new file is durable only once its directory is synced.
+absl::Status SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open directory '", dir, "'"));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("cannot fsync directory '", dir, "'"));
+  return absl::OkStatus();
+}
+
+// All ranks learn whether any rank failed; the first failing rank's status
+// is kept locally, the others report which rank it was.
+absl::Status Agree(Communicator* world, const absl::Status& mine, const char* what) {
+  int32_t failed = mine.ok() ? -1 : world->rank();
+  int32_t any = failed;
+  RETURN_IF_ERROR(world->AllReduce(Tensor::I32(&any, {1}), ReduceOp::kMax));
+  if (any < 0) return absl::OkStatus();
+  if (!mine.ok()) return mine;
+  return absl::Status(absl::StatusCode::kAborted, absl::StrCat(what, ": rank ", any, " failed"));
+}
+
+// ---- what this rank writes ---------------------------------------------
+
+struct Shard {
+  std::string bytes;  // header + pieces
+  std::vector<Piece> pieces;
+};
+
+// Local tensor i's rows as runs of consecutive logical rows.
+std::vector<RowRun> LogicalRuns(const ParameterTable& t, int i) {
+  const std::vector<int64_t>& shape = t.local_shape(i);
+  const int64_t rows = shape[0];
+  std::vector<RowRun> runs;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = t.LogicalRow(i, r);
+    if (!runs.empty() && runs.back().start + runs.back().count == row) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({row, 1});
+    }
+  }
+  return runs;
+}
+
+bool WritesTensor(const ParameterTable& t, int i) {
+  if (t.IsTiedCopy(i)) return false;
+  return t.spec(i).split != TpSplit::kReplicated || t.layout().tp_rank == 0;
+}
+
+Shard BuildShard(const ParameterTable& t, int rank, bool writer, const float* w, const float* m,
+                 const float* v) {
+  Shard s;
+  s.bytes.assign(kShardMagic, kShardMagic + 8);
+  const uint32_t header[2] = {static_cast<uint32_t>(kManifestVersion), static_cast<uint32_t>(rank)};
+  s.bytes.append(reinterpret_cast<const char*>(header), sizeof(header));
+  if (!writer) return s;
+  for (int i = 0; i < t.size(); ++i) {
+    if (!WritesTensor(t, i)) continue;
+    const std::vector<int64_t>& shape = t.local_shape(i);
+    const PieceKind kinds[] = {PieceKind::kWeights, PieceKind::kMomentM, PieceKind::kMomentV};
+    const float* sources[] = {w, m, v};
+    for (int k = 0; k < kNumPieceKinds; ++k) {
+      Piece p;
+      p.kind = kinds[k];
+      p.tensor = t.logical_index(i);
+      p.offset = static_cast<int64_t>(s.bytes.size());
+      p.rows = LogicalRuns(t, i);
+      p.col_start = t.LogicalColumnStart(i);
+      p.cols = shape.size() == 2 ? shape[1] : 1;
+      const char* data = reinterpret_cast<const char*>(sources[k] + t.offset(i));
+      const size_t bytes = static_cast<size_t>(t.numel(i)) * sizeof(float);
+      p.crc = Crc32(0, data, bytes);
+      s.bytes.append(data, bytes);
+      s.pieces.push_back(std::move(p));
+    }
+  }
+  return s;
+}
+
+// A rank's shard entry as int64s for the gather to rank 0:
+// [bytes, crc, pieces, {kind, tensor, offset, col_start, cols, crc, runs, {start, count}...}...]
+std::vector<int64_t> Encode(const Shard& s) {
+  std::vector<int64_t> e = {static_cast<int64_t>(s.bytes.size()),
+                            Crc32(0, s.bytes.data(), s.bytes.size()),
+                            static_cast<int64_t>(s.pieces.size())};
+  for (const Piece& p : s.pieces) {
+    e.insert(e.end(), {static_cast<int64_t>(p.kind), p.tensor, p.offset, p.col_start, p.cols, p.crc,
+                       static_cast<int64_t>(p.rows.size())});
+    for (const RowRun& r : p.rows) e.insert(e.end(), {r.start, r.count});
+  }
+  return e;
+}
+
+void Decode(const int64_t* e, int file, Manifest* m) {
+  m->files.push_back({ShardName(file), e[0], static_cast<uint32_t>(e[1])});
+  const int64_t n = e[2];
+  e += 3;
+  for (int64_t i = 0; i < n; ++i) {
+    Piece p;
+    p.kind = static_cast<PieceKind>(e[0]);
+    p.tensor = static_cast<int>(e[1]);
+    p.file = file;
+    p.offset = e[2];
+    p.col_start = e[3];
+    p.cols = e[4];
+    p.crc = static_cast<uint32_t>(e[5]);
+    const int64_t runs = e[6];
+    e += 7;
+    for (int64_t r = 0; r < runs; ++r, e += 2) p.rows.push_back({e[0], e[1]});
+    m->pieces.push_back(std::move(p));
+  }
+}
+
+// Every rank's encoded entry, on every rank (lengths first, then the
+// entries padded to the longest, moved as bytes).
+absl::StatusOr<std::vector<std::vector<int64_t>>> GatherEntries(Communicator* world,
+                                                                const std::vector<int64_t>& mine) {
+  const int n = world->size();
+  std::vector<int32_t> lengths(n);
+  int32_t len = static_cast<int32_t>(mine.size());
+  RETURN_IF_ERROR(world->AllGather(Tensor::I32(&len, {1}), Tensor::I32(lengths.data(), {n})));
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<int64_t> padded(mine);
+  padded.resize(longest, 0);
+  std::vector<int64_t> all(static_cast<size_t>(n * longest));
+  RETURN_IF_ERROR(world->AllGather(Tensor(padded.data(), DType::kI8, {longest * 8}),
+                                   Tensor(all.data(), DType::kI8, {n * longest * 8})));
+  std::vector<std::vector<int64_t>> out(n);
+  for (int r = 0; r < n; ++r) {
+    out[r].assign(all.begin() + r * longest, all.begin() + r * longest + lengths[r]);
+  }
+  return out;
+}
+
+// Committed step directories under dir, newest first.
+std::vector<std::pair<int64_t, std::string>> CommittedSteps(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    absl::string_view digits = name;
+    int64_t step = 0;
+    if (e.is_directory() && absl::ConsumePrefix(&digits, "step-") &&
+        absl::SimpleAtoi(digits, &step) && fs::exists(e.path() / "manifest")) {
+      steps.push_back({step, e.path().string()});
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+absl::Status Commit(const std::string& dir, const std::string& tmp, const std::string& final_dir,
+                    const std::string& manifest, int keep) {
+  RETURN_IF_ERROR(WriteFileAtomically(tmp + "/manifest", manifest));
+  RETURN_IF_ERROR(SyncDir(tmp));
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
+  RETURN_IF_ERROR(SyncDir(dir));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(dir + "/latest", fs::path(final_dir).filename().string() + "\n"));
+  RETURN_IF_ERROR(SyncDir(dir));
+  // Only now may old checkpoints go; the newest is never among them.
+  std::vector<std::pair<int64_t, std::string>> steps = CommittedSteps(dir);
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
+    fs::remove_all(steps[i].second, ec);
+  }
+  return absl::OkStatus();
+}
+
+// ---- loading ------------------------------------------------------------
+
+// Everything a rank needs from one checkpoint, verified, in host memory.
+struct Loaded {
+  std::vector<float> w, m, v;  // this rank's table
+  Trainer::Position position;
+};
+
+// Resolves a checkpoint directory (its `latest`) or a step directory to the
+// step directory.
+absl::StatusOr<std::string> StepDir(const std::string& path) {
+  if (fs::exists(path + "/manifest")) return path;
+  ASSIGN_OR_RETURN(std::string latest, ReadFile(path + "/latest"));
+  return path + "/" + std::string(absl::StripAsciiWhitespace(latest));
+}
+
+absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/manifest";
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseManifest(text, path);
+}
+
+using LogicalTensors = std::map<int, std::vector<float>>;  // logical index -> values
+
+// Fills the tensors already present in `out[kind]` (sized to their logical
+// shape) from the pieces, checking each shard's size and magic and each
+// piece's checksum before its values are used.
+absl::Status ReadPieces(const std::string& step_dir, const Manifest& m,
+                        LogicalTensors out[kNumPieceKinds]) {
+  const std::vector<ParamSpec> specs = GptParameterSpecs(m.model);
+  std::map<int, std::ifstream> files;
+  for (const Piece& p : m.pieces) {
+    LogicalTensors& of_kind = out[static_cast<int>(p.kind)];
+    auto it = of_kind.find(p.tensor);
+    if (it == of_kind.end()) continue;
+    const ShardFile& sf = m.files[p.file];
+    const std::string path = step_dir + "/" + sf.name;
+    if (!files.count(p.file)) {
+      std::error_code ec;
+      const auto size = fs::file_size(path, ec);
+      if (ec) return absl::DataLossError(absl::StrCat("cannot read shard '", path, "'"));
+      if (static_cast<int64_t>(size) != sf.bytes) {
+        return absl::DataLossError(
+            absl::StrCat("shard '", path, "' has ", size, " bytes, the manifest says ", sf.bytes));
+      }
+      std::ifstream in(path, std::ios::binary);
+      char magic[8] = {};
+      in.read(magic, 8);
+      if (!in || std::memcmp(magic, kShardMagic, 8) != 0) {
+        return absl::DataLossError(absl::StrCat("'", path, "' is not a ladder shard file"));
+      }
+      files.emplace(p.file, std::move(in));
+    }
+    std::ifstream& in = files.at(p.file);
+    std::vector<float> data(static_cast<size_t>(p.numel()));
+    in.seekg(p.offset);
+    in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+    if (!in || Crc32(0, data.data(), data.size() * 4) != p.crc) {
+      return absl::DataLossError(absl::StrCat("shard '", path, "': checksum mismatch in ",
+                                              specs[p.tensor].name, " (", PieceKindName(p.kind),
+                                              "): the file is corrupt"));
+    }
+    const int64_t dim1 = specs[p.tensor].shape.size() == 2 ? specs[p.tensor].shape[1] : 1;
+    const float* src = data.data();
+    for (const RowRun& r : p.rows) {
+      for (int64_t row = r.start; row < r.start + r.count; ++row, src += p.cols) {
+        std::copy(src, src + p.cols, it->second.data() + row * dim1 + p.col_start);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Loaded> ReadCheckpoint(const std::string& step_dir, Trainer& trainer) {
+  ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
+  const GptConfig& cfg = trainer.config().model;
+  if (m.model.ToText() != cfg.ToText()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        step_dir, ": the checkpoint's model differs from the config's (", m.model.n_layer,
+        " layers, width ", m.model.n_embd, ", vocab ", m.model.vocab_size, ")"));
+  }
+  const ParameterTable& t = trainer.model().table();
+  const std::vector<ParamSpec> specs = GptParameterSpecs(cfg);
+  // The logical tensors this rank holds, per kind.
+  LogicalTensors logical[kNumPieceKinds];
+  for (int i = 0; i < t.size(); ++i) {
+    for (LogicalTensors& kind : logical) {
+      kind[t.logical_index(i)].assign(specs[t.logical_index(i)].numel(), 0.0f);
+    }
+  }
+  RETURN_IF_ERROR(ReadPieces(step_dir, m, logical));
+  // Slice this rank's shards out of the logical tensors.
+  Loaded out;
+  std::vector<float>* local[] = {&out.w, &out.m, &out.v};
+  for (int k = 0; k < kNumPieceKinds; ++k) {
+    local[k]->assign(t.total_floats(), 0.0f);
+    for (int i = 0; i < t.size(); ++i) {
+      const std::vector<float>& whole = logical[k].at(t.logical_index(i));
+      const std::vector<int64_t>& shape = t.local_shape(i);
+      const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+      const ParamSpec& s = specs[t.logical_index(i)];
+      const int64_t dim1 = s.shape.size() == 2 ? s.shape[1] : 1;
+      float* dst = local[k]->data() + t.offset(i);
+      for (int64_t r = 0; r < shape[0]; ++r) {
+        const float* src = whole.data() + t.LogicalRow(i, r) * dim1 + t.LogicalColumnStart(i);
+        std::copy(src, src + cols, dst + r * cols);
+      }
+    }
+  }
+  out.position.step = m.step;
+  out.position.loader = {m.loader_epoch, m.loader_index};
+  return out;
+}
+
+}  // namespace
+
+bool HasCheckpoint(const std::string& dir) { return fs::exists(dir + "/latest"); }
+
+absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
+  CheckpointSummary out;
+  ASSIGN_OR_RETURN(out.step_dir, StepDir(path));
+  ASSIGN_OR_RETURN(out.manifest, ReadManifest(out.step_dir));
+  for (const ShardFile& f : out.manifest.files) {
+    const std::string file = out.step_dir + "/" + f.name;
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(file));
+    if (static_cast<int64_t>(bytes.size()) != f.bytes ||
+        Crc32(0, bytes.data(), bytes.size()) != f.crc) {
+      return absl::DataLossError(absl::StrCat("shard '", file, "' is corrupt (", bytes.size(),
+                                              " bytes, checksum mismatch)"));
+    }
+    out.bytes += f.bytes;
+  }
+  // Every piece's own checksum, by reading all of them.
+  LogicalTensors all[kNumPieceKinds];
+  const std::vector<ParamSpec> specs = GptParameterSpecs(out.manifest.model);
+  for (LogicalTensors& kind : all) {
+    for (size_t i = 0; i < specs.size(); ++i) kind[static_cast<int>(i)].assign(specs[i].numel(), 0);
+  }
+  RETURN_IF_ERROR(ReadPieces(out.step_dir, out.manifest, all));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::vector<float>& w = all[0][static_cast<int>(i)];
+    out.weights.insert(out.weights.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, Trainer& trainer,
+                                           const CheckpointContext& ctx, int keep) {
+  Communicator* world = ctx.world;
+  const Grid& grid = *ctx.grid;
+  const Trainer::Position pos = trainer.position();
+  const std::string name = StepName(pos.step);
+  const std::string tmp = dir + "/" + name + ".tmp", final_dir = dir + "/" + name;
+  absl::Status made = absl::OkStatus();
+  if (world->rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::remove_all(tmp, ec);
+    if (!fs::create_directory(tmp, ec) || ec) {
+      made = absl::InternalError(absl::StrCat("cannot create '", tmp, "'"));
+    }
+  }
+  RETURN_IF_ERROR(Agree(world, made, "creating the checkpoint directory"));
+
+  // The state, gathered where it is sharded (collective over DP).
+  const ParameterTable& t = trainer.model().table();
+  std::vector<float> w(t.total_floats()), m, v;
+  RETURN_IF_ERROR(trainer.model().GetWeights(w.data()));
+  RETURN_IF_ERROR(trainer.GetOptimizerState(&m, &v));
+  const Shard shard =
+      BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data());
+  const absl::Status wrote = WriteFileAtomically(tmp + "/" + ShardName(grid.rank()), shard.bytes);
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(world, Encode(shard)));
+  absl::Status all_wrote = Agree(world, wrote, "writing the checkpoint shards");
+  absl::Status committed = absl::OkStatus();
+  if (world->rank() == 0) {
+    if (!all_wrote.ok()) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // the previous checkpoint stays the latest
+    } else {
+      Manifest man;
+      man.step = pos.step;
+      man.tokens = pos.step * trainer.tokens_per_step();
+      man.seed = trainer.config().seed;
+      man.model = trainer.config().model;
+      man.dp = grid.dp_size();
+      man.tp = grid.tp_size();
+      man.pp = grid.pp_size();
+      man.zero = ctx.zero;
+      man.loader_epoch = pos.loader.epoch;
+      man.loader_index = pos.loader.index;
+      for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
+      if (ctx.crash_before_commit) std::raise(SIGKILL);
+      committed = ctx.write_extra ? ctx.write_extra(tmp) : absl::OkStatus();
+      if (committed.ok()) committed = Commit(dir, tmp, final_dir, SerializeManifest(man), keep);
+    }
+  }
+  if (!all_wrote.ok()) {
+    return absl::Status(all_wrote.code(), absl::StrCat("checkpoint ", name, " not written (",
+                                                       all_wrote.message(), ")"));
+  }
+  RETURN_IF_ERROR(Agree(world, committed, "committing the checkpoint"));
+  return final_dir;
+}
+
+absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& trainer,
+                                           const CheckpointContext& ctx, bool strict) {
+  // Candidates: the one `latest` names (or `path` itself), then, unless
+  // strict, every earlier committed step, newest first.
+  std::vector<std::string> candidates;
+  if (fs::exists(path + "/manifest")) {
+    candidates.push_back(path);
+  } else {
+    ASSIGN_OR_RETURN(std::string latest, ReadFile(path + "/latest"));
+    latest = std::string(absl::StripAsciiWhitespace(latest));
+    candidates.push_back(path + "/" + latest);
+    if (!strict) {
+      for (const auto& [step, dir] : CommittedSteps(path)) {
+        if (fs::path(dir).filename() != latest) candidates.push_back(dir);
+      }
+    }
+  }
+  absl::Status last = absl::NotFoundError(absl::StrCat("no checkpoint in '", path, "'"));
+  for (const std::string& dir : candidates) {
+    absl::StatusOr<Loaded> loaded = ReadCheckpoint(dir, trainer);
+    last = Agree(ctx.world, loaded.status(), absl::StrCat("loading ", dir).c_str());
+    if (last.ok()) {
+      RETURN_IF_ERROR(trainer.model().SetWeights(loaded->w.data()));
+      RETURN_IF_ERROR(trainer.SetOptimizerState(loaded->m, loaded->v));
+      RETURN_IF_ERROR(trainer.Restore(loaded->position));
+      return dir;
+    }
+    // A different model is a mistake, not damage: never fall back past it.
+    if (strict || last.code() == absl::StatusCode::kInvalidArgument) return last;
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "warning: %s; trying an earlier checkpoint\n",
+                   std::string(loaded.status().message()).c_str());
+    }
+  }
+  return last;
+}
+
+}  // namespace ladder
