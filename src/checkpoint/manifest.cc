@@ -21,6 +21,9 @@ absl::Status Bad(const std::string& source, int line, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(source, ":", line, ": ", what));
 }
 
+constexpr int64_t kMaxParameters = int64_t{1} << 36;
+constexpr int64_t kMaxMappedElements = int64_t{1} << 28;
+
 template <typename T>
 bool ParseInt(absl::string_view s, T* out, T min = 0, T max = std::numeric_limits<T>::max()) {
   int64_t v = 0;
@@ -129,14 +132,18 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
                ParseInt<uint64_t>(f[1], &m.loader_epoch, 0, INT64_MAX) &&
                ParseInt<uint64_t>(f[2], &m.loader_index, 0, INT64_MAX)) {
       have_loader = true;
-    } else if (key == "model" && specs.empty()) {
-      absl::StrAppend(&model_text, line.substr(6), "\n");
+    } else if (key == "model" && f.size() >= 2 && specs.empty()) {
+      absl::StrAppend(&model_text, line.substr(line.find(key) + key.size()), "\n");
     } else if (key == "tensor") {
       if (specs.empty()) {
         ASSIGN_OR_RETURN(KeyValueConfig kv, KeyValueConfig::ParseText(model_text, source));
         absl::Status s = m.model.ReadFrom(kv);
         if (s.ok()) s = m.model.Validate();
         if (!s.ok()) return Bad(source, line_no, absl::StrCat("bad model config: ", s.message()));
+        // Bounds what the checks below may allocate.
+        if (m.model.n_layer > (1 << 16) || m.model.NumParameters() > kMaxParameters) {
+          return Bad(source, line_no, "implausibly large model");
+        }
         specs = GptParameterSpecs(m.model);
       }
       // Each tensor line must restate the model's own tensor, in order.
@@ -178,6 +185,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
         return Bad(source, line_no, "malformed piece line");
       }
       const ParamSpec& spec = specs[p.tensor];
+      int64_t rows_total = 0;
       for (absl::string_view run : absl::StrSplit(f[5], ',')) {
         std::pair<absl::string_view, absl::string_view> sc = absl::StrSplit(run, '+');
         RowRun r;
@@ -186,6 +194,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
           return Bad(source, line_no, "row run outside the tensor");
         }
         p.rows.push_back(r);
+        rows_total += r.count;
+        if (rows_total > Dim0(spec)) return Bad(source, line_no, "more rows than the tensor has");
       }
       if (p.cols < 1 || p.col_start > Dim1(spec) || p.cols > Dim1(spec) - p.col_start) {
         return Bad(source, line_no, "column range outside the tensor");
@@ -204,9 +214,21 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
       next_tensor != specs.size()) {
     return Bad(source, line_no, "incomplete manifest");
   }
-  // Every kind must cover every element of every tensor exactly once.
+  // Every kind must cover every element of every tensor exactly once: the
+  // sizes must add up, and (for tensors small enough to map) no element may
+  // be covered twice.
   for (int k = 0; k < kNumPieceKinds; ++k) {
     for (size_t t = 0; t < specs.size(); ++t) {
+      int64_t total = 0;
+      for (const Piece& p : m.pieces) {
+        if (static_cast<int>(p.kind) == k && p.tensor == static_cast<int>(t)) total += p.numel();
+      }
+      if (total != specs[t].numel()) {
+        return Bad(source, 0,
+                   absl::StrCat("tensor ", specs[t].name, " is not covered exactly by its '",
+                                PieceKindName(static_cast<PieceKind>(k)), "' pieces"));
+      }
+      if (specs[t].numel() > kMaxMappedElements) continue;
       std::vector<bool> seen(static_cast<size_t>(specs[t].numel()), false);
       int64_t covered = 0;
       for (const Piece& p : m.pieces) {
