@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -345,13 +346,18 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
   return out;
 }
 
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, Trainer& trainer,
-                                           const CheckpointContext& ctx, int keep) {
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
+                                     const CheckpointContext& ctx, int keep, bool async) {
+  RETURN_IF_ERROR(Finish().status());  // one save at a time
   Communicator* world = ctx.world;
   const Grid& grid = *ctx.grid;
   const Trainer::Position pos = trainer.position();
   const std::string name = StepName(pos.step);
-  const std::string tmp = dir + "/" + name + ".tmp", final_dir = dir + "/" + name;
+  const std::string tmp = dir + "/" + name + ".tmp";
   absl::Status made = absl::OkStatus();
   if (world->rank() == 0) {
     std::error_code ec;
@@ -363,45 +369,86 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, Trainer& trai
   }
   RETURN_IF_ERROR(Agree(world, made, "creating the checkpoint directory"));
 
-  // The state, gathered where it is sharded (collective over DP).
+  // The snapshot: the state at this step in host memory, gathered where it
+  // is sharded (collective over DP), with every piece's checksum.
   const ParameterTable& t = trainer.model().table();
   std::vector<float> w(t.total_floats()), m, v;
   RETURN_IF_ERROR(trainer.model().GetWeights(w.data()));
   RETURN_IF_ERROR(trainer.GetOptimizerState(&m, &v));
-  const Shard shard =
-      BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data());
-  const absl::Status wrote = WriteFileAtomically(tmp + "/" + ShardName(grid.rank()), shard.bytes);
-  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(world, Encode(shard)));
-  absl::Status all_wrote = Agree(world, wrote, "writing the checkpoint shards");
+  auto shard = std::make_shared<Shard>(
+      BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data()));
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(world, Encode(*shard)));
+
+  pending_ = std::make_unique<Pending>();
+  Pending& p = *pending_;
+  p.ctx = ctx;
+  p.dir = dir;
+  p.tmp = tmp;
+  p.final_dir = dir + "/" + name;
+  p.keep = keep;
+  if (world->rank() == 0) {
+    Manifest& man = p.manifest;
+    man.step = pos.step;
+    man.tokens = pos.step * trainer.tokens_per_step();
+    man.seed = trainer.config().seed;
+    man.model = trainer.config().model;
+    man.dp = grid.dp_size();
+    man.tp = grid.tp_size();
+    man.pp = grid.pp_size();
+    man.zero = ctx.zero;
+    man.loader_epoch = pos.loader.epoch;
+    man.loader_index = pos.loader.index;
+    for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
+  }
+  // The shard file: now, or by a thread while training goes on.
+  const std::string path = tmp + "/" + ShardName(grid.rank());
+  auto write = [this, shard, path] {
+    pending_->wrote = WriteFileAtomically(path, shard->bytes);
+    pending_->written.store(true);
+  };
+  if (async) {
+    thread_ = std::thread(write);
+  } else {
+    write();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CheckpointWriter::Poll() {
+  if (pending_ == nullptr) return std::string();
+  // Every rank must take the same decision at the same step.
+  int32_t done = pending_->written.load() ? 1 : 0;
+  RETURN_IF_ERROR(pending_->ctx.world->AllReduce(Tensor::I32(&done, {1}), ReduceOp::kSum));
+  if (done != pending_->ctx.world->size()) return std::string();
+  return Finish();
+}
+
+absl::StatusOr<std::string> CheckpointWriter::Finish() {
+  if (pending_ == nullptr) return std::string();
+  if (thread_.joinable()) thread_.join();
+  std::unique_ptr<Pending> p = std::move(pending_);
+  Communicator* world = p->ctx.world;
+  const absl::Status all_wrote = Agree(world, p->wrote, "writing the checkpoint shards");
   absl::Status committed = absl::OkStatus();
   if (world->rank() == 0) {
     if (!all_wrote.ok()) {
       std::error_code ec;
-      fs::remove_all(tmp, ec);  // the previous checkpoint stays the latest
+      fs::remove_all(p->tmp, ec);  // the previous checkpoint stays the latest
     } else {
-      Manifest man;
-      man.step = pos.step;
-      man.tokens = pos.step * trainer.tokens_per_step();
-      man.seed = trainer.config().seed;
-      man.model = trainer.config().model;
-      man.dp = grid.dp_size();
-      man.tp = grid.tp_size();
-      man.pp = grid.pp_size();
-      man.zero = ctx.zero;
-      man.loader_epoch = pos.loader.epoch;
-      man.loader_index = pos.loader.index;
-      for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
-      if (ctx.crash_before_commit) std::raise(SIGKILL);
-      committed = ctx.write_extra ? ctx.write_extra(tmp) : absl::OkStatus();
-      if (committed.ok()) committed = Commit(dir, tmp, final_dir, SerializeManifest(man), keep);
+      if (p->ctx.crash_before_commit) std::raise(SIGKILL);
+      committed = p->ctx.write_extra ? p->ctx.write_extra(p->tmp) : absl::OkStatus();
+      if (committed.ok()) {
+        committed = Commit(p->dir, p->tmp, p->final_dir, SerializeManifest(p->manifest), p->keep);
+      }
     }
   }
   if (!all_wrote.ok()) {
-    return absl::Status(all_wrote.code(), absl::StrCat("checkpoint ", name, " not written (",
-                                                       all_wrote.message(), ")"));
+    return absl::Status(all_wrote.code(),
+                        absl::StrCat("checkpoint ", fs::path(p->final_dir).filename().string(),
+                                     " not written (", all_wrote.message(), ")"));
   }
   RETURN_IF_ERROR(Agree(world, committed, "committing the checkpoint"));
-  return final_dir;
+  return p->final_dir;
 }
 
 absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& trainer,

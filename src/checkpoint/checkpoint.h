@@ -2,7 +2,7 @@
 // optimizer in logical coordinates, rank 0 commits them atomically, and any
 // layout can load them (docs/formats.md, "Checkpoints").
 //
-// Commit protocol (SaveCheckpoint):
+// Commit protocol (CheckpointWriter):
 //   1. rank 0 creates DIR/step-<N>.tmp/ (removing a stale one); barrier
 //   2. every rank writes and fsyncs its shard file rank-<r>.bin there
 //   3. all ranks agree that every shard was written (else rank 0 removes the
@@ -19,9 +19,12 @@
 // (a header alone when it has nothing to add).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,9 +47,42 @@ struct CheckpointContext {
   bool crash_before_commit = false;
 };
 
-// Collective over the world. Returns the committed directory.
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, Trainer& trainer,
-                                           const CheckpointContext& ctx, int keep);
+// Saves checkpoints, one at a time. Start takes a snapshot of the trainer's
+// state at its current step into host memory (collective: gathers ZeRO
+// shards and every rank's piece list); the shard files are then written
+// either at once or, with `async`, by a background thread while training
+// goes on. The commit (steps 3 and 4 above) is collective too: Poll, called
+// by every rank after every step, commits once every rank's file is written;
+// Finish waits for it. Only the snapshot stalls training in async mode.
+class CheckpointWriter {
+ public:
+  CheckpointWriter() = default;
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  ~CheckpointWriter();
+
+  // Finishes a pending save first.
+  absl::Status Start(const std::string& dir, Trainer& trainer, const CheckpointContext& ctx,
+                     int keep, bool async);
+  // The directory committed now, or "" if none (nothing pending, or a shard
+  // still being written somewhere).
+  absl::StatusOr<std::string> Poll();
+  // Waits for the pending save and commits it; "" if none was pending. A
+  // failed write is reported (the previous checkpoint stays the latest).
+  absl::StatusOr<std::string> Finish();
+
+ private:
+  struct Pending {
+    CheckpointContext ctx;
+    std::string dir, tmp, final_dir;
+    int keep = 1;
+    Manifest manifest;  // rank 0's, complete
+    absl::Status wrote;
+    std::atomic<bool> written{false};
+  };
+  std::unique_ptr<Pending> pending_;
+  std::thread thread_;
+};
 
 // Loads into `trainer` (any layout; the model config must match) the
 // checkpoint `path` names: a checkpoint directory (its `latest`) or one

@@ -31,7 +31,8 @@ struct TrainFlags {
   // Checkpoints (src/checkpoint/checkpoint.h).
   std::string checkpoint_dir, resume, inject_fault;
   int64_t save_every = 0, keep = 3;
-  bool strict = false;
+  double save_every_minutes = 0;
+  bool strict = false, async_save = false;
 };
 
 // --inject-fault, for recovery tests:
@@ -131,8 +132,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   ASSIGN_OR_RETURN(Fault fault, ParseFault(f.inject_fault));
-  if (f.save_every < 0 || f.keep < 1) {
-    return absl::InvalidArgumentError("--save-every must be >= 0 and --keep >= 1");
+  if (f.save_every < 0 || f.keep < 1 || f.save_every_minutes < 0) {
+    return absl::InvalidArgumentError(
+        "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
   }
   const std::string checkpoint_dir =
       f.checkpoint_dir.empty() ? f.out + "/checkpoints" : f.checkpoint_dir;
@@ -208,17 +210,41 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_floats() * 4 * mib,
         std::string(backend.name()).c_str(), peak);
 
-  Timer run_timer;
+  Timer run_timer, since_save;
+  CheckpointWriter writer;
+  const bool saving = f.save_every > 0 || f.save_every_minutes > 0;
   double bubble_seconds = 0, schedule_seconds = 0;  // this rank's, over the run
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& step_record) -> absl::Status {
     StepRecord r = step_record;
-    if (f.save_every > 0 && (r.step % f.save_every == 0 || r.step == rc.steps)) {
+    // An asynchronous save commits once every rank has written its shard.
+    ASSIGN_OR_RETURN(std::string committed, writer.Poll());
+    if (lead && !committed.empty()) std::fprintf(stderr, "committed %s\n", committed.c_str());
+    bool due = f.save_every > 0 && r.step % f.save_every == 0;
+    if (f.save_every_minutes > 0) {
+      // Clocks differ between ranks: one late clock is enough for all.
+      int32_t late = since_save.Seconds() >= 60 * f.save_every_minutes ? 1 : 0;
+      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}), ReduceOp::kMax));
+      due = due || late != 0;
+    }
+    if (due || (saving && r.step == rc.steps)) {
       Timer save_timer;
       ckpt.crash_before_commit = r.step == fault.crash_save_step;
-      ASSIGN_OR_RETURN(std::string saved,
-                       SaveCheckpoint(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep)));
+      const bool async = f.async_save && r.step != rc.steps;
+      RETURN_IF_ERROR(
+          writer.Start(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep), async));
+      std::string saved;
+      if (!async) {
+        ASSIGN_OR_RETURN(saved, writer.Finish());
+      }
       r.t_checkpoint = save_timer.Seconds();
-      if (lead) std::fprintf(stderr, "saved %s (%.2fs)\n", saved.c_str(), r.t_checkpoint);
+      since_save.Reset();
+      if (lead && !async) {
+        std::fprintf(stderr, "saved %s (%.2fs)\n", saved.c_str(), r.t_checkpoint);
+      } else if (lead) {
+        std::fprintf(stderr,
+                     "checkpoint of step %lld: snapshot in %.2fs, written in the background\n",
+                     static_cast<long long>(r.step), r.t_checkpoint);
+      }
     }
     if (r.step == fault.kill_step && grid.rank() == fault.kill_rank) std::raise(SIGKILL);
     if (r.step == 1) {
@@ -279,6 +305,10 @@ int TrainCommand(int argc, char** argv) {
   AddLayoutFlags(flags, &f.layout);
   AddCommFlags(flags, &f.layout);
   flags.Int("save-every", &f.save_every, "steps between checkpoints (and at the end); 0 = none");
+  flags.Double("save-every-minutes", &f.save_every_minutes,
+               "minutes between checkpoints (and at the end); 0 = by steps only");
+  flags.Bool("async-save", &f.async_save,
+             "write checkpoints in a background thread; training stalls only for the snapshot");
   flags.Int("keep", &f.keep, "committed checkpoints to keep");
   flags.String("checkpoint-dir", &f.checkpoint_dir,
                "where checkpoints go; a run whose directory has one resumes from it",

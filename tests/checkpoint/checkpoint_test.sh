@@ -49,11 +49,16 @@ run 1 "$tmp/one" --save-every 5
 grep -q "resumed from $tmp/one/checkpoints/step-00000010 at step 10" "$tmp/one.log" || fail "no resume line"
 same "$tmp/ref" "$tmp/one"
 
-# Exact resume, dp2 x tp2 x pp2 with ZeRO-1: rank 5 killed after step 7.
+# Exact resume, dp2 x tp2 x pp2 with ZeRO-1 and asynchronous saves: rank 5
+# killed after step 8.
 layout3d=(--dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1)
 run 8 "$tmp/full3d" "${layout3d[@]}"
-crash 8 "$tmp/cut3d" "${layout3d[@]}" --save-every 5 --inject-fault kill:5@7
-run 8 "$tmp/cut3d" "${layout3d[@]}" --save-every 5
+crash 8 "$tmp/cut3d" "${layout3d[@]}" --save-every 5 --async-save --inject-fault kill:5@8
+run 8 "$tmp/cut3d" "${layout3d[@]}" --save-every 5 --async-save
+grep -q "checkpoint of step 5: snapshot in .*, written in the background" "$tmp/cut3d.log" ||
+  fail "no asynchronous save"
+grep -q "resumed from $tmp/cut3d/checkpoints/step-00000005 at step 5" "$tmp/cut3d.log" ||
+  fail "the asynchronous checkpoint was not committed and resumed"
 same "$tmp/full3d" "$tmp/cut3d"
 
 # Resharding through four layouts, one output directory.
