@@ -311,6 +311,7 @@ absl::StatusOr<Loaded> ReadCheckpoint(const std::string& step_dir, Trainer& trai
   }
   out.position.step = m.step;
   out.position.loader = {m.loader_epoch, m.loader_index};
+  out.position.guard = m.guard;
   return out;
 }
 
@@ -398,12 +399,16 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
     man.zero = ctx.zero;
     man.loader_epoch = pos.loader.epoch;
     man.loader_index = pos.loader.index;
+    man.guard = pos.guard;
     for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
   }
   // The shard file: now, or by a thread while training goes on.
   const std::string path = tmp + "/" + ShardName(grid.rank());
-  auto write = [this, shard, path] {
-    pending_->wrote = WriteFileAtomically(path, shard->bytes);
+  const bool fail = ctx.fail_writes;
+  auto write = [this, shard, path, fail] {
+    pending_->wrote = fail ? absl::ResourceExhaustedError(absl::StrCat(
+                                 "cannot write '", path, "': No space left on device (injected)"))
+                           : WriteFileAtomically(path, shard->bytes);
     pending_->written.store(true);
   };
   if (async) {

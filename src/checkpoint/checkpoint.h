@@ -45,6 +45,8 @@ struct CheckpointContext {
   // Fault injection: rank 0 dies (SIGKILL) after the shards are written and
   // before the commit.
   bool crash_before_commit = false;
+  // Fault injection: every shard write fails as on a full disk.
+  bool fail_writes = false;
 };
 
 // Saves checkpoints, one at a time. Start takes a snapshot of the trainer's

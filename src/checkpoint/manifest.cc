@@ -1,5 +1,6 @@
 #include "src/checkpoint/manifest.h"
 
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/numbers.h"
@@ -65,6 +66,8 @@ std::string SerializeManifest(const Manifest& m) {
   absl::StrAppend(&out, "step ", m.step, "\ntokens ", m.tokens, "\nseed ", m.seed, "\n");
   absl::StrAppend(&out, "layout ", m.dp, " ", m.tp, " ", m.pp, " ", m.zero, "\n");
   absl::StrAppend(&out, "loader ", m.loader_epoch, " ", m.loader_index, "\n");
+  absl::StrAppendFormat(&out, "guard %d %.17g %.17g %d %d\n", m.guard.count, m.guard.mean,
+                        m.guard.var, m.guard.skipped, m.guard.consecutive_bad);
   for (absl::string_view line : absl::StrSplit(m.model.ToText(), '\n', absl::SkipEmpty())) {
     absl::StrAppend(&out, "model ", line, "\n");
   }
@@ -132,6 +135,10 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
                ParseInt<uint64_t>(f[1], &m.loader_epoch, 0, INT64_MAX) &&
                ParseInt<uint64_t>(f[2], &m.loader_index, 0, INT64_MAX)) {
       have_loader = true;
+    } else if (key == "guard" && need(6) && ParseInt(f[1], &m.guard.count) &&
+               absl::SimpleAtod(f[2], &m.guard.mean) && std::isfinite(m.guard.mean) &&
+               absl::SimpleAtod(f[3], &m.guard.var) && std::isfinite(m.guard.var) &&
+               ParseInt(f[4], &m.guard.skipped) && ParseInt(f[5], &m.guard.consecutive_bad)) {
     } else if (key == "model" && f.size() >= 2 && specs.empty()) {
       absl::StrAppend(&model_text, line.substr(line.find(key) + key.size()), "\n");
     } else if (key == "tensor") {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "src/model/gpt_config.h"
+#include "src/train/guard.h"
 
 namespace ladder {
 
@@ -59,6 +60,7 @@ struct Manifest {
   int dp = 1, tp = 1, pp = 1, zero = 0;  // the layout that wrote it
   // The data loader's position (every data-parallel rank's is the same).
   uint64_t loader_epoch = 0, loader_index = 0;
+  StepGuard::State guard;  // the step guard's running statistics
   std::vector<ShardFile> files;
   std::vector<Piece> pieces;
 };

@@ -79,8 +79,8 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
   return absl::OkStatus();
 }
 
-TrainerGroups ParallelRun::groups(const LayoutFlags& f) {
-  TrainerGroups g;
+TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
+  TrainerOptions g;
   g.tp = &comms[Axis::kTensor];
   g.dp = &comms[Axis::kData];
   g.pp = &comms[Axis::kPipeline];

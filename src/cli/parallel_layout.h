@@ -40,7 +40,7 @@ struct ParallelRun {
   Grid grid;
   Communicators comms;
   // The trainer's groups for this rank, as the flags set them.
-  TrainerGroups groups(const LayoutFlags& f);
+  TrainerOptions groups(const LayoutFlags& f);
 };
 // Builds the grid and the communicators (collective over all ranks).
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f);

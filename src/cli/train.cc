@@ -1,15 +1,18 @@
 // ladder train: trains a model from a config on a text file or prepared token
 // shards, writes metrics as it goes and the model directory at the end.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/cli/commands.h"
+#include "src/cli/fault_injection.h"
 #include "src/cli/model_dir.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/file_util.h"
@@ -31,38 +34,10 @@ struct TrainFlags {
   // Checkpoints (src/checkpoint/checkpoint.h).
   std::string checkpoint_dir, resume, inject_fault;
   int64_t save_every = 0, keep = 3;
-  double save_every_minutes = 0;
+  double save_every_minutes = 0, spike_z = 0;
+  int64_t max_bad_steps = 3;
   bool strict = false, async_save = false;
 };
-
-// --inject-fault, for recovery tests:
-//   kill:RANK@STEP           that rank kills itself (SIGKILL) right after
-//                            finishing step STEP, as a crashed node would
-//   crash-during-save@STEP   rank 0 dies in the checkpoint of step STEP,
-//                            after the shards are written, before the commit
-struct Fault {
-  int kill_rank = -1;
-  int64_t kill_step = -1, crash_save_step = -1;
-};
-absl::StatusOr<Fault> ParseFault(const std::string& spec) {
-  Fault fault;
-  if (spec.empty()) return fault;
-  int rank = 0;
-  long long step = 0;
-  char tail = 0;
-  if (std::sscanf(spec.c_str(), "kill:%d@%lld%c", &rank, &step, &tail) == 2 && rank >= 0 &&
-      step >= 1) {
-    fault.kill_rank = rank;
-    fault.kill_step = step;
-  } else if (std::sscanf(spec.c_str(), "crash-during-save@%lld%c", &step, &tail) == 1 &&
-             step >= 1) {
-    fault.crash_save_step = step;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--inject-fault '", spec, "' is neither kill:RANK@STEP nor crash-during-save@STEP"));
-  }
-  return fault;
-}
 
 // The tokenizer for a run: an explicit file, the one beside prepared shards,
 // plain bytes for a 256 vocabulary, or one trained on the text now.
@@ -119,6 +94,18 @@ absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Tr
   return WriteFileAtomically(path, json + "\n]\n");
 }
 
+// A failed save is reported, not fatal: the previous checkpoint is intact
+// and the next save may succeed (a full disk gets room again).
+void ReportSave(const absl::StatusOr<std::string>& saved, bool lead) {
+  if (!lead) return;
+  if (!saved.ok()) {
+    std::fprintf(stderr, "warning: %s; the previous checkpoint is still the latest\n",
+                 std::string(saved.status().message()).c_str());
+  } else if (!saved->empty()) {
+    std::fprintf(stderr, "saved %s\n", saved->c_str());
+  }
+}
+
 absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
   if (f.out.empty()) return absl::InvalidArgumentError("missing --out DIR");
@@ -131,7 +118,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
-  ASSIGN_OR_RETURN(Fault fault, ParseFault(f.inject_fault));
+  ASSIGN_OR_RETURN(FaultPlan fault, ParseFault(f.inject_fault));
   if (f.save_every < 0 || f.keep < 1 || f.save_every_minutes < 0) {
     return absl::InvalidArgumentError(
         "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
@@ -164,8 +151,12 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const Grid& grid = par.grid;
   const double peak = MeasureSgemmGflops(1024, 3);
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, &backend, &data.train, &data.val, peak,
-                                                 par.groups(f.layout)));
+  TrainerOptions options = par.groups(f.layout);
+  options.guard.spike_z = f.spike_z;
+  options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
+  options.inject_nan_step = fault.nan_step;
+  ASSIGN_OR_RETURN(auto trainer,
+                   Trainer::Create(rc, &backend, &data.train, &data.val, peak, options));
   Gpt& model = trainer->model();
   CheckpointContext ckpt;
   ckpt.grid = &grid;
@@ -217,8 +208,31 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& step_record) -> absl::Status {
     StepRecord r = step_record;
     // An asynchronous save commits once every rank has written its shard.
-    ASSIGN_OR_RETURN(std::string committed, writer.Poll());
-    if (lead && !committed.empty()) std::fprintf(stderr, "committed %s\n", committed.c_str());
+    if (fault.slow_rank == grid.rank()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault.slow_ms));
+    }
+    // A run of bad steps (src/train/guard.h) goes back to the last checkpoint.
+    if (trainer->guard().needs_rollback()) {
+      if (!HasCheckpoint(checkpoint_dir)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            f.max_bad_steps, " consecutive bad steps (non-finite or spiking loss) at step ", r.step,
+            " and no checkpoint to roll back to"));
+      }
+      ReportSave(writer.Finish(), lead);  // a save in flight is the newest one
+      ASSIGN_OR_RETURN(std::string back, LoadCheckpoint(checkpoint_dir, *trainer, ckpt, f.strict));
+      if (lead) {
+        std::fprintf(stderr, "rolled back to %s after %lld consecutive bad steps\n", back.c_str(),
+                     static_cast<long long>(f.max_bad_steps));
+        // The metrics describe the run as it now stands.
+        metrics.reset();
+        ASSIGN_OR_RETURN(MetricsWriter m,
+                         MetricsWriter::Open(f.out + "/metrics.jsonl", trainer->step()));
+        metrics.emplace(std::move(m));
+      }
+      return absl::OkStatus();  // on every rank: the rolled-back step is not saved or logged
+    }
+    // An asynchronous save commits once every rank has written its shard.
+    ReportSave(writer.Poll(), lead);
     bool due = f.save_every > 0 && r.step % f.save_every == 0;
     if (f.save_every_minutes > 0) {
       // Clocks differ between ranks: one late clock is enough for all.
@@ -229,18 +243,14 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     if (due || (saving && r.step == rc.steps)) {
       Timer save_timer;
       ckpt.crash_before_commit = r.step == fault.crash_save_step;
+      ckpt.fail_writes = r.step == fault.enospc_step;
       const bool async = f.async_save && r.step != rc.steps;
       RETURN_IF_ERROR(
           writer.Start(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep), async));
-      std::string saved;
-      if (!async) {
-        ASSIGN_OR_RETURN(saved, writer.Finish());
-      }
+      if (!async) ReportSave(writer.Finish(), lead);
       r.t_checkpoint = save_timer.Seconds();
       since_save.Reset();
-      if (lead && !async) {
-        std::fprintf(stderr, "saved %s (%.2fs)\n", saved.c_str(), r.t_checkpoint);
-      } else if (lead) {
+      if (lead && async) {
         std::fprintf(stderr,
                      "checkpoint of step %lld: snapshot in %.2fs, written in the background\n",
                      static_cast<long long>(r.step), r.t_checkpoint);
@@ -316,10 +326,15 @@ int TrainCommand(int argc, char** argv) {
   flags.String("resume", &f.resume,
                "resume from this checkpoint directory (its latest) or step directory, in any "
                "layout");
+  flags.Double("spike-z", &f.spike_z,
+               "skip an update whose loss is this many standard deviations above its running "
+               "mean (0: off; non-finite losses and norms are always skipped)");
+  flags.Int("max-bad-steps", &f.max_bad_steps,
+            "consecutive skipped steps before rolling back to the last checkpoint");
   flags.Bool("strict", &f.strict, "refuse a corrupt checkpoint instead of using an earlier one");
   flags.String("inject-fault", &f.inject_fault,
-               "kill:RANK@STEP (that rank dies after that step) or crash-during-save@STEP "
-               "(rank 0 dies between the shard writes and the commit), for recovery tests");
+               "kill:RANK@STEP, nan@STEP, crash-during-save@STEP, enospc@STEP or slow:RANK:MS "
+               "(src/cli/fault_injection.h), for recovery tests");
   return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

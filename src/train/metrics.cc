@@ -41,6 +41,7 @@ std::string StepRecord::ToJson() const {
     }
     out += "}";
   }
+  if (skipped) out += ",\"skipped\":true";
   if (val_loss) absl::StrAppend(&out, ",\"val_loss\":", Num(*val_loss));
   out += "}";
   return out;
@@ -51,6 +52,7 @@ std::string StepRecord::ProgressLine(int64_t total_steps, double eta_seconds) co
       absl::StrFormat("step %d/%d | loss %.4f | lr %.2e | %.1fk tok/s | MFU %.1f%%", step,
                       total_steps, loss, lr, tokens_per_s / 1000.0, 100.0 * mfu);
   if (val_loss) absl::StrAppendFormat(&line, " | val %.4f", *val_loss);
+  if (skipped) line += " | update skipped";
   absl::StrAppend(&line, " | ETA ", Duration(eta_seconds));
   return line;
 }

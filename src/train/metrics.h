@@ -33,6 +33,7 @@ struct StepRecord {
     int64_t bytes = 0;
   };
   std::vector<AxisComm> comm;
+  bool skipped = false;  // the guard refused the update (src/train/guard.h)
   std::optional<double> val_loss;
 
   std::string ToJson() const;

@@ -17,9 +17,11 @@ bool Parallel(const Communicator* c) { return c != nullptr && c->size() > 1; }
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, Backend* backend,
                                                          const std::vector<int32_t>* train,
                                                          const std::vector<int32_t>* val,
-                                                         double peak_gflops, TrainerGroups groups) {
+                                                         double peak_gflops,
+                                                         TrainerOptions groups) {
   RETURN_IF_ERROR(cfg.Validate());
   std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops, groups));
+  t->guard_ = StepGuard(groups.guard);
   const int D = t->dp_size(), P = t->pp_size(), A = cfg.AccumulationSteps();
   const int64_t G = int64_t{cfg.batch_size} * A;
   t->microbatches_ = groups.microbatches > 0 ? groups.microbatches : A;
@@ -173,11 +175,22 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
   r.loss = D > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
+  if (step_ + 1 == groups_.inject_nan_step) {
+    groups_.inject_nan_step = -1;  // once
+    const float nan = std::nanf("");
+    RETURN_IF_ERROR(model_->backend()->CopyFromHost(Tensor::F32(grads.f32(), {1}), &nan));
+  }
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
-  RETURN_IF_ERROR(
-      optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
-  if (range_group != nullptr) {
+  // The loss and norm are the same on every rank, so is the verdict.
+  const StepGuard::Verdict verdict = guard_.Check(r.loss, r.grad_norm);
+  guard_.Record(verdict, r.loss);
+  r.skipped = verdict != StepGuard::Verdict::kApply;
+  if (!r.skipped) {
+    RETURN_IF_ERROR(
+        optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
+  }
+  if (range_group != nullptr && !r.skipped) {
     // Every rank gets every updated shard back (in place: its own block).
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
   }
@@ -239,6 +252,7 @@ absl::Status Trainer::Restore(const Position& p) {
   }
   RETURN_IF_ERROR(train_loader_->Restore(p.loader));
   step_ = p.step;
+  guard_.Restore(p.guard);
   return absl::OkStatus();
 }
 

@@ -29,14 +29,15 @@
 #include "src/model/gpt.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/adamw.h"
+#include "src/train/guard.h"
 #include "src/train/metrics.h"
 #include "src/train/run_config.h"
 
 namespace ladder {
 
-// The parallel groups of a trainer's rank (null means a group of one) and
-// how the step uses them.
-struct TrainerGroups {
+// The parallel groups of a trainer's rank (null means a group of one), how
+// the step uses them, and its guards.
+struct TrainerOptions {
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;
   Communicator* pp = nullptr;
@@ -53,6 +54,9 @@ struct TrainerGroups {
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
   // Activation recomputation (GptParallel::recompute).
   bool recompute = false;
+  GuardConfig guard;
+  // Fault injection: the gradient of this step (1-based) turns NaN, once.
+  int64_t inject_nan_step = -1;
 };
 
 class Trainer {
@@ -64,7 +68,7 @@ class Trainer {
                                                          const std::vector<int32_t>* train,
                                                          const std::vector<int32_t>* val,
                                                          double peak_gflops,
-                                                         TrainerGroups groups = {});
+                                                         TrainerOptions groups = {});
 
   // One optimizer step; the record has everything but val_loss.
   absl::StatusOr<StepRecord> Step();
@@ -81,12 +85,14 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
+  StepGuard& guard() { return guard_; }
   // Where training stands: optimizer updates done and the data position.
   struct Position {
     int64_t step = 0;
     DataLoader::Position loader;
+    StepGuard::State guard;
   };
-  Position position() const { return {step_, train_loader_->position()}; }
+  Position position() const { return {step_, train_loader_->position(), guard_.state()}; }
   // Continues from `p` (with weights and optimizer state set to match).
   absl::Status Restore(const Position& p);
   // AdamW's moments for every parameter of this rank's table (its
@@ -104,7 +110,7 @@ class Trainer {
   int micro_rows() const { return micro_rows_; }
 
  private:
-  Trainer(const RunConfig& cfg, double peak_gflops, TrainerGroups groups)
+  Trainer(const RunConfig& cfg, double peak_gflops, TrainerOptions groups)
       : cfg_(cfg), peak_gflops_(peak_gflops), groups_(groups) {}
   int dp_size() const { return groups_.dp ? groups_.dp->size() : 1; }
   int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
@@ -118,9 +124,10 @@ class Trainer {
 
   RunConfig cfg_;
   double peak_gflops_;
-  TrainerGroups groups_;
+  TrainerOptions groups_;
   std::unique_ptr<Gpt> model_;
   std::optional<AdamW> optimizer_;
+  StepGuard guard_;
   int microbatches_ = 1, micro_rows_ = 1, slots_ = 1;
   int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
   DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient

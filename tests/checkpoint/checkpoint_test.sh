@@ -11,6 +11,9 @@
 #    checkpoint the latest, and the rerun resumes from it
 #  - corruption: a flipped byte in a shard and a truncated manifest are named;
 #    --strict refuses (exit 2), otherwise the run falls back to an earlier one
+#  - guards: a NaN gradient skips its update; with --max-bad-steps 1 the run
+#    rolls back to the last checkpoint and ends where it would have
+#  - a failing write (ENOSPC, injected) is reported and commits nothing
 #  - checkpoint inspect verifies, convert writes a model generate can read
 #   checkpoint_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/../parallel/training_run.sh"
@@ -96,6 +99,31 @@ run 1 "$tmp/bad" --save-every 5
 grep -qF "warning: shard '$shard': checksum mismatch" "$tmp/bad.log" || fail "no fallback warning"
 grep -q "resumed from $tmp/bad/checkpoints/step-00000010 at step 10" "$tmp/bad.log" || fail "no fallback to step 10"
 same "$tmp/ref" "$tmp/bad"
+
+# Guards: a NaN gradient at step 5 skips that update and training goes on.
+run 1 "$tmp/nan" --inject-fault nan@5
+python3 - "$tmp/nan/metrics.jsonl" <<'PY' || fail "nan: step 5 not skipped, or a later loss is not finite"
+import json, math, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rs if r.get("skipped")] == [5] and rs[4]["grad_norm"] is None
+assert all(math.isfinite(r["loss"]) for r in rs)
+PY
+# With --max-bad-steps 1 the run rolls back to step 10 instead; the NaN was
+# transient, so the replay ends exactly where the uninterrupted run does.
+run 1 "$tmp/rollback" --inject-fault nan@12 --max-bad-steps 1 --save-every 5
+grep -q "rolled back to $tmp/rollback/checkpoints/step-00000010 after 1 consecutive bad steps" \
+  "$tmp/rollback.log" || fail "no rollback"
+same "$tmp/ref" "$tmp/rollback"
+
+# A full disk during the checkpoint of step 10: reported, nothing committed,
+# the run goes on and later checkpoints succeed.
+run 1 "$tmp/full" --save-every 5 --inject-fault enospc@10
+grep -q "warning: checkpoint step-00000010 not written (.*No space left on device.*); the previous checkpoint is still the latest" \
+  "$tmp/full.log" || fail "enospc: not reported"
+[ ! -e "$tmp/full/checkpoints/step-00000010" ] && [ ! -e "$tmp/full/checkpoints/step-00000010.tmp" ] ||
+  fail "enospc: a partial checkpoint was left"
+[ "$(cat "$tmp/full/checkpoints/latest")" = step-00000020 ] || fail "enospc: later saves failed"
+same "$tmp/ref" "$tmp/full"
 
 # A truncated manifest is refused by name.
 manifest="$tmp/bad/checkpoints/step-00000020/manifest"

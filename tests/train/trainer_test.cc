@@ -35,7 +35,7 @@ std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
 }
 
 std::vector<double> Losses(const RunConfig& rc, const std::vector<int32_t>& data,
-                           TrainerGroups groups = {}, std::vector<float>* weights = nullptr) {
+                           TrainerOptions groups = {}, std::vector<float>* weights = nullptr) {
   CpuBackend be;
   auto t = *Trainer::Create(rc, &be, &data, &data, 0, groups);
   std::vector<double> losses;
@@ -75,7 +75,7 @@ TEST(TrainerTest, RecomputationIsBitwiseIdenticalAndSmaller) {
   RunConfig rc = SmallRun();
   rc.total_batch_tokens = 8 * 16;
   std::vector<float> kept, recomputed;
-  TrainerGroups groups;
+  TrainerOptions groups;
   groups.microbatches = 2;
   groups.schedule = pp::Schedule::kGPipe;  // two slots in flight
   auto a = Losses(rc, data, groups, &kept);
