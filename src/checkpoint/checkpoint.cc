@@ -85,6 +85,13 @@ Shard BuildShard(const ParameterTable& t, int rank, bool writer, const float* w,
   const uint32_t header[2] = {static_cast<uint32_t>(kManifestVersion), static_cast<uint32_t>(rank)};
   s.bytes.append(reinterpret_cast<const char*>(header), sizeof(header));
   if (!writer) return s;
+  // One allocation: growing a gigabyte string by doubling costs more than
+  // the checksums.
+  size_t total = s.bytes.size();
+  for (int i = 0; i < t.size(); ++i) {
+    if (WritesTensor(t, i)) total += kNumPieceKinds * static_cast<size_t>(t.numel(i)) * 4;
+  }
+  s.bytes.reserve(total);
   for (int i = 0; i < t.size(); ++i) {
     if (!WritesTensor(t, i)) continue;
     const std::vector<int64_t>& shape = t.local_shape(i);
@@ -109,10 +116,9 @@ Shard BuildShard(const ParameterTable& t, int rank, bool writer, const float* w,
 }
 
 // A rank's shard entry as int64s for the gather to rank 0:
-// [bytes, crc, pieces, {kind, tensor, offset, col_start, cols, crc, runs, {start, count}...}...]
+// [bytes, pieces, {kind, tensor, offset, col_start, cols, crc, runs, {start, count}...}...]
 std::vector<int64_t> Encode(const Shard& s) {
   std::vector<int64_t> e = {static_cast<int64_t>(s.bytes.size()),
-                            Crc32(0, s.bytes.data(), s.bytes.size()),
                             static_cast<int64_t>(s.pieces.size())};
   for (const Piece& p : s.pieces) {
     e.insert(e.end(), {static_cast<int64_t>(p.kind), p.tensor, p.offset, p.col_start, p.cols, p.crc,
@@ -123,9 +129,9 @@ std::vector<int64_t> Encode(const Shard& s) {
 }
 
 void Decode(const int64_t* e, int file, Manifest* m) {
-  m->files.push_back({ShardName(file), e[0], static_cast<uint32_t>(e[1])});
-  const int64_t n = e[2];
-  e += 3;
+  m->files.push_back({ShardName(file), e[0]});
+  const int64_t n = e[1];
+  e += 2;
   for (int64_t i = 0; i < n; ++i) {
     Piece p;
     p.kind = static_cast<PieceKind>(e[0]);
@@ -224,6 +230,25 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
 
 using LogicalTensors = std::map<int, std::vector<float>>;  // logical index -> values
 
+// Opens a shard file after checking its size against the manifest and its
+// magic (the pieces' checksums cover the rest).
+absl::StatusOr<std::ifstream> OpenShard(const std::string& path, int64_t bytes) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return absl::DataLossError(absl::StrCat("cannot read shard '", path, "'"));
+  if (static_cast<int64_t>(size) != bytes) {
+    return absl::DataLossError(
+        absl::StrCat("shard '", path, "' has ", size, " bytes, the manifest says ", bytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, kShardMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat("'", path, "' is not a ladder shard file"));
+  }
+  return in;
+}
+
 // Fills the tensors already present in `out[kind]` (sized to their logical
 // shape) from the pieces, checking each shard's size and magic and each
 // piece's checksum before its values are used.
@@ -238,19 +263,7 @@ absl::Status ReadPieces(const std::string& step_dir, const Manifest& m,
     const ShardFile& sf = m.files[p.file];
     const std::string path = step_dir + "/" + sf.name;
     if (!files.count(p.file)) {
-      std::error_code ec;
-      const auto size = fs::file_size(path, ec);
-      if (ec) return absl::DataLossError(absl::StrCat("cannot read shard '", path, "'"));
-      if (static_cast<int64_t>(size) != sf.bytes) {
-        return absl::DataLossError(
-            absl::StrCat("shard '", path, "' has ", size, " bytes, the manifest says ", sf.bytes));
-      }
-      std::ifstream in(path, std::ios::binary);
-      char magic[8] = {};
-      in.read(magic, 8);
-      if (!in || std::memcmp(magic, kShardMagic, 8) != 0) {
-        return absl::DataLossError(absl::StrCat("'", path, "' is not a ladder shard file"));
-      }
+      ASSIGN_OR_RETURN(std::ifstream in, OpenShard(path, sf.bytes));
       files.emplace(p.file, std::move(in));
     }
     std::ifstream& in = files.at(p.file);
@@ -324,13 +337,7 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(out.step_dir, StepDir(path));
   ASSIGN_OR_RETURN(out.manifest, ReadManifest(out.step_dir));
   for (const ShardFile& f : out.manifest.files) {
-    const std::string file = out.step_dir + "/" + f.name;
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(file));
-    if (static_cast<int64_t>(bytes.size()) != f.bytes ||
-        Crc32(0, bytes.data(), bytes.size()) != f.crc) {
-      return absl::DataLossError(absl::StrCat("shard '", file, "' is corrupt (", bytes.size(),
-                                              " bytes, checksum mismatch)"));
-    }
+    RETURN_IF_ERROR(OpenShard(out.step_dir + "/" + f.name, f.bytes).status());
     out.bytes += f.bytes;
   }
   // Every piece's own checksum, by reading all of them.

@@ -77,8 +77,7 @@ std::string SerializeManifest(const Manifest& m) {
                     absl::StrJoin(specs[i].shape, " "), "\n");
   }
   for (size_t i = 0; i < m.files.size(); ++i) {
-    absl::StrAppendFormat(&out, "file %d %s %d %08x\n", i, m.files[i].name, m.files[i].bytes,
-                          m.files[i].crc);
+    absl::StrAppendFormat(&out, "file %d %s %d\n", i, m.files[i].name, m.files[i].bytes);
   }
   for (const Piece& p : m.pieces) {
     std::vector<std::string> runs;
@@ -161,12 +160,12 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
         return Bad(source, line_no, "tensor line does not match the model config");
       }
       ++next_tensor;
-    } else if (key == "file" && need(5)) {
+    } else if (key == "file" && need(4)) {
       ShardFile sf;
       int index = -1;
       if (!ParseInt(f[1], &index) || index != static_cast<int>(m.files.size()) ||
-          !ParseInt(f[3], &sf.bytes) || !ParseHex(f[4], &sf.crc) ||
-          f[2].find('/') != absl::string_view::npos || f[2].empty() || f[2][0] == '.') {
+          !ParseInt(f[3], &sf.bytes) || f[2].find('/') != absl::string_view::npos || f[2].empty() ||
+          f[2][0] == '.') {
         return Bad(source, line_no, "malformed file line");
       }
       sf.name = std::string(f[2]);

@@ -46,10 +46,10 @@ struct Piece {
   int64_t numel() const;
 };
 
+// The pieces carry the checksums; a file is checked by its size and magic.
 struct ShardFile {
   std::string name;  // plain file name inside the checkpoint directory
   int64_t bytes = 0;
-  uint32_t crc = 0;  // of the whole file
 };
 
 struct Manifest {

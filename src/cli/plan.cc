@@ -3,6 +3,7 @@
 // (src/tools/plan.h has the formulas). Runs in one process, no MPI.
 #include "src/tools/plan.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ namespace {
 struct PlanFlags {
   std::string config, precision = "fp32";
   bool json = false;
+  double mtbf_hours = 0, checkpoint_seconds = 0;
   LayoutFlags layout;
 };
 
@@ -59,6 +61,12 @@ absl::Status RunPlan(const PlanFlags& f) {
   if (f.precision != "fp32" && f.precision != "mixed") {
     return absl::InvalidArgumentError(
         absl::StrCat("--precision must be fp32 or mixed, got '", f.precision, "'"));
+  }
+  if (f.mtbf_hours < 0 || f.checkpoint_seconds < 0 ||
+      (f.mtbf_hours > 0) != (f.checkpoint_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        "--mtbf-hours and --checkpoint-seconds go together (the cost C as `ladder bench "
+        "checkpoint` measures it)");
   }
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   const LayoutFlags& lf = f.layout;
@@ -114,6 +122,16 @@ absl::Status RunPlan(const PlanFlags& f) {
   }
   std::printf("\npipeline bubble: (P-1)/(M+P-1) = %.1f%% of each step (P = %d, M = %d)\n",
               100 * p.bubble, l.pp, p.microbatches);
+  if (f.mtbf_hours > 0) {
+    // Young/Daly: saving every T loses C/T to saving and, on average, T/2 of
+    // work per failure; the sum is smallest at T = sqrt(2 C MTBF).
+    const double mtbf = f.mtbf_hours * 3600, c = f.checkpoint_seconds;
+    const double interval = std::sqrt(2 * c * mtbf);
+    std::printf(
+        "checkpoint interval (Young/Daly) sqrt(2 C MTBF) = %.0f s for C = %.2f s, MTBF = %.1f "
+        "h: %.2f%% of the time saving plus %.2f%% lost to failures\n",
+        interval, c, f.mtbf_hours, 100 * c / interval, 100 * interval / 2 / mtbf);
+  }
   std::printf(
       "(every rank of a stage is alike; communication is the payload each rank passes to its "
       "collectives and messages per step, see docs/ARCHITECTURE.md)\n");
@@ -132,6 +150,10 @@ int PlanCommand(int argc, char** argv) {
   flags.String("precision", &f.precision,
                "fp32 (how ladder trains on the CPU) or mixed (bf16 with fp32 master weights)");
   flags.Bool("json", &f.json, "print the plan as one JSON object");
+  flags.Double("mtbf-hours", &f.mtbf_hours,
+               "mean time between failures of the job: prints the Young/Daly checkpoint interval");
+  flags.Double("checkpoint-seconds", &f.checkpoint_seconds,
+               "the cost C of one checkpoint, as `ladder bench checkpoint` measures it");
   return RunCommand(flags, argc, argv, [&] { return RunPlan(f); });
 }
 

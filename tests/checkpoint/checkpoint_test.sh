@@ -138,4 +138,10 @@ grep -qF "$manifest" <<<"$err" || fail "truncated manifest not named: $err"
 cmp -s "$tmp/converted/model.bin" "$tmp/ref/model.bin" || fail "converted model differs from the run's"
 "$ladder" generate --model "$tmp/converted" --max-tokens 8 --seed 1 >/dev/null || fail "generate on a converted checkpoint"
 
+# The checkpoint benchmark: both stalls and the ratio to the disk rate.
+bench=$("$ladder" bench checkpoint --config "$src/tests/parallel/equivalence.conf" --dir "$tmp/bench")
+tail -1 <<<"$bench" | grep -qE '^\{"bytes":[0-9]+,"disk_bytes_per_s":[0-9]+,"sync_s":[0-9.]+,"async_stall_s":[0-9.]+,"async_total_s":[0-9.]+,"fraction":[0-9.]+\}$' ||
+  fail "bench checkpoint: $bench"
+[ ! -e "$tmp/bench" ] || fail "bench checkpoint left its scratch directory"
+
 [ "$failures" -eq 0 ] && echo "checkpoints: exact resume, resharding, torn saves and corruption all pass" || exit 1

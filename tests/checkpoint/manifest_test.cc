@@ -49,7 +49,7 @@ Manifest Small() {
       m.pieces.push_back(p);
     }
   }
-  m.files.push_back({"rank-00000.bin", offset, 0x1234});
+  m.files.push_back({"rank-00000.bin", offset});
   return m;
 }
 
@@ -96,7 +96,7 @@ TEST(ManifestTest, SealedButInconsistentIsRefusedByName) {
       // Columns past the width.
       {"piece w 0 0 16 0+256 0 16 ", "piece w 0 0 16 0+256 1 16 ", "column range outside"},
       // A piece past the end of its file.
-      {absl::StrCat(" ", Small().files[0].bytes, " 00001234"), " 100 00001234",
+      {absl::StrCat("rank-00000.bin ", Small().files[0].bytes), "rank-00000.bin 100",
        "past its shard file"},
       // wpe covered by half its rows.
       {"piece w 1 0 16400 0+8 ", "piece w 1 0 16400 0+4 ", "not covered exactly"},

@@ -33,4 +33,8 @@ done
 seven=$("$ladder" plan --config "$src/configs/gpt-7b.conf" --precision mixed)
 grep -q "weights 2 + gradients 2 + AdamW 12 (fp32 master, m, v) bytes per parameter = 16.00 bytes" <<<"$seven" ||
   { echo "FAIL: 7B in mixed precision is not 16 bytes per parameter"; echo "$seven"; failures=$((failures + 1)); }
+# The Young/Daly interval: sqrt(2 x 5.25 s x 24 h) = 952 s.
+"$ladder" plan --config "$src/configs/gpt2-124m.conf" --mtbf-hours 24 --checkpoint-seconds 5.25 |
+  grep -q "checkpoint interval (Young/Daly) sqrt(2 C MTBF) = 952 s" ||
+  { echo "FAIL: Young/Daly interval"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo "every layout's measured memory and traffic match the plan" || exit 1
