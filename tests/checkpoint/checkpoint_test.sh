@@ -125,6 +125,16 @@ grep -q "warning: checkpoint step-00000010 not written (.*No space left on devic
 [ "$(cat "$tmp/full/checkpoints/latest")" = step-00000020 ] || fail "enospc: later saves failed"
 same "$tmp/ref" "$tmp/full"
 
+# A garbled `latest` falls back to the newest committed step.
+echo "step-99999999" >"$tmp/one/checkpoints/latest"
+"$ladder" "${train[@]}" --out "$tmp/one" --save-every 5 --steps 20 >"$tmp/latest.log" 2>&1 ||
+  fail "garbled latest: run failed"
+grep -q "warning: .*step-99999999.*; trying an earlier checkpoint" "$tmp/latest.log" ||
+  fail "garbled latest: no warning"
+grep -q "resumed from $tmp/one/checkpoints/step-00000020 at step 20" "$tmp/latest.log" ||
+  fail "garbled latest: no fallback"
+echo "step-00000020" >"$tmp/one/checkpoints/latest"
+
 # A truncated manifest is refused by name.
 manifest="$tmp/bad/checkpoints/step-00000020/manifest"
 head -c 300 "$manifest" >"$manifest.cut" && mv "$manifest.cut" "$manifest"

@@ -42,7 +42,8 @@ printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
 
 # ---- help and version -------------------------------------------------------
 for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
-           "data prepare" "bench train" plan version; do
+           "data prepare" "bench train" "bench checkpoint" plan "checkpoint inspect" \
+           "checkpoint convert" version; do
   # shellcheck disable=SC2086
   if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
     fail "ladder $cmd --help"
@@ -105,6 +106,10 @@ expect_error 2 "unknown pipeline schedule 'zigzag' (gpipe or 1f1b)" -- train --c
 expect_error 2 "the global batch of 4 sequences does not split into dp (1) x microbatches (3) equal parts" \
   -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3
 expect_error 2 "missing --config FILE" -- plan
+expect_error 2 "--inject-fault 'boom@3' is not one of kill:RANK@STEP" -- train --config "$src/tests/cli/micro.conf" \
+  --data "$tmp/corpus.txt" --out "$tmp/x" --inject-fault boom@3
+expect_error 2 "cannot open '/nonexistent/ck/latest'" -- checkpoint inspect /nonexistent/ck
+expect_error 2 "expected two arguments: DIR OUT" -- checkpoint convert /nonexistent/ck
 expect_error 2 "--precision must be fp32 or mixed, got 'fp16'" -- plan --config "$src/tests/cli/micro.conf" --precision fp16
 expect_error 2 "n_head (2) is not divisible by tp (4)" -- plan --config "$src/tests/cli/micro.conf" --tp 4
 expect_error 2 "n_layer (2) is smaller than pp (3): a stage needs a layer" -- plan --config "$src/tests/cli/micro.conf" --pp 3
