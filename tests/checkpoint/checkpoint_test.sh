@@ -13,7 +13,8 @@
 #    --strict refuses (exit 2), otherwise the run falls back to an earlier one
 #  - guards: a NaN gradient skips its update; with --max-bad-steps 1 the run
 #    rolls back to the last checkpoint and ends where it would have
-#  - a failing write (ENOSPC, injected) is reported and commits nothing
+#  - a failing write (ENOSPC, injected) is reported and commits nothing; a
+#    straggler (slow:RANK:MS) makes the others wait
 #  - checkpoint inspect verifies, convert writes a model generate can read
 #   checkpoint_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/../parallel/training_run.sh"
@@ -147,6 +148,17 @@ grep -qF "$manifest" <<<"$err" || fail "truncated manifest not named: $err"
 "$ladder" checkpoint convert "$tmp/one/checkpoints" "$tmp/converted" >/dev/null || fail "convert"
 cmp -s "$tmp/converted/model.bin" "$tmp/ref/model.bin" || fail "converted model differs from the run's"
 "$ladder" generate --model "$tmp/converted" --max-tokens 8 --seed 1 >/dev/null || fail "generate on a converted checkpoint"
+
+# A straggler: rank 1 sleeps 100 ms after every step, so rank 0 waits about
+# that long in each later step's data-parallel all-reduce.
+"$mpirun" "${mpirun_args[@]}" -np 2 "$ladder" "${train[@]}" --out "$tmp/slow" --dp 2 --steps 4 \
+  --inject-fault slow:1:100 >"$tmp/slow.log" 2>&1 || fail "straggler run"
+python3 - "$tmp/slow/metrics.jsonl" <<'PY' || fail "straggler: rank 0 did not wait for rank 1"
+import json, sys
+# (after step 1, rank 0 waits in the rank report's gather instead)
+waits = [json.loads(l)["comm"]["data"]["seconds"] for l in open(sys.argv[1])][2:]
+sys.exit(0 if len(waits) == 2 and min(waits) > 0.08 else 1)
+PY
 
 # The checkpoint benchmark: both stalls and the ratio to the disk rate.
 bench=$("$ladder" bench checkpoint --config "$src/tests/parallel/equivalence.conf" --dir "$tmp/bench")
