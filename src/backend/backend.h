@@ -125,6 +125,25 @@ class Backend {
                                          Tensor lse, int num_heads, AttentionKind kind,
                                          Tensor scratch) = 0;
 
+  // ---- paged KV cache (inference) -------------------------------------------
+  // Serving keeps each sequence's keys and values in a cache of fixed-size
+  // blocks (src/serve/kv_blocks.h): k_cache and v_cache [S, C], S = blocks x
+  // 16 rows, one row per cached token. A sequence's position p lives in row
+  // block_table[p / 16] * 16 + p % 16.
+  //
+  // Writes the k and v parts of qkv [N,3C] (columns [C,2C) and [2C,3C)) into
+  // rows slots[n] (i32 [N]) of the caches.
+  virtual absl::Status KvCacheWrite(Tensor k_cache, Tensor v_cache, Tensor qkv, Tensor slots) = 0;
+  // Causal attention of N query tokens over the cache: token n (query
+  // qkv[n, 0:C], heads as in AttentionForward) of sequence seq[n] at position
+  // pos[n] attends to that sequence's positions 0..pos[n], whose rows it finds
+  // through block_tables [num_seqs, max_blocks] (i32; row seq[n]). out [N,C].
+  // The keys and values of the query tokens themselves must already be in the
+  // cache (KvCacheWrite first). Inference only: there is no backward.
+  virtual absl::Status PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+                                             Tensor block_tables, Tensor seq, Tensor pos,
+                                             int num_heads) = 0;
+
   // ---- softmax cross-entropy (vocabulary-parallel) -------------------------
   // loss[n] = logsumexp(logits[n,:V]) - logits[n,target[n]], computed on a
   // vocabulary SHARD of the logits so the full [N,Vp] logits are never gathered
