@@ -12,6 +12,7 @@
 #include "src/backend/backend.h"
 #include "src/model/activations.h"
 #include "src/model/gpt_config.h"
+#include "src/model/kv_cache.h"
 #include "src/model/parameters.h"
 #include "src/parallel/comm.h"
 
@@ -107,6 +108,12 @@ class Gpt {
   Tensor StageOutput() const;
   Tensor OutputGrad() const;
   Tensor InputGrad() const;
+  // Inference with a paged KV cache (src/model/kv_cache.h): runs the new
+  // tokens of several sequences through the model at once, writing their
+  // keys and values into `cache` and attending over everything cached for
+  // their sequences, and returns each token's next-token logits
+  // (tokens.size() x vocab_size floats). Needs the whole model on this rank.
+  absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
   // Logits of sequence b at position t of the last Forward: vocab_size floats
   // (FailedPrecondition unless this rank holds the whole model).
   absl::Status LogitsAt(int b, int t, std::vector<float>* out) const;

@@ -1,0 +1,108 @@
+// Gpt::ForwardCached: the model's forward for serving. Where training runs
+// [B, T] blocks of whole sequences, decoding runs N new tokens of different
+// sequences at different positions, each attending to its own sequence's
+// keys and values kept in the paged cache from earlier steps. Every op but
+// attention is row-wise over the N tokens, so the layer is the training
+// layer with PagedAttentionForward in place of AttentionForward (and a
+// KvCacheWrite before it). Everything lives in buffers of this call.
+#include "absl/strings/str_cat.h"
+#include "src/core/status.h"
+#include "src/model/gpt.h"
+
+namespace ladder {
+
+absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
+                                std::vector<float>* logits) {
+  const ShardLayout& layout = table_.layout();
+  if (layout.tp_size != 1 || layout.pp_size != 1) {
+    return absl::FailedPreconditionError("ForwardCached needs the whole model on one rank");
+  }
+  const int64_t N = static_cast<int64_t>(batch.tokens.size());
+  const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab(), V = cfg_.vocab_size;
+  const int64_t mb = batch.max_blocks;
+  if (N == 0 || batch.seq.size() != batch.tokens.size() ||
+      batch.pos.size() != batch.tokens.size() || mb <= 0 || batch.block_tables.empty() ||
+      batch.block_tables.size() % mb != 0) {
+    return absl::InvalidArgumentError("malformed cached batch");
+  }
+  const int64_t num_seqs = static_cast<int64_t>(batch.block_tables.size()) / mb;
+  std::vector<int32_t> slots(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t t = batch.tokens[i], s = batch.seq[i], p = batch.pos[i];
+    if (t < 0 || t >= V || s < 0 || s >= num_seqs || p < 0 || p >= cfg_.context ||
+        p / KvCache::kBlockTokens >= mb) {
+      return absl::InvalidArgumentError(absl::StrCat("cached token ", i, " (id ", t, ", sequence ",
+                                                     s, ", position ", p, ") is out of range"));
+    }
+    const int32_t block = batch.block_tables[s * mb + p / KvCache::kBlockTokens];
+    if (block < 0 || block >= cache.num_blocks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cached token ", i, " maps to block ", block, " outside the cache"));
+    }
+    slots[i] = block * KvCache::kBlockTokens + p % KvCache::kBlockTokens;
+  }
+
+  // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C] and the logits.
+  Backend& be = *backend_;
+  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + 3 * N +
+                         static_cast<int64_t>(batch.block_tables.size());
+  ASSIGN_OR_RETURN(DeviceBuffer scratch, be.Allocate(static_cast<size_t>(floats) * 4));
+  float* at = static_cast<float*>(scratch.get());
+  auto take = [&at](std::initializer_list<int64_t> dims) {
+    Tensor t = Tensor::F32(at, dims);
+    at += t.numel();
+    return t;
+  };
+  Tensor x = take({N, C}), ln = take({N, C}), resid = take({N, C}), branch = take({N, C}),
+         atty = take({N, C}), qkv = take({N, 3 * C}), fch = take({N, 4 * C}),
+         fch_gelu = take({N, 4 * C}), out = take({N, Vp});
+  Tensor mean = take({N}), rstd = take({N});
+  auto ints = [&](const std::vector<int32_t>& host,
+                  std::initializer_list<int64_t> dims) -> absl::StatusOr<Tensor> {
+    Tensor t(at, DType::kI32, dims);
+    at += t.numel();
+    RETURN_IF_ERROR(be.CopyFromHost(t, host.data()));
+    return t;
+  };
+  ASSIGN_OR_RETURN(Tensor d_tables, ints(batch.block_tables, {num_seqs, mb}));
+  ASSIGN_OR_RETURN(Tensor d_seq, ints(batch.seq, {N}));
+  ASSIGN_OR_RETURN(Tensor d_pos, ints(batch.pos, {N}));
+  ASSIGN_OR_RETURN(Tensor d_slots, ints(slots, {N}));
+
+  // Embedding: token row plus the position's row, one token at a time (the
+  // embedding op reads positions from a [B, T] layout; here each token has
+  // its own position).
+  for (int64_t i = 0; i < N; ++i) {
+    Tensor row = Tensor::F32(x.f32() + i * C, {1, 1, C});
+    Tensor tok = Tensor::I32(const_cast<int32_t*>(&batch.tokens[i]), {1, 1});
+    Tensor pos_row = Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {1, C});
+    RETURN_IF_ERROR(be.EmbeddingForward(row, tok, w_.wte, pos_row, 0));
+  }
+  const int heads = cfg_.n_head;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerTensors& w = w_.layers[l];
+    RETURN_IF_ERROR(
+        be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w.ln1_w, w.ln1_b));
+    RETURN_IF_ERROR(be.MatmulForward(qkv, ln, w.qkv_w, w.qkv_b));
+    RETURN_IF_ERROR(be.KvCacheWrite(cache.k(l), cache.v(l), qkv, d_slots));
+    RETURN_IF_ERROR(
+        be.PagedAttentionForward(atty, qkv, cache.k(l), cache.v(l), d_tables, d_seq, d_pos, heads));
+    RETURN_IF_ERROR(be.MatmulForward(branch, atty, w.proj_w, w.proj_b));
+    RETURN_IF_ERROR(
+        be.ResidualLayerNormForward(resid, ln, mean, rstd, x, branch, w.ln2_w, w.ln2_b));
+    RETURN_IF_ERROR(be.MatmulForward(fch, ln, w.fc_w, w.fc_b));
+    RETURN_IF_ERROR(be.GeluForward(fch_gelu, fch));
+    RETURN_IF_ERROR(be.MatmulForward(branch, fch_gelu, w.fcproj_w, w.fcproj_b));
+    RETURN_IF_ERROR(be.ResidualAdd(x, resid, branch));  // the next layer's input
+  }
+  RETURN_IF_ERROR(
+      be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
+  RETURN_IF_ERROR(be.MatmulForward(out, ln, w_.wte, Tensor()));
+  logits->resize(static_cast<size_t>(N * V));
+  for (int64_t i = 0; i < N; ++i) {
+    RETURN_IF_ERROR(be.CopyToHost(logits->data() + i * V, Tensor::F32(out.f32() + i * Vp, {V})));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder
