@@ -10,6 +10,7 @@
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
+#include "src/serve/kv_blocks.h"
 #include "src/serve/sampler.h"
 
 namespace ladder {
@@ -39,20 +40,54 @@ absl::Status Generate(const GenerateFlags& f) {
   std::vector<int32_t> tokens = dir.tokenizer.Encode(f.prompt);
   std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
   PhiloxStream rng(static_cast<uint64_t>(f.seed), kSamplingStream);
+
+  // Decoding with a paged KV cache (src/model/kv_cache.h): the prompt is
+  // prefilled once, then each step runs only the newest token. When the
+  // sequence reaches the context length, the last half of it becomes a new
+  // prompt (positions restart at 0).
+  const int blocks = KvBlockPool::BlocksFor(cfg.context);
+  KvBlockPool pool(blocks);
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, &backend, blocks));
+  KvBlockPool::SequenceId seq = -1;
+  CachedTokens step;
+  auto restart = [&](absl::Span<const int32_t> window) -> absl::Status {
+    if (seq >= 0) RETURN_IF_ERROR(pool.Free(seq));
+    ASSIGN_OR_RETURN(seq, pool.AddSequence(window));
+    step.tokens.assign(window.begin(), window.end());
+    step.seq.assign(window.size(), 0);
+    step.pos.resize(window.size());
+    for (size_t i = 0; i < window.size(); ++i) step.pos[i] = static_cast<int32_t>(i);
+    return absl::OkStatus();
+  };
+  const size_t first = tokens.size() > static_cast<size_t>(cfg.context)
+                           ? tokens.size() - static_cast<size_t>(cfg.context / 2)
+                           : 0;
+  RETURN_IF_ERROR(restart(absl::MakeConstSpan(tokens).subspan(first)));
   std::vector<float> logits;
   for (int64_t i = 0; i < f.max_tokens; ++i) {
-    const int T = static_cast<int>(std::min<size_t>(tokens.size(), cfg.context));
-    const int32_t* window = tokens.data() + tokens.size() - T;
-    ASSIGN_OR_RETURN(double unused, model->Forward(window, nullptr, 1, T));
-    (void)unused;
-    RETURN_IF_ERROR(model->LogitsAt(0, T - 1, &logits));
-    const int32_t next = SampleToken(logits, sp, &rng);
+    step.max_blocks = blocks;
+    step.block_tables.assign(blocks, -1);
+    const std::vector<int32_t>& table = pool.BlockTable(seq);
+    std::copy(table.begin(), table.end(), step.block_tables.begin());
+    RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
+    const std::vector<float> last(logits.end() - cfg.vocab_size, logits.end());
+    const int32_t next = SampleToken(last, sp, &rng);
     tokens.push_back(next);
     // A token's bytes may end mid-way through a UTF-8 character; the next
     // token's bytes complete it, so the byte stream printed is exact.
     const std::string& bytes = dir.tokenizer.TokenBytes(next);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
+    const int32_t position = step.pos.back() + 1;
+    if (position >= cfg.context) {
+      RETURN_IF_ERROR(restart(absl::MakeConstSpan(tokens).subspan(
+          tokens.size() - static_cast<size_t>(cfg.context / 2))));
+    } else {
+      RETURN_IF_ERROR(pool.Append(seq, {next}));
+      step.tokens = {next};
+      step.seq = {0};
+      step.pos = {position};
+    }
   }
   std::fputc('\n', stdout);
   return absl::OkStatus();
