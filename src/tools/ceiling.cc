@@ -25,4 +25,24 @@ double MeasureSgemmGflops(int n, int reps) {
   return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
 }
 
+double MeasureReadBandwidth(int64_t bytes, int reps) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<float> a(static_cast<size_t>(n), 1.0f);
+  volatile float sink = 0;
+  auto run = [&] {
+    float total = 0;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+    for (int64_t i = 0; i < n; ++i) total += a[i];
+    sink = sink + total;
+  };
+  run();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    run();
+    best = std::min(best, t.Seconds());
+  }
+  return static_cast<double>(n) * sizeof(float) / best;
+}
+
 }  // namespace ladder

@@ -42,7 +42,7 @@ printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
 
 # ---- help and version -------------------------------------------------------
 for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
-           "data prepare" "bench train" "bench checkpoint" plan "checkpoint inspect" \
+           "data prepare" "bench train" "bench checkpoint" "bench decode" plan "checkpoint inspect" \
            "checkpoint convert" version; do
   # shellcheck disable=SC2086
   if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
@@ -123,6 +123,10 @@ expect_error 2 "/nonexistent/tok" -- tokenizer encode --tokenizer /nonexistent/t
 expect_error 2 "bogus" -- tokenizer bogus
 expect_error 2 "/nonexistent/in.txt" -- data prepare --input /nonexistent/in.txt --out "$tmp/y"
 expect_error 2 "/nonexistent/b.conf" -- bench train --config /nonexistent/b.conf
+expect_ok bench decode --config "$src/tests/cli/micro.conf" --tokens 8
+tail -1 "$tmp/out" | grep -qE '^\{"tokens_per_s":[0-9.]+,"bound_tokens_per_s":[0-9.]+,"fraction":[0-9.]+\}$' ||
+  fail "bench decode: no JSON summary"
+expect_error 2 "--tokens must be in [1, 31], got 32" -- bench decode --config "$src/tests/cli/micro.conf" --tokens 32
 expect_error 2 "'fast'" -- bench fast
 echo "not a model" >"$tmp/run/model.bin"
 expect_error 2 "model.bin" -- generate --model "$tmp/run"

@@ -1,0 +1,91 @@
+// ladder bench decode: batch-1 decoding speed of a config's model (random
+// weights: the speed does not depend on them) against its bound, the
+// memory read bandwidth measured in the same run over the weight bytes each
+// token must read. A decode step multiplies one token's activations by every
+// weight matrix once, so it is memory-bound: this ratio says how close the
+// KV-cached forward gets to the machine.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/cli/commands.h"
+#include "src/core/flags.h"
+#include "src/core/status.h"
+#include "src/core/timer.h"
+#include "src/model/gpt.h"
+#include "src/model/kv_cache.h"
+#include "src/serve/kv_blocks.h"
+#include "src/tools/ceiling.h"
+#include "src/train/run_config.h"
+
+namespace ladder {
+namespace {
+
+struct Flags {
+  std::string config;
+  int64_t tokens = 64;
+};
+
+absl::Status Run(const Flags& f) {
+  if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
+  ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
+  const GptConfig& cfg = rc.model;
+  if (f.tokens < 1 || f.tokens >= cfg.context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tokens must be in [1, ", cfg.context - 1, "], got ", f.tokens));
+  }
+  CpuBackend backend;
+  ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, &backend, 1, /*training=*/false));
+  RETURN_IF_ERROR(model->InitWeights(rc.seed));
+  const int blocks = KvBlockPool::BlocksFor(cfg.context);
+  KvBlockPool pool(blocks);
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, &backend, blocks));
+  ASSIGN_OR_RETURN(KvBlockPool::SequenceId seq, pool.AddSequence({1}));
+
+  // Every weight is read once per token except the position table (one
+  // row) and the token embedding's lookup (one row; the tied head reads all
+  // of it).
+  const int64_t weight_bytes =
+      (model->table().total_floats() - int64_t{cfg.context} * cfg.n_embd) * 4;
+  const double bandwidth = MeasureReadBandwidth();
+  const double bound = bandwidth / static_cast<double>(weight_bytes);
+
+  CachedTokens step;
+  step.tokens = {1};
+  step.seq = {0};
+  step.pos = {0};
+  step.max_blocks = blocks;
+  std::vector<float> logits;
+  Timer t;
+  for (int64_t i = 0; i < f.tokens; ++i) {
+    step.block_tables.assign(blocks, -1);
+    const std::vector<int32_t>& table = pool.BlockTable(seq);
+    std::copy(table.begin(), table.end(), step.block_tables.begin());
+    RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
+    RETURN_IF_ERROR(pool.Append(seq, {1}));
+    step.pos = {step.pos[0] + 1};
+  }
+  const double tokens_per_s = static_cast<double>(f.tokens) / t.Seconds();
+  std::printf("bench decode: %s, %.1fM parameters, fp32 weights %.1f MiB, batch 1, %lld tokens\n",
+              f.config.c_str(), cfg.NumParameters() / 1e6, weight_bytes / 1048576.0,
+              static_cast<long long>(f.tokens));
+  std::printf("memory read bandwidth %.1f GB/s: bound %.1f tokens/s\n", bandwidth / 1e9, bound);
+  std::printf("%.1f tokens/s = %.2f of the bound\n", tokens_per_s, tokens_per_s / bound);
+  std::printf("{\"tokens_per_s\":%.2f,\"bound_tokens_per_s\":%.2f,\"fraction\":%.4f}\n",
+              tokens_per_s, bound, tokens_per_s / bound);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int BenchDecodeCommand(int argc, char** argv) {
+  Flags f;
+  FlagSet flags("ladder bench decode",
+                "Batch-1 KV-cached decoding tokens/s of a config's model against memory "
+                "bandwidth over weight bytes, measured in the same run. The last line is JSON.");
+  flags.String("config", &f.config, "model config (required)");
+  flags.Int("tokens", &f.tokens, "tokens to decode (less than the context)");
+  return RunCommand(flags, argc, argv, [&] { return Run(f); });
+}
+
+}  // namespace ladder
