@@ -58,9 +58,7 @@ absl::Status Run(const Flags& f) {
   std::vector<float> logits;
   Timer t;
   for (int64_t i = 0; i < f.tokens; ++i) {
-    step.block_tables.assign(blocks, -1);
-    const std::vector<int32_t>& table = pool.BlockTable(seq);
-    std::copy(table.begin(), table.end(), step.block_tables.begin());
+    step.block_tables = pool.BlockTables({seq}, blocks);
     RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
     RETURN_IF_ERROR(pool.Append(seq, {1}));
     step.pos = {step.pos[0] + 1};

@@ -66,9 +66,7 @@ absl::Status Generate(const GenerateFlags& f) {
   std::vector<float> logits;
   for (int64_t i = 0; i < f.max_tokens; ++i) {
     step.max_blocks = blocks;
-    step.block_tables.assign(blocks, -1);
-    const std::vector<int32_t>& table = pool.BlockTable(seq);
-    std::copy(table.begin(), table.end(), step.block_tables.begin());
+    step.block_tables = pool.BlockTables({seq}, blocks);
     RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
     const std::vector<float> last(logits.end() - cfg.vocab_size, logits.end());
     const int32_t next = SampleToken(last, sp, &rng);

@@ -100,15 +100,15 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     if (pending > 1) budget -= take[i] = std::min(pending, budget);
   }
   CachedTokens batch;
-  int max_blocks = 1;
+  std::vector<KvBlockPool::SequenceId> seqs;
+  batch.max_blocks = 1;
   for (const Running& r : running_) {
-    max_blocks = std::max<int>(max_blocks, static_cast<int>(pool_.BlockTable(r.seq).size()));
+    seqs.push_back(r.seq);
+    batch.max_blocks =
+        std::max<int>(batch.max_blocks, static_cast<int>(pool_.BlockTable(r.seq).size()));
   }
-  batch.max_blocks = max_blocks;
-  batch.block_tables.assign(running_.size() * max_blocks, -1);
+  batch.block_tables = pool_.BlockTables(seqs, batch.max_blocks);
   for (size_t i = 0; i < running_.size(); ++i) {
-    const std::vector<int32_t>& t = pool_.BlockTable(running_[i].seq);
-    std::copy(t.begin(), t.end(), batch.block_tables.begin() + i * max_blocks);
     for (int64_t k = 0; k < take[i]; ++k) {
       const int64_t p = running_[i].computed + k;
       batch.tokens.push_back(running_[i].tokens[p]);

@@ -164,6 +164,16 @@ const std::vector<int32_t>& KvBlockPool::BlockTable(SequenceId seq) const {
   return it == sequences_.end() ? kNoTable : it->second.table;
 }
 
+std::vector<int32_t> KvBlockPool::BlockTables(absl::Span<const SequenceId> seqs,
+                                              int max_blocks) const {
+  std::vector<int32_t> tables(seqs.size() * static_cast<size_t>(max_blocks), -1);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const std::vector<int32_t>& t = BlockTable(seqs[s]);
+    std::copy_n(t.begin(), std::min<size_t>(t.size(), max_blocks), tables.begin() + s * max_blocks);
+  }
+  return tables;
+}
+
 int64_t KvBlockPool::Length(SequenceId seq) const {
   auto it = sequences_.find(seq);
   return it == sequences_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());

@@ -60,6 +60,9 @@ class KvBlockPool {
 
   // The sequence's block table (empty for an unknown id) and length.
   const std::vector<int32_t>& BlockTable(SequenceId seq) const;
+  // The tables of `seqs` as one row-major [seqs, max_blocks] array, unused
+  // entries -1: what Gpt::ForwardCached takes (CachedTokens::block_tables).
+  std::vector<int32_t> BlockTables(absl::Span<const SequenceId> seqs, int max_blocks) const;
   int64_t Length(SequenceId seq) const;
 
  private:

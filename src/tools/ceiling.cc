@@ -8,13 +8,11 @@
 #include "src/core/timer.h"
 
 namespace ladder {
+namespace {
 
-double MeasureSgemmGflops(int n, int reps) {
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  };
+// Seconds of the fastest of `reps` runs, after one warm-up run.
+template <typename F>
+double BestSeconds(F run, int reps) {
   run();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
@@ -22,7 +20,18 @@ double MeasureSgemmGflops(int n, int reps) {
     run();
     best = std::min(best, t.Seconds());
   }
-  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+  return best;
+}
+
+}  // namespace
+
+double MeasureSgemmGflops(int n, int reps) {
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  };
+  return 2.0 * n * n * static_cast<double>(n) / BestSeconds(run, reps) / 1e9;
 }
 
 double MeasureReadBandwidth(int64_t bytes, int reps) {
@@ -35,14 +44,7 @@ double MeasureReadBandwidth(int64_t bytes, int reps) {
     for (int64_t i = 0; i < n; ++i) total += a[i];
     sink = sink + total;
   };
-  run();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    Timer t;
-    run();
-    best = std::min(best, t.Seconds());
-  }
-  return static_cast<double>(n) * sizeof(float) / best;
+  return static_cast<double>(n) * sizeof(float) / BestSeconds(run, reps);
 }
 
 }  // namespace ladder

@@ -30,11 +30,7 @@ GptConfig Small() {
 void FillTables(const KvBlockPool& pool, const std::vector<KvBlockPool::SequenceId>& ids,
                 int max_blocks, CachedTokens* batch) {
   batch->max_blocks = max_blocks;
-  batch->block_tables.assign(ids.size() * max_blocks, -1);
-  for (size_t s = 0; s < ids.size(); ++s) {
-    const std::vector<int32_t>& t = pool.BlockTable(ids[s]);
-    std::copy(t.begin(), t.end(), batch->block_tables.begin() + s * max_blocks);
-  }
+  batch->block_tables = pool.BlockTables(ids, max_blocks);
 }
 
 TEST(CachedForwardTest, ChunkedPrefillAndDecodeEqualFullRecomputation) {
