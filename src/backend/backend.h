@@ -51,6 +51,13 @@ struct AdamWParams {
 
 using DeviceBuffer = std::unique_ptr<void, std::function<void(void*)>>;
 
+// One layer's paged KV cache (see "paged KV cache" below for both formats).
+struct PagedKv {
+  Tensor k, v;
+  Tensor k_scale, v_scale;  // int8 only
+  bool int8() const { return !k_scale.empty(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,22 +134,43 @@ class Backend {
 
   // ---- paged KV cache (inference) -------------------------------------------
   // Serving keeps each sequence's keys and values in a cache of fixed-size
-  // blocks (src/serve/kv_blocks.h): k_cache and v_cache [S, C], S = blocks x
-  // 16 rows, one row per cached token. A sequence's position p lives in row
-  // block_table[p / 16] * 16 + p % 16.
+  // blocks (src/serve/kv_blocks.h): S = blocks x 16 rows, one row per cached
+  // token. A sequence's position p lives in row block_table[p / 16] * 16 + p % 16.
+  // Two storage formats (PagedKv):
+  //  - fp32: k, v [S, C] f32; k_scale and v_scale empty.
+  //  - int8: k, v [S, C] i8 and k_scale, v_scale [S, NH] f32: each token's
+  //    slice of one head is quantized symmetrically with its own scale,
+  //    x ~= q * scale, scale = max|x| / 127 (0 for an all-zero slice),
+  //    q = round(x / scale) (quantize.h QuantizeSymmetric).
   //
   // Writes the k and v parts of qkv [N,3C] (columns [C,2C) and [2C,3C)) into
-  // rows slots[n] (i32 [N]) of the caches.
-  virtual absl::Status KvCacheWrite(Tensor k_cache, Tensor v_cache, Tensor qkv, Tensor slots) = 0;
+  // rows slots[n] (i32 [N]) of the caches, quantizing them for int8.
+  virtual absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
+                                    int num_heads) = 0;
   // Causal attention of N query tokens over the cache: token n (query
   // qkv[n, 0:C], heads as in AttentionForward) of sequence seq[n] at position
   // pos[n] attends to that sequence's positions 0..pos[n], whose rows it finds
   // through block_tables [num_seqs, max_blocks] (i32; row seq[n]). out [N,C].
   // The keys and values of the query tokens themselves must already be in the
   // cache (KvCacheWrite first). Inference only: there is no backward.
-  virtual absl::Status PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+  virtual absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
                                              Tensor block_tables, Tensor seq, Tensor pos,
                                              int num_heads) = 0;
+
+  // ---- int8 weights (inference) ----------------------------------------------
+  // A weight matrix [OC, C] quantized symmetrically in groups of G consecutive
+  // input channels (Q8_0 style; G = C is one scale per output channel):
+  //   W[o, c] ~= q[o, c] * scales[o, c / G],  q in [-127, 127]
+  // q [OC, C] i8, scales [OC, C / G] f32, G a multiple of 32 that divides C
+  // (quantize.h QuantizeRows makes them). Decoding reads every weight once
+  // per token, so int8 moves a quarter of fp32's bytes.
+  //
+  // out [N,OC] = inp [N,C] @ dequant(W)^T + bias[OC] (bias may be empty).
+  virtual absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
+                                         Tensor bias) = 0;
+  // out[n, :] = dequant(W)[rows[n], :]: the embedding lookup of an int8 table.
+  // out [N, C] f32, rows [N] i32 in [0, OC).
+  virtual absl::Status DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) = 0;
 
   // ---- softmax cross-entropy (vocabulary-parallel) -------------------------
   // loss[n] = logsumexp(logits[n,:V]) - logits[n,target[n]], computed on a

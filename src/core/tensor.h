@@ -51,6 +51,10 @@ struct Tensor {
     return Tensor(p, DType::kI32, dims);
   }
 
+  static Tensor I8(int8_t* p, std::initializer_list<int64_t> dims) {
+    return Tensor(p, DType::kI8, dims);
+  }
+
   bool empty() const { return data == nullptr; }
   // Size of dimension i; negative i counts from the back.
   int64_t dim(int i) const { return shape[i < 0 ? rank + i : i]; }
@@ -62,6 +66,7 @@ struct Tensor {
   size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
   float* f32() const { return static_cast<float*>(data); }
   int32_t* i32() const { return static_cast<int32_t*>(data); }
+  int8_t* i8() const { return static_cast<int8_t*>(data); }
   std::string ShapeString() const;
 };
 

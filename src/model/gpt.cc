@@ -68,9 +68,15 @@ absl::Status Gpt::InitWeights(uint64_t seed) {
   return SetWeights(host.data());
 }
 
-absl::Status Gpt::SetWeights(const float* host) { return backend_->CopyFromHost(weights(), host); }
+absl::Status Gpt::SetWeights(const float* host) {
+  RETURN_IF_ERROR(CheckNotQuantized("SetWeights"));
+  return backend_->CopyFromHost(weights(), host);
+}
 
-absl::Status Gpt::GetWeights(float* host) const { return backend_->CopyToHost(host, weights()); }
+absl::Status Gpt::GetWeights(float* host) const {
+  RETURN_IF_ERROR(CheckNotQuantized("GetWeights"));
+  return backend_->CopyToHost(host, weights());
+}
 
 absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
   std::vector<float> local(table_.total_floats());
@@ -168,6 +174,7 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
 
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                                     int slot) {
+  RETURN_IF_ERROR(CheckNotQuantized("Forward"));
   RETURN_IF_ERROR(CheckSlot(slot));
   RETURN_IF_ERROR(SetBatchShape(B, T));
   Backend& be = *backend_;

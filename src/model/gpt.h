@@ -14,6 +14,7 @@
 #include "src/model/gpt_config.h"
 #include "src/model/kv_cache.h"
 #include "src/model/parameters.h"
+#include "src/model/weight_format.h"
 #include "src/parallel/comm.h"
 
 namespace ladder {
@@ -37,6 +38,12 @@ struct GptParallel {
   // Pads the flat weight and gradient buffers with zeros to a multiple of
   // this many floats (ZeRO-1 cuts them into equal shards).
   int64_t buffer_multiple = 1;
+};
+
+// A weight matrix [OC, C] in int8: q [OC, C] i8, scales [OC, C / group] f32
+// (backend.h "int8 weights").
+struct Int8Matrix {
+  Tensor q, scales;
 };
 
 class Gpt {
@@ -114,6 +121,16 @@ class Gpt {
   // their sequences, and returns each token's next-token logits
   // (tokens.size() x vocab_size floats). Needs the whole model on this rank.
   absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
+  // Serving with int8 weights (weight_format.h): replaces each weight
+  // matrix by its int8 form and keeps only the other tensors in fp32, so
+  // the model shrinks to about a quarter. After it the model runs
+  // ForwardCached only (Forward, SetWeights, GetWeights refuse). Needs an
+  // inference model holding the whole model; kF32 does nothing.
+  absl::Status QuantizeWeights(WeightFormat format);
+  WeightFormat weight_format() const { return weight_format_; }
+  // Bytes of all weights as stored (int8 matrices with their scales, fp32
+  // for the rest).
+  int64_t weight_bytes() const;
   // Logits of sequence b at position t of the last Forward: vocab_size floats
   // (FailedPrecondition unless this rank holds the whole model).
   absl::Status LogitsAt(int b, int t, std::vector<float>* out) const;
@@ -129,6 +146,9 @@ class Gpt {
   // recomputation does not need it).
   absl::Status LayerForward(int l, const LayerActivations& la, bool project);
   int tp_rank() const;
+  absl::Status CheckNotQuantized(const char* what) const;
+  // out = inp @ W^T + bias for a weight matrix in either format.
+  absl::Status Linear(Tensor out, Tensor inp, Tensor weight, const Int8Matrix& q, Tensor bias);
   int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
 
   GptConfig cfg_;
@@ -141,6 +161,13 @@ class Gpt {
   DeviceBuffer weights_, grads_, arena_;
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;
+  // int8 weights (QuantizeWeights): one Int8Matrix per matrix of w_, whose
+  // fp32 tensor is then empty.
+  WeightFormat weight_format_ = WeightFormat::kF32;
+  DeviceBuffer int8_buffer_;
+  int64_t int8_bytes_ = 0, fp32_floats_ = 0;
+  Int8Matrix q_wte_;
+  std::vector<Int8Matrix> q_qkv_, q_proj_, q_fc_, q_fcproj_;
   GptActivations acts_;
   int bound_B_ = 0, bound_T_ = 0;
 };

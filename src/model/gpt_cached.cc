@@ -44,7 +44,7 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
 
   // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C] and the logits.
   Backend& be = *backend_;
-  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + 3 * N +
+  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + 4 * N +
                          static_cast<int64_t>(batch.block_tables.size());
   ASSIGN_OR_RETURN(DeviceBuffer scratch, be.Allocate(static_cast<size_t>(floats) * 4));
   float* at = static_cast<float*>(scratch.get());
@@ -69,35 +69,46 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   ASSIGN_OR_RETURN(Tensor d_pos, ints(batch.pos, {N}));
   ASSIGN_OR_RETURN(Tensor d_slots, ints(slots, {N}));
 
-  // Embedding: token row plus the position's row, one token at a time (the
-  // embedding op reads positions from a [B, T] layout; here each token has
-  // its own position).
-  for (int64_t i = 0; i < N; ++i) {
-    Tensor row = Tensor::F32(x.f32() + i * C, {1, 1, C});
-    Tensor tok = Tensor::I32(const_cast<int32_t*>(&batch.tokens[i]), {1, 1});
-    Tensor pos_row = Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {1, C});
-    RETURN_IF_ERROR(be.EmbeddingForward(row, tok, w_.wte, pos_row, 0));
+  // Embedding: the token's row plus its position's row (each token has its
+  // own position, so the rows are added one by one).
+  if (weight_format_ == WeightFormat::kF32) {
+    for (int64_t i = 0; i < N; ++i) {
+      Tensor row = Tensor::F32(x.f32() + i * C, {1, 1, C});
+      Tensor tok = Tensor::I32(const_cast<int32_t*>(&batch.tokens[i]), {1, 1});
+      Tensor pos_row = Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {1, C});
+      RETURN_IF_ERROR(be.EmbeddingForward(row, tok, w_.wte, pos_row, 0));
+    }
+  } else {
+    ASSIGN_OR_RETURN(Tensor d_tokens, ints(batch.tokens, {N}));
+    RETURN_IF_ERROR(be.DequantizeRows(x, q_wte_.q, q_wte_.scales, d_tokens));
+    for (int64_t i = 0; i < N; ++i) {
+      Tensor row = Tensor::F32(x.f32() + i * C, {C});
+      RETURN_IF_ERROR(
+          be.ResidualAdd(row, row, Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {C})));
+    }
   }
   const int heads = cfg_.n_head;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
+    const bool q8 = weight_format_ != WeightFormat::kF32;
+    const Int8Matrix none;
     RETURN_IF_ERROR(
         be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w.ln1_w, w.ln1_b));
-    RETURN_IF_ERROR(be.MatmulForward(qkv, ln, w.qkv_w, w.qkv_b));
-    RETURN_IF_ERROR(be.KvCacheWrite(cache.k(l), cache.v(l), qkv, d_slots));
+    RETURN_IF_ERROR(Linear(qkv, ln, w.qkv_w, q8 ? q_qkv_[l] : none, w.qkv_b));
+    RETURN_IF_ERROR(be.KvCacheWrite(cache.layer(l), qkv, d_slots, heads));
     RETURN_IF_ERROR(
-        be.PagedAttentionForward(atty, qkv, cache.k(l), cache.v(l), d_tables, d_seq, d_pos, heads));
-    RETURN_IF_ERROR(be.MatmulForward(branch, atty, w.proj_w, w.proj_b));
+        be.PagedAttentionForward(atty, qkv, cache.layer(l), d_tables, d_seq, d_pos, heads));
+    RETURN_IF_ERROR(Linear(branch, atty, w.proj_w, q8 ? q_proj_[l] : none, w.proj_b));
     RETURN_IF_ERROR(
         be.ResidualLayerNormForward(resid, ln, mean, rstd, x, branch, w.ln2_w, w.ln2_b));
-    RETURN_IF_ERROR(be.MatmulForward(fch, ln, w.fc_w, w.fc_b));
+    RETURN_IF_ERROR(Linear(fch, ln, w.fc_w, q8 ? q_fc_[l] : none, w.fc_b));
     RETURN_IF_ERROR(be.GeluForward(fch_gelu, fch));
-    RETURN_IF_ERROR(be.MatmulForward(branch, fch_gelu, w.fcproj_w, w.fcproj_b));
+    RETURN_IF_ERROR(Linear(branch, fch_gelu, w.fcproj_w, q8 ? q_fcproj_[l] : none, w.fcproj_b));
     RETURN_IF_ERROR(be.ResidualAdd(x, resid, branch));  // the next layer's input
   }
   RETURN_IF_ERROR(
       be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
-  RETURN_IF_ERROR(be.MatmulForward(out, ln, w_.wte, Tensor()));
+  RETURN_IF_ERROR(Linear(out, ln, w_.wte, q_wte_, Tensor()));
   logits->resize(static_cast<size_t>(N * V));
   for (int64_t i = 0; i < N; ++i) {
     RETURN_IF_ERROR(be.CopyToHost(logits->data() + i * V, Tensor::F32(out.f32() + i * Vp, {V})));

@@ -47,12 +47,13 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
   Tensor K = Tensor::F32(kc.data(), {blocks * kBlock, C}),
          V = Tensor::F32(vc.data(), {blocks * kBlock, C});
   Tensor tab = Tensor::I32(tables.data(), {B, max_blocks});
+  const PagedKv kv{K, V, Tensor(), Tensor()};
   ASSERT_TRUE(
-      be.KvCacheWrite(K, V, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}))
+      be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}), NH)
           .ok());
   std::vector<float> got(N * C);
   ASSERT_TRUE(be.PagedAttentionForward(
-                    Tensor::F32(got.data(), {N, C}), Tensor::F32(qkv.data(), {N, 3 * C}), K, V, tab,
+                    Tensor::F32(got.data(), {N, C}), Tensor::F32(qkv.data(), {N, 3 * C}), kv, tab,
                     Tensor::I32(seq.data(), {N}), Tensor::I32(pos.data(), {N}), NH)
                   .ok());
   for (int i = 0; i < N * C; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f) << i;
@@ -66,7 +67,7 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
     p_last[b] = T - 1;
   }
   ASSERT_TRUE(be.PagedAttentionForward(
-                    Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), K, V,
+                    Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv,
                     tab, Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
                   .ok());
   for (int b = 0; b < B; ++b) {
@@ -76,20 +77,20 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
   // A position past the table, a block outside the cache, a slot outside it.
   p_last[0] = max_blocks * kBlock;
   EXPECT_EQ(be.PagedAttentionForward(
-                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), K, V,
-                  tab, Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
+                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv, tab,
+                  Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   p_last[0] = T - 1;
   tables[0] = blocks;
   EXPECT_EQ(be.PagedAttentionForward(
-                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), K, V,
-                  tab, Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
+                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv, tab,
+                  Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   slots[0] = blocks * kBlock;
   EXPECT_EQ(
-      be.KvCacheWrite(K, V, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}))
+      be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}), NH)
           .code(),
       absl::StatusCode::kInvalidArgument);
 }

@@ -44,11 +44,13 @@ class CpuBackend final : public Backend {
   absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                  int num_heads, AttentionKind kind, Tensor scratch) override;
 
-  absl::Status KvCacheWrite(Tensor k_cache, Tensor v_cache, Tensor qkv, Tensor slots) override;
-  absl::Status PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+  absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots, int num_heads) override;
+  absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
                                      Tensor block_tables, Tensor seq, Tensor pos,
                                      int num_heads) override;
-
+  absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
+                                 Tensor bias) override;
+  absl::Status DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) override;
   absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
                                   int vocab_size) override;
   absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,

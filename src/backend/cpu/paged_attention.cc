@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "src/backend/quantize.h"
 
 namespace ladder {
 namespace {
@@ -28,12 +29,45 @@ constexpr char kWrite[] = "KvCacheWrite";
 constexpr char kAttn[] = "PagedAttentionForward";
 constexpr int64_t kBlock = 16;  // tokens per cache block (src/serve/kv_blocks.h)
 
+// The cache's format and shape: S rows of C channels, k and v alike, and for
+// int8 the [S, NH] scales.
+absl::Status CheckCache(absl::string_view op, const PagedKv& c, int num_heads, int64_t* S,
+                        int64_t* C) {
+  const DType dt = c.int8() ? DType::kI8 : DType::kF32;
+  RETURN_IF_ERROR(cpu::RowView(op, "k cache", c.k, dt, S, C));
+  RETURN_IF_ERROR(cpu::CheckRows(op, "v cache", c.v, dt, *S, *C));
+  if (num_heads <= 0 || *C % num_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", num_heads, " heads do not divide the cache width ", *C));
+  }
+  if (c.int8()) {
+    RETURN_IF_ERROR(cpu::CheckRows(op, "k scales", c.k_scale, DType::kF32, *S, num_heads));
+    RETURN_IF_ERROR(cpu::CheckRows(op, "v scales", c.v_scale, DType::kF32, *S, num_heads));
+  } else if (!c.v_scale.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": v scales given for an fp32 cache"));
+  }
+  return absl::OkStatus();
+}
+
+// Stores n values of one head into a cache row: copied, or quantized with
+// the row's scale.
+void StoreHead(const float* x, int64_t n, const PagedKv& c, bool is_k, int64_t row, int64_t C,
+               int64_t head, int num_heads) {
+  const Tensor& t = is_k ? c.k : c.v;
+  if (!c.int8()) {
+    std::copy(x, x + n, t.f32() + row * C + head * n);
+    return;
+  }
+  const float scale = QuantizeSymmetric(x, n, t.i8() + row * C + head * n);
+  (is_k ? c.k_scale : c.v_scale).f32()[row * num_heads + head] = scale;
+}
+
 }  // namespace
 
-absl::Status CpuBackend::KvCacheWrite(Tensor k_cache, Tensor v_cache, Tensor qkv, Tensor slots) {
+absl::Status CpuBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
+                                      int num_heads) {
   int64_t S = 0, C = 0, N = 0, C3 = 0;
-  RETURN_IF_ERROR(cpu::RowView(kWrite, "k_cache", k_cache, DType::kF32, &S, &C));
-  RETURN_IF_ERROR(cpu::CheckRows(kWrite, "v_cache", v_cache, DType::kF32, S, C));
+  RETURN_IF_ERROR(CheckCache(kWrite, cache, num_heads, &S, &C));
   RETURN_IF_ERROR(cpu::RowView(kWrite, "qkv", qkv, DType::kF32, &N, &C3));
   if (C3 != 3 * C) {
     return absl::InvalidArgumentError(
@@ -47,29 +81,31 @@ absl::Status CpuBackend::KvCacheWrite(Tensor k_cache, Tensor v_cache, Tensor qkv
           absl::StrCat(kWrite, ": slot ", slot[n], " of token ", n, " outside [0, ", S, ")"));
     }
   }
+  const int64_t HS = C / num_heads;
   const float* in = qkv.f32();
   for (int64_t n = 0; n < N; ++n) {
-    std::copy(in + n * C3 + C, in + n * C3 + 2 * C, k_cache.f32() + slot[n] * C);
-    std::copy(in + n * C3 + 2 * C, in + n * C3 + 3 * C, v_cache.f32() + slot[n] * C);
+    for (int64_t h = 0; h < num_heads; ++h) {
+      StoreHead(in + n * C3 + C + h * HS, HS, cache, true, slot[n], C, h, num_heads);
+      StoreHead(in + n * C3 + 2 * C + h * HS, HS, cache, false, slot[n], C, h, num_heads);
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_cache,
-                                               Tensor v_cache, Tensor block_tables, Tensor seq,
-                                               Tensor pos, int num_heads) {
+absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
+                                               Tensor block_tables, Tensor seq, Tensor pos,
+                                               int num_heads) {
   int64_t S = 0, C = 0, N = 0, C3 = 0, num_seqs = 0, max_blocks = 0;
-  RETURN_IF_ERROR(cpu::RowView(kAttn, "k_cache", k_cache, DType::kF32, &S, &C));
-  RETURN_IF_ERROR(cpu::CheckRows(kAttn, "v_cache", v_cache, DType::kF32, S, C));
+  RETURN_IF_ERROR(CheckCache(kAttn, cache, num_heads, &S, &C));
   RETURN_IF_ERROR(cpu::RowView(kAttn, "qkv", qkv, DType::kF32, &N, &C3));
   RETURN_IF_ERROR(cpu::CheckRows(kAttn, "out", out, DType::kF32, N, C));
   RETURN_IF_ERROR(
       cpu::RowView(kAttn, "block_tables", block_tables, DType::kI32, &num_seqs, &max_blocks));
   RETURN_IF_ERROR(cpu::CheckNumel(kAttn, "seq", seq, DType::kI32, N));
   RETURN_IF_ERROR(cpu::CheckNumel(kAttn, "pos", pos, DType::kI32, N));
-  if (C3 != 3 * C || num_heads <= 0 || C % num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(kAttn, ": qkv has ", C3, " columns for ",
-                                                   num_heads, " heads of a width-", C, " cache"));
+  if (C3 != 3 * C) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kAttn, ": qkv has ", C3, " columns, expected 3 x ", C));
   }
   // Every index is checked before any is used.
   const int32_t* tables = block_tables.i32();
@@ -89,8 +125,7 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_
   }
   const int64_t HS = C / num_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const float* K = k_cache.f32();
-  const float* V = v_cache.f32();
+  const bool int8 = cache.int8();
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t job = 0; job < N * num_heads; ++job) {
     const int64_t n = job / num_heads, h = job % num_heads;
@@ -101,10 +136,17 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
     for (int64_t p = 0; p <= p_last; ++p) {
       const int64_t row = tables[s * max_blocks + p / kBlock] * kBlock + p % kBlock;
-      const float* k = K + row * C + h * HS;
       float dot = 0.0f;
+      if (int8) {
+        const int8_t* k = cache.k.i8() + row * C + h * HS;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[d];
+        for (int64_t d = 0; d < HS; ++d) dot += q[d] * static_cast<float>(k[d]);
+        dot *= cache.k_scale.f32()[row * num_heads + h];
+      } else {
+        const float* k = cache.k.f32() + row * C + h * HS;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[d];
+      }
       const float score = dot * scale;
       if (score > m) {
         const float correction = std::exp(m - score);  // 0 on the first position
@@ -114,9 +156,16 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, Tensor k_
       }
       const float e = std::exp(score - m);
       l += e;
-      const float* v = V + row * C + h * HS;
+      if (int8) {
+        const int8_t* v = cache.v.i8() + row * C + h * HS;
+        const float ev = e * cache.v_scale.f32()[row * num_heads + h];
 #pragma omp simd
-      for (int64_t d = 0; d < HS; ++d) o[d] += e * v[d];
+        for (int64_t d = 0; d < HS; ++d) o[d] += ev * static_cast<float>(v[d]);
+      } else {
+        const float* v = cache.v.f32() + row * C + h * HS;
+#pragma omp simd
+        for (int64_t d = 0; d < HS; ++d) o[d] += e * v[d];
+      }
     }
     const float inv = 1.0f / l;
     for (int64_t d = 0; d < HS; ++d) o[d] *= inv;

@@ -1,0 +1,123 @@
+// Gpt::QuantizeWeights: int8 weights for serving (weight_format.h).
+//
+// Each weight matrix (the four of every layer and the tied token embedding,
+// which is also the head) is quantized on the host with quantize.h's
+// QuantizeRows and moved to one device buffer of int8 values and f32
+// scales; the fp32 tensors left (LayerNorms, biases, positions) move to a
+// small buffer of their own and the full fp32 buffer is freed. The int8
+// model then runs only ForwardCached, whose linear layers go to the
+// backend's MatmulInt8Forward and whose embedding lookup dequantizes rows.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/quantize.h"
+#include "src/core/status.h"
+#include "src/model/gpt.h"
+
+namespace ladder {
+
+absl::Status Gpt::CheckNotQuantized(const char* what) const {
+  if (weight_format_ == WeightFormat::kF32) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(what, " needs fp32 weights; this model holds ",
+                                                    WeightFormatName(weight_format_), " weights"));
+}
+
+absl::Status Gpt::Linear(Tensor out, Tensor inp, Tensor weight, const Int8Matrix& q, Tensor bias) {
+  if (weight_format_ == WeightFormat::kF32) {
+    return backend_->MatmulForward(out, inp, weight, bias);
+  }
+  return backend_->MatmulInt8Forward(out, inp, q.q, q.scales, bias);
+}
+
+int64_t Gpt::weight_bytes() const {
+  if (weight_format_ == WeightFormat::kF32) return table_.total_floats() * 4;
+  return int8_bytes_ + fp32_floats_ * 4;
+}
+
+absl::Status Gpt::QuantizeWeights(WeightFormat format) {
+  if (format == WeightFormat::kF32) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNotQuantized("QuantizeWeights"));
+  const ShardLayout& layout = table_.layout();
+  if (training_ || layout.tp_size != 1 || layout.pp_size != 1) {
+    return absl::FailedPreconditionError(
+        "int8 weights need an inference model holding the whole model on one rank");
+  }
+  if (cfg_.n_embd % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int8 weights need a width divisible by 32; n_embd is ", cfg_.n_embd));
+  }
+  std::vector<float> host(table_.total_floats());
+  RETURN_IF_ERROR(GetWeights(host.data()));
+  const float* base = static_cast<const float*>(weights_.get());
+  auto on_host = [&](const Tensor& t) { return host.data() + (t.f32() - base); };
+
+  // The matrices, in one list, with where their int8 form goes.
+  struct Job {
+    Tensor* fp32;
+    Int8Matrix* dst;
+  };
+  const int L = static_cast<int>(w_.layers.size());
+  q_qkv_.resize(L), q_proj_.resize(L), q_fc_.resize(L), q_fcproj_.resize(L);
+  std::vector<Job> jobs{{&w_.wte, &q_wte_}};
+  for (int l = 0; l < L; ++l) {
+    LayerTensors& w = w_.layers[l];
+    jobs.push_back({&w.qkv_w, &q_qkv_[l]});
+    jobs.push_back({&w.proj_w, &q_proj_[l]});
+    jobs.push_back({&w.fc_w, &q_fc_[l]});
+    jobs.push_back({&w.fcproj_w, &q_fcproj_[l]});
+  }
+  // Layout in the int8 buffer: each matrix's values, then its scales
+  // (64-byte aligned each).
+  auto align = [](int64_t b) { return (b + 63) / 64 * 64; };
+  int64_t bytes = 0;
+  for (const Job& j : jobs) {
+    const int64_t rows = j.fp32->dim(0), cols = j.fp32->dim(1);
+    bytes += align(rows * cols) + align(rows * (cols / WeightGroup(format, cols)) * 4);
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer qbuf, backend_->Allocate(static_cast<size_t>(bytes)));
+  char* at = static_cast<char*>(qbuf.get());
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  for (const Job& j : jobs) {
+    const int64_t rows = j.fp32->dim(0), cols = j.fp32->dim(1);
+    const int64_t group = WeightGroup(format, cols);
+    q.resize(rows * cols);
+    scales.resize(rows * (cols / group));
+    QuantizeRows(on_host(*j.fp32), rows, cols, group, q.data(), scales.data());
+    j.dst->q = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, cols});
+    at += align(rows * cols);
+    j.dst->scales = Tensor::F32(reinterpret_cast<float*>(at), {rows, cols / group});
+    at += align(rows * (cols / group) * 4);
+    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->q, q.data()));
+    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->scales, scales.data()));
+    *j.fp32 = Tensor();
+  }
+
+  // The fp32 tensors left move to a buffer of their own.
+  std::vector<Tensor*> rest{&w_.wpe, &w_.lnf_w, &w_.lnf_b};
+  for (LayerTensors& w : w_.layers) {
+    for (Tensor* t :
+         {&w.ln1_w, &w.ln1_b, &w.qkv_b, &w.proj_b, &w.ln2_w, &w.ln2_b, &w.fc_b, &w.fcproj_b}) {
+      rest.push_back(t);
+    }
+  }
+  int64_t floats = 0;
+  for (const Tensor* t : rest) floats += t->numel();
+  ASSIGN_OR_RETURN(DeviceBuffer fbuf, backend_->Allocate(static_cast<size_t>(floats) * 4));
+  float* f = static_cast<float*>(fbuf.get());
+  for (Tensor* t : rest) {
+    Tensor moved = *t;
+    moved.data = f;
+    RETURN_IF_ERROR(backend_->CopyFromHost(moved, on_host(*t)));
+    *t = moved;
+    f += t->numel();
+  }
+  weights_ = std::move(fbuf);
+  int8_buffer_ = std::move(qbuf);
+  int8_bytes_ = bytes;
+  fp32_floats_ = floats;
+  weight_format_ = format;
+  return absl::OkStatus();
+}
+
+}  // namespace ladder
