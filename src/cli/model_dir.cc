@@ -3,31 +3,63 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "src/checkpoint/checkpoint.h"
 #include "src/core/status.h"
 
 namespace ladder {
+namespace {
 
-absl::StatusOr<ModelDir> LoadModelDir(const std::string& dir) {
-  if (!std::filesystem::is_directory(dir)) {
-    return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
-  }
-  ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(dir + "/model.bin"));
-  ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(dir + "/tokenizer.bpe"));
+namespace fs = std::filesystem;
+
+absl::StatusOr<ModelDir> WithTokenizer(ModelFile model, const std::string& tokenizer_path) {
+  ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(tokenizer_path));
   if (tok.vocab_size() != model.config.vocab_size) {
     return absl::FailedPreconditionError(
-        absl::StrCat("tokenizer in '", dir, "' has ", tok.vocab_size(),
+        absl::StrCat("tokenizer '", tokenizer_path, "' has ", tok.vocab_size(),
                      " tokens but the model expects ", model.config.vocab_size));
   }
   return ModelDir{std::move(model), std::move(tok)};
 }
 
+}  // namespace
+
+absl::StatusOr<ModelDir> LoadModelDir(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(path));
+    return WithTokenizer(std::move(model), (fs::path(path).parent_path() / "tokenizer.bpe").string());
+  }
+  if (!fs::is_directory(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("model '", path, "' does not exist"));
+  }
+  if (fs::exists(path + "/model.bin", ec)) {
+    ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(path + "/model.bin"));
+    return WithTokenizer(std::move(model), path + "/tokenizer.bpe");
+  }
+  if (HasCheckpoint(path) || fs::exists(path + "/manifest", ec)) {
+    ASSIGN_OR_RETURN(CheckpointSummary c, VerifyCheckpoint(path));
+    return WithTokenizer(ModelFile{c.manifest.model, std::move(c.weights)},
+                         c.step_dir + "/tokenizer.bpe");
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "'", path, "' holds neither model.bin nor a checkpoint (see docs/formats.md)"));
+}
+
 absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
                           const std::vector<float>& weights, const Tokenizer& tokenizer) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
   RETURN_IF_ERROR(tokenizer.Save(dir + "/tokenizer.bpe"));
   return SaveModelFile(dir + "/model.bin", cfg, weights);
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model,
+                                                          Backend* backend, WeightFormat format) {
+  ASSIGN_OR_RETURN(auto gpt, Gpt::Create(model.config, backend, 1, /*training=*/false));
+  RETURN_IF_ERROR(gpt->SetWeights(model.weights.data()));
+  RETURN_IF_ERROR(gpt->QuantizeWeights(format));
+  return gpt;
 }
 
 }  // namespace ladder

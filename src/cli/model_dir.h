@@ -1,15 +1,24 @@
-// A trained model directory, as `ladder train` leaves it and `generate`,
-// `eval` (and later `serve`) read it:
-//   DIR/model.bin       weights and model config (src/model/model_file.h)
-//   DIR/tokenizer.bpe   the tokenizer the model was trained with
-//   DIR/metrics.jsonl   the training metrics
+// Where `generate`, `eval`, `serve` and `bench serve` find a trained model
+// (--model PATH), in any of three forms:
+//   a run directory     as `ladder train --out DIR` leaves it:
+//                       DIR/model.bin and DIR/tokenizer.bpe
+//   a checkpoint        a checkpoint directory (its `latest`) or one of its
+//                       step-N directories, saved with any parallel layout
+//                       (consolidated on load; the tokenizer is the one
+//                       saved in the step directory)
+//   a model file        FILE (src/model/model_file.h), with tokenizer.bpe
+//                       beside it
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/backend/backend.h"
+#include "src/model/gpt.h"
 #include "src/model/model_file.h"
+#include "src/model/weight_format.h"
 #include "src/tokenizer/bpe.h"
 
 namespace ladder {
@@ -19,8 +28,12 @@ struct ModelDir {
   Tokenizer tokenizer;
 };
 
-absl::StatusOr<ModelDir> LoadModelDir(const std::string& dir);
+absl::StatusOr<ModelDir> LoadModelDir(const std::string& path);
 absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
                           const std::vector<float>& weights, const Tokenizer& tokenizer);
+
+// An inference model on `backend` holding `model`'s weights in `format`.
+absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model,
+                                                          Backend* backend, WeightFormat format);
 
 }  // namespace ladder

@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Gpt* model, const EngineC
         "the engine needs positive kv_blocks, max_batch_tokens and max_running");
   }
   ASSIGN_OR_RETURN(KvCache cache,
-                   KvCache::Create(model->config(), model->backend(), cfg.kv_blocks));
+                   KvCache::Create(model->config(), model->backend(), cfg.kv_blocks, cfg.kv_format));
   return std::unique_ptr<Engine>(new Engine(model, cfg, std::move(cache)));
 }
 

@@ -32,6 +32,7 @@ struct EngineConfig {
   int kv_blocks = 256;         // cache capacity, in blocks of 16 tokens
   int max_batch_tokens = 256;  // tokens per step (decode tokens + prefill chunks)
   int max_running = 64;        // requests decoding at once
+  KvFormat kv_format = KvFormat::kF32;
 };
 
 struct EngineRequest {
