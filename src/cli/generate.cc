@@ -1,6 +1,5 @@
-// ladder generate: samples a continuation of a prompt from a trained model.
-// No KV cache yet: every new token reruns the forward over the last
-// `context` tokens (the serving engine adds the cache).
+// ladder generate: samples a continuation of a prompt from a trained model,
+// through the serving engine (src/serve/engine.h) that `ladder serve` runs.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -9,15 +8,13 @@
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
-#include "src/model/gpt.h"
-#include "src/serve/kv_blocks.h"
-#include "src/serve/sampler.h"
+#include "src/serve/engine.h"
 
 namespace ladder {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt = "\n";
+  std::string model, prompt = "\n", weights = "fp32", kv = "fp32";
   int64_t max_tokens = 200, top_k = 0, seed = 1;
   double temperature = 1.0, top_p = 1.0;
 };
@@ -31,60 +28,44 @@ absl::Status Generate(const GenerateFlags& f) {
   if (f.prompt.empty()) return absl::InvalidArgumentError("--prompt must not be empty");
   SamplingParams sp{f.temperature, static_cast<int>(f.top_k), f.top_p};
   RETURN_IF_ERROR(sp.Validate());
+  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.weights));
+  EngineConfig ec;
+  ASSIGN_OR_RETURN(ec.kv_format, ParseKvFormat(f.kv));
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
   const GptConfig& cfg = dir.model.config;
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, &backend, 1, /*training=*/false));
-  RETURN_IF_ERROR(model->SetWeights(dir.model.weights.data()));
+  ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
+  ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
+  ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));
 
   std::vector<int32_t> tokens = dir.tokenizer.Encode(f.prompt);
   std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
-  PhiloxStream rng(static_cast<uint64_t>(f.seed), kSamplingStream);
-
-  // Decoding with a paged KV cache (src/model/kv_cache.h): the prompt is
-  // prefilled once, then each step runs only the newest token. When the
-  // sequence reaches the context length, the last half of it becomes a new
-  // prompt (positions restart at 0).
-  const int blocks = KvBlockPool::BlocksFor(cfg.context);
-  KvBlockPool pool(blocks);
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, &backend, blocks));
-  KvBlockPool::SequenceId seq = -1;
-  CachedTokens step;
-  auto restart = [&](absl::Span<const int32_t> window) -> absl::Status {
-    if (seq >= 0) RETURN_IF_ERROR(pool.Free(seq));
-    ASSIGN_OR_RETURN(seq, pool.AddSequence(window));
-    step.tokens.assign(window.begin(), window.end());
-    step.seq.assign(window.size(), 0);
-    step.pos.resize(window.size());
-    for (size_t i = 0; i < window.size(); ++i) step.pos[i] = static_cast<int32_t>(i);
-    return absl::OkStatus();
-  };
-  const size_t first = tokens.size() > static_cast<size_t>(cfg.context)
-                           ? tokens.size() - static_cast<size_t>(cfg.context / 2)
-                           : 0;
-  RETURN_IF_ERROR(restart(absl::MakeConstSpan(tokens).subspan(first)));
-  std::vector<float> logits;
-  for (int64_t i = 0; i < f.max_tokens; ++i) {
-    step.max_blocks = blocks;
-    step.block_tables = pool.BlockTables({seq}, blocks);
-    RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
-    const std::vector<float> last(logits.end() - cfg.vocab_size, logits.end());
-    const int32_t next = SampleToken(last, sp, &rng);
-    tokens.push_back(next);
-    // A token's bytes may end mid-way through a UTF-8 character; the next
-    // token's bytes complete it, so the byte stream printed is exact.
-    const std::string& bytes = dir.tokenizer.TokenBytes(next);
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-    std::fflush(stdout);
-    const int32_t position = step.pos.back() + 1;
-    if (position >= cfg.context) {
-      RETURN_IF_ERROR(restart(absl::MakeConstSpan(tokens).subspan(
-          tokens.size() - static_cast<size_t>(cfg.context / 2))));
-    } else {
-      RETURN_IF_ERROR(pool.Append(seq, {next}));
-      step.tokens = {next};
-      step.seq = {0};
-      step.pos = {position};
+  // One request through the serving engine (paged KV cache). A request
+  // cannot pass the context, so a longer generation continues with a new
+  // request whose prompt is the last half context of the text so far (its
+  // positions restart at 0), seeded on from the tokens already made.
+  int64_t left = f.max_tokens;
+  while (left > 0) {
+    const size_t keep = tokens.size() >= static_cast<size_t>(cfg.context)
+                            ? static_cast<size_t>(cfg.context / 2)
+                            : tokens.size();
+    EngineRequest r;
+    r.prompt.assign(tokens.end() - static_cast<int64_t>(keep), tokens.end());
+    r.max_tokens = static_cast<int>(std::min<int64_t>(left, cfg.context - keep));
+    r.sampling = sp;
+    r.seed = static_cast<uint64_t>(f.seed) + static_cast<uint64_t>(f.max_tokens - left);
+    RETURN_IF_ERROR(engine->Submit(r).status());
+    while (!engine->idle()) {
+      ASSIGN_OR_RETURN(std::vector<EngineEvent> events, engine->Step());
+      for (const EngineEvent& e : events) {
+        tokens.push_back(e.token);
+        --left;
+        // A token's bytes may end mid-way through a UTF-8 character; the
+        // next token's bytes complete it, so the byte stream printed is exact.
+        const std::string& bytes = dir.tokenizer.TokenBytes(e.token);
+        std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+      }
+      std::fflush(stdout);
     }
   }
   std::fputc('\n', stdout);
@@ -103,6 +84,8 @@ int GenerateCommand(int argc, char** argv) {
   flags.Int("top-k", &f.top_k, "sample from the k most likely tokens; 0 = all");
   flags.Double("top-p", &f.top_p, "sample from the smallest set with this much probability");
   flags.Int("seed", &f.seed, "random seed of the sampler");
+  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
+  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
   return RunCommand(flags, argc, argv, [&] { return Generate(f); });
 }
 

@@ -27,7 +27,8 @@ absl::StatusOr<ModelDir> LoadModelDir(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(path));
-    return WithTokenizer(std::move(model), (fs::path(path).parent_path() / "tokenizer.bpe").string());
+    return WithTokenizer(std::move(model),
+                         (fs::path(path).parent_path() / "tokenizer.bpe").string());
   }
   if (!fs::is_directory(path, ec)) {
     return absl::NotFoundError(absl::StrCat("model '", path, "' does not exist"));
@@ -41,8 +42,8 @@ absl::StatusOr<ModelDir> LoadModelDir(const std::string& path) {
     return WithTokenizer(ModelFile{c.manifest.model, std::move(c.weights)},
                          c.step_dir + "/tokenizer.bpe");
   }
-  return absl::NotFoundError(absl::StrCat(
-      "'", path, "' holds neither model.bin nor a checkpoint (see docs/formats.md)"));
+  return absl::NotFoundError(
+      absl::StrCat("'", path, "' holds neither model.bin nor a checkpoint (see docs/formats.md)"));
 }
 
 absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
@@ -54,8 +55,8 @@ absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
   return SaveModelFile(dir + "/model.bin", cfg, weights);
 }
 
-absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model,
-                                                          Backend* backend, WeightFormat format) {
+absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model, Backend* backend,
+                                                          WeightFormat format) {
   ASSIGN_OR_RETURN(auto gpt, Gpt::Create(model.config, backend, 1, /*training=*/false));
   RETURN_IF_ERROR(gpt->SetWeights(model.weights.data()));
   RETURN_IF_ERROR(gpt->QuantizeWeights(format));

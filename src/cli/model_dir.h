@@ -33,7 +33,7 @@ absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
                           const std::vector<float>& weights, const Tokenizer& tokenizer);
 
 // An inference model on `backend` holding `model`'s weights in `format`.
-absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model,
-                                                          Backend* backend, WeightFormat format);
+absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model, Backend* backend,
+                                                          WeightFormat format);
 
 }  // namespace ladder
