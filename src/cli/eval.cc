@@ -3,6 +3,12 @@
 // special tokens) and cut into consecutive non-overlapping windows of
 // `context` tokens; within a window each token after the first is predicted
 // from the ones before it, so every token but a window's first is scored once.
+//
+// With fp32 weights and KV cache (the default) the windows run through the
+// training forward, kBatch at a time. With --weights int8 or --kv int8 they
+// run through the serving forward (Gpt::PrefillLogits over the paged cache),
+// so the perplexity is the one `serve` and `generate` would give.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -15,13 +21,38 @@
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
+#include "src/serve/kv_blocks.h"
 
 namespace ladder {
 namespace {
 
 constexpr int kBatch = 8;  // windows per forward
 
-absl::Status Eval(const std::string& model_dir, const std::string& text_path) {
+struct EvalFlags {
+  std::string model, text, weights = "fp32", kv = "fp32";
+};
+
+// Per-token losses of one window's next tokens through the serving forward.
+absl::Status CachedLosses(Gpt& model, KvCache& cache, const int32_t* window, int len,
+                          std::vector<float>* losses) {
+  std::vector<float> logits;
+  RETURN_IF_ERROR(
+      model.PrefillLogits(std::vector<int32_t>(window, window + len - 1), cache, &logits));
+  const int V = model.config().vocab_size;
+  losses->clear();
+  for (int p = 0; p + 1 < len; ++p) {
+    const float* row = logits.data() + int64_t{p} * V;
+    const float m = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - m));
+    losses->push_back(static_cast<float>(m + std::log(sum) - row[window[p + 1]]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Eval(const EvalFlags& f) {
+  const std::string& model_dir = f.model;
+  const std::string& text_path = f.text;
   if (model_dir.empty()) return absl::InvalidArgumentError("missing --model DIR");
   if (text_path.empty()) return absl::InvalidArgumentError("missing --text FILE");
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(model_dir));
@@ -32,9 +63,16 @@ absl::Status Eval(const std::string& model_dir, const std::string& text_path) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", text_path, "' encodes to ", ids.size(), " tokens; need at least 2"));
   }
+  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.weights));
+  ASSIGN_OR_RETURN(KvFormat kv, ParseKvFormat(f.kv));
+  const bool serving = weights != WeightFormat::kF32 || kv != KvFormat::kF32;
   CpuBackend backend;
-  ASSIGN_OR_RETURN(auto model, Gpt::Create(dir.model.config, &backend, kBatch, false));
+  ASSIGN_OR_RETURN(auto model,
+                   Gpt::Create(dir.model.config, &backend, serving ? 1 : kBatch, false));
   RETURN_IF_ERROR(model->SetWeights(dir.model.weights.data()));
+  RETURN_IF_ERROR(model->QuantizeWeights(weights));
+  ASSIGN_OR_RETURN(KvCache cache,
+                   KvCache::Create(dir.model.config, &backend, KvBlockPool::BlocksFor(T), kv));
 
   double loss_sum = 0.0;
   int64_t predicted = 0, windows = 0;
@@ -42,6 +80,16 @@ absl::Status Eval(const std::string& model_dir, const std::string& text_path) {
   // Full windows go kBatch at a time; a final partial window (>= 2 tokens) alone.
   const size_t full = ids.size() / T;
   auto score = [&](size_t first_window, int B, int len) -> absl::Status {
+    if (serving) {
+      for (int b = 0; b < B; ++b) {
+        RETURN_IF_ERROR(
+            CachedLosses(*model, cache, ids.data() + (first_window + b) * T, len, &losses));
+        for (float l : losses) loss_sum += l;
+        predicted += static_cast<int64_t>(losses.size());
+      }
+      windows += B;
+      return absl::OkStatus();
+    }
     std::vector<int32_t> in(size_t(B) * (len - 1)), tg(size_t(B) * (len - 1));
     for (int b = 0; b < B; ++b) {
       const int32_t* w = ids.data() + (first_window + b) * T;
@@ -72,11 +120,14 @@ absl::Status Eval(const std::string& model_dir, const std::string& text_path) {
 }  // namespace
 
 int EvalCommand(int argc, char** argv) {
-  std::string model, text;
+  EvalFlags f;
   FlagSet flags("ladder eval", "Score a text file with a trained model: loss and perplexity.");
-  flags.String("model", &model, "model directory written by 'ladder train' (required)");
-  flags.String("text", &text, "UTF-8 text file to score (required)");
-  return RunCommand(flags, argc, argv, [&] { return Eval(model, text); });
+  flags.String("model", &f.model,
+               "run directory, checkpoint or model file of a trained model (required)");
+  flags.String("text", &f.text, "UTF-8 text file to score (required)");
+  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
+  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  return RunCommand(flags, argc, argv, [&] { return Eval(f); });
 }
 
 }  // namespace ladder

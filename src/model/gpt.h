@@ -121,6 +121,11 @@ class Gpt {
   // their sequences, and returns each token's next-token logits
   // (tokens.size() x vocab_size floats). Needs the whole model on this rank.
   absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
+  // One sequence from position 0 through the cache's first blocks (which it
+  // overwrites): the logits after every token of `tokens` (at most the
+  // context and the cache). The scoring path of `eval` in any format.
+  absl::Status PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
+                             std::vector<float>* logits);
   // Serving with int8 weights (weight_format.h): replaces each weight
   // matrix by its int8 form and keeps only the other tensors in fp32, so
   // the model shrinks to about a quarter. After it the model runs

@@ -116,4 +116,22 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   return absl::OkStatus();
 }
 
+absl::Status Gpt::PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
+                                std::vector<float>* logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int blocks = static_cast<int>((n + KvCache::kBlockTokens - 1) / KvCache::kBlockTokens);
+  if (n == 0 || n > cfg_.context || blocks > cache.num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot prefill ", n, " tokens (context ",
+                                                   cfg_.context, ", cache of ", cache.num_blocks(),
+                                                   " blocks)"));
+  }
+  CachedTokens batch;
+  batch.tokens = tokens;
+  batch.seq.assign(tokens.size(), 0);
+  for (int32_t p = 0; p < n; ++p) batch.pos.push_back(p);
+  for (int32_t b = 0; b < blocks; ++b) batch.block_tables.push_back(b);
+  batch.max_blocks = blocks;
+  return ForwardCached(batch, cache, logits);
+}
+
 }  // namespace ladder

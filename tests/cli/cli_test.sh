@@ -73,6 +73,18 @@ expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 20 --seed 3
 cmp -s "$tmp/out" "$tmp/gen1" || fail "generate with the same seed differs"
 expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt"
 grep -q '^{"loss":[0-9.]*,"perplexity":' "$tmp/out" || fail "eval JSON line: $(cat "$tmp/out")"
+# The serving formats score within 1% of fp32 (eval through the KV-cached forward).
+loss_of() { grep -o '"loss":[0-9.]*' "$tmp/out" | cut -d: -f2; }
+fp32_loss=$(loss_of)
+expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int8 --kv int8
+awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.01 && d > -0.01) }' ||
+  fail "int8 eval loss $(loss_of) vs fp32 $fp32_loss"
+# A model file alone (tokenizer beside it) and int8 formats through generate.
+expect_ok generate --model "$tmp/run/model.bin" --prompt "In the" --max-tokens 20 --seed 3
+cmp -s "$tmp/out" "$tmp/gen1" || fail "generate from the model file differs from the run directory"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 40 --weights int8-channel --kv int8
+expect_error 2 "unknown weight format 'int9'" -- eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int9
+expect_error 2 "unknown KV cache format 'fp16'" -- generate --model "$tmp/run" --kv fp16
 # Tokenizer round trip through the CLI, on bytes that are not valid UTF-8.
 "$ladder" tokenizer encode --tokenizer "$tmp/run/tokenizer.bpe" <"$tmp/odd.bin" >"$tmp/ids" ||
   fail "tokenizer encode"

@@ -80,7 +80,8 @@ const Trained& Model() {
 }
 
 // Next-token log-probabilities of every held-out position, window by window
-// (each window one sequence prefilled through the paged cache).
+// (each window one sequence prefilled through the paged cache, as `ladder
+// eval --weights --kv` scores).
 std::vector<std::vector<double>> LogProbs(WeightFormat weights, KvFormat kv, int windows) {
   const Trained& t = Model();
   CpuBackend be;
@@ -91,16 +92,10 @@ std::vector<std::vector<double>> LogProbs(WeightFormat weights, KvFormat kv, int
   KvCache cache = *KvCache::Create(t.cfg, &be, blocks, kv);
   std::vector<std::vector<double>> out;
   for (int w = 0; w < windows; ++w) {
-    CachedTokens batch;
-    for (int p = 0; p < kContext; ++p) {
-      batch.tokens.push_back(t.held_out[w * kContext + p]);
-      batch.seq.push_back(0);
-      batch.pos.push_back(p);
-    }
-    for (int b = 0; b < blocks; ++b) batch.block_tables.push_back(b);
-    batch.max_blocks = blocks;
+    const std::vector<int32_t> window(t.held_out.begin() + w * kContext,
+                                      t.held_out.begin() + (w + 1) * kContext);
     std::vector<float> logits;
-    EXPECT_TRUE(model->ForwardCached(batch, cache, &logits).ok());
+    EXPECT_TRUE(model->PrefillLogits(window, cache, &logits).ok());
     const int V = t.cfg.vocab_size;
     for (int p = 0; p < kContext; ++p) {
       const float* row = logits.data() + p * V;
