@@ -51,7 +51,7 @@ absl::Status Run(const Flags& f) {
   // of it). The KV cache's reads grow with the position; at these lengths
   // they are a few percent of the weights' and are left out of the bound.
   const int64_t weight_bytes = model->weight_bytes() - int64_t{cfg.context} * cfg.n_embd * 4;
-  const double bandwidth = MeasureReadBandwidth();
+  const double bandwidth = MeasureReadBandwidth(weight_bytes);
   const double bound = bandwidth / static_cast<double>(weight_bytes);
 
   CachedTokens step;

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "src/core/timer.h"
@@ -35,13 +36,27 @@ double MeasureSgemmGflops(int n, int reps) {
 }
 
 double MeasureReadBandwidth(int64_t bytes, int reps) {
-  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
-  std::vector<float> a(static_cast<size_t>(n), 1.0f);
+  // 64 independent partial sums: a single running sum would wait on each
+  // add's latency and measure the adder, not the memory. Each thread
+  // touches its own slice first, so its pages sit near it.
+  constexpr int64_t kLanes = 64;
+  const int64_t n = std::max<int64_t>(kLanes, bytes / 4 / kLanes * kLanes);
+  std::unique_ptr<float[]> a(new float[static_cast<size_t>(n)]);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kLanes) std::fill_n(a.get() + i, kLanes, 1.0f);
   volatile float sink = 0;
   auto run = [&] {
     float total = 0;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-    for (int64_t i = 0; i < n; ++i) total += a[i];
+#pragma omp parallel reduction(+ : total)
+    {
+      float lanes[kLanes] = {};
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; i += kLanes) {
+#pragma omp simd
+        for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j];
+      }
+      for (float x : lanes) total += x;
+    }
     sink = sink + total;
   };
   return static_cast<double>(n) * sizeof(float) / BestSeconds(run, reps);

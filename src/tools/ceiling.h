@@ -11,9 +11,11 @@ namespace ladder {
 double MeasureSgemmGflops(int n = 2048, int reps = 5);
 
 // Bytes per second all threads read from memory: a sum over `bytes` of
-// floats (far larger than the caches), best of `reps` after one warm-up.
-// Batch-1 decoding reads every weight once per token, so this over the
-// weight bytes is its speed limit.
+// floats, best of `reps` after one warm-up. Batch-1 decoding reads every
+// weight once per token, so this over the weight bytes is its speed limit;
+// measure it over a buffer as large as the weights, so that a working set
+// partly held by a large last-level cache (int8 weights of a small model)
+// is compared with a read that gets the same help.
 double MeasureReadBandwidth(int64_t bytes = int64_t{1} << 30, int reps = 5);
 
 }  // namespace ladder

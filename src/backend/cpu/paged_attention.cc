@@ -14,12 +14,18 @@
 // and rescaled whenever m grows; O /= l at the end. Work is O(pos x HS) per
 // query and head with O(HS) state. Parallel over (token, head); each output
 // element is written by one thread in a fixed order (positions ascending).
+//
+// The int8 cache's two inner loops, q . k_p and o += e_p v_p, widen 8 or 16
+// int8 values at a time to f32 and FMA them (AVX2, AVX-512; cpu_isa.h picks
+// the level per call, the remainder of HS runs as scalars); the row's scale
+// is applied once per position, outside the loops.
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/quantize.h"
 
 namespace ladder {
@@ -60,6 +66,80 @@ void StoreHead(const float* x, int64_t n, const PagedKv& c, bool is_k, int64_t r
   }
   const float scale = QuantizeSymmetric(x, n, t.i8() + row * C + head * n);
   (is_k ? c.k_scale : c.v_scale).f32()[row * num_heads + head] = scale;
+}
+
+// ---- int8 inner loops, one per ISA level ------------------------------------
+// DotI8: sum_d q[d] * k[d].  AxpyI8: o[d] += a * v[d].  (n = HS values.)
+
+float DotI8Portable(const float* q, const int8_t* k, int64_t n) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t d = 0; d < n; ++d) dot += q[d] * static_cast<float>(k[d]);
+  return dot;
+}
+
+void AxpyI8Portable(float a, const int8_t* v, float* o, int64_t n) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
+}
+
+LADDER_TARGET_AVX2 float DotI8Avx2(const float* q, const int8_t* k, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), WidenAvx2(k + d), acc);
+  float dot = SumAvx2(acc);
+  for (; d < n; ++d) dot += q[d] * static_cast<float>(k[d]);
+  return dot;
+}
+
+LADDER_TARGET_AVX2 void AxpyI8Avx2(float a, const int8_t* v, float* o, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(av, WidenAvx2(v + d), _mm256_loadu_ps(o + d)));
+  }
+  for (; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
+}
+
+LADDER_AVX512_BEGIN
+
+LADDER_TARGET_AVX512 float DotI8Avx512(const float* q, const int8_t* k, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), WidenAvx512(k + d), acc);
+  }
+  float dot = SumAvx512(acc);
+  for (; d < n; ++d) dot += q[d] * static_cast<float>(k[d]);
+  return dot;
+}
+
+LADDER_TARGET_AVX512 void AxpyI8Avx512(float a, const int8_t* v, float* o, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    _mm512_storeu_ps(o + d, _mm512_fmadd_ps(av, WidenAvx512(v + d), _mm512_loadu_ps(o + d)));
+  }
+  for (; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
+}
+
+LADDER_AVX512_END
+
+struct Int8Loops {
+  float (*dot)(const float* q, const int8_t* k, int64_t n);
+  void (*axpy)(float a, const int8_t* v, float* o, int64_t n);
+};
+
+Int8Loops Int8LoopsFor(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return {&DotI8Avx512, &AxpyI8Avx512};
+    case CpuIsa::kAvx2:
+      return {&DotI8Avx2, &AxpyI8Avx2};
+    case CpuIsa::kPortable:
+      break;
+  }
+  return {&DotI8Portable, &AxpyI8Portable};
 }
 
 }  // namespace
@@ -126,6 +206,7 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
   const int64_t HS = C / num_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool int8 = cache.int8();
+  const Int8Loops i8 = Int8LoopsFor(ActiveCpuIsa());
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t job = 0; job < N * num_heads; ++job) {
     const int64_t n = job / num_heads, h = job % num_heads;
@@ -138,10 +219,8 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
       const int64_t row = tables[s * max_blocks + p / kBlock] * kBlock + p % kBlock;
       float dot = 0.0f;
       if (int8) {
-        const int8_t* k = cache.k.i8() + row * C + h * HS;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < HS; ++d) dot += q[d] * static_cast<float>(k[d]);
-        dot *= cache.k_scale.f32()[row * num_heads + h];
+        dot = i8.dot(q, cache.k.i8() + row * C + h * HS, HS) *
+              cache.k_scale.f32()[row * num_heads + h];
       } else {
         const float* k = cache.k.f32() + row * C + h * HS;
 #pragma omp simd reduction(+ : dot)
@@ -157,10 +236,8 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
       const float e = std::exp(score - m);
       l += e;
       if (int8) {
-        const int8_t* v = cache.v.i8() + row * C + h * HS;
-        const float ev = e * cache.v_scale.f32()[row * num_heads + h];
-#pragma omp simd
-        for (int64_t d = 0; d < HS; ++d) o[d] += ev * static_cast<float>(v[d]);
+        i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS, o,
+                HS);
       } else {
         const float* v = cache.v.f32() + row * C + h * HS;
 #pragma omp simd

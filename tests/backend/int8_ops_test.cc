@@ -1,0 +1,235 @@
+// Tests of the int8-weight ops (MatmulInt8Forward, DequantizeRows) and of
+// quantize.h, at every ISA level this CPU supports (cpu_isa.h).
+//
+// Tolerances:
+//  - MatmulInt8Forward vs a double-precision matmul over the dequantized
+//    weights w = q * scale (so quantization itself is not part of the error,
+//    only float rounding), per element:
+//      |got - want| <= 1e-5 * (sum_c |x[c] w[c]| + |bias|) + 1e-6
+//    i.e. float accumulation error relative to the magnitudes summed; a sum
+//    of C <= 768 terms in <= 48-term lane partial sums stays well inside.
+//  - levels vs each other: the same bound (each is within it of the truth).
+//  - determinism, thread- and batch-independence at one level: bitwise.
+//  - DequantizeRows: bitwise q * scale (one float multiply per value).
+//  - quantize round trip: |x - q * scale| <= scale * (0.5 + 1e-4): half a
+//    step, plus the float rounding of x / scale for |x / scale| <= 127.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/quantize.h"
+
+namespace ladder {
+namespace {
+
+using Floats = std::vector<float>;
+
+Floats Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  Floats x(n);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+// The levels this CPU can run, portable first.
+std::vector<CpuIsa> Levels() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa <= SupportedCpuIsa()) levels.push_back(isa);
+  }
+  return levels;
+}
+
+// A random [OC, C] weight quantized in groups of G.
+struct Quantized {
+  int64_t OC, C, G;
+  std::vector<int8_t> q;
+  Floats scales;
+  Tensor Q() { return Tensor::I8(q.data(), {OC, C}); }
+  Tensor S() { return Tensor::F32(scales.data(), {OC, C / G}); }
+  float W(int64_t o, int64_t c) const { return q[o * C + c] * scales[o * (C / G) + c / G]; }
+};
+
+Quantized MakeQuantized(int64_t OC, int64_t C, int64_t G, uint32_t seed) {
+  Quantized w{OC, C, G, std::vector<int8_t>(OC * C), Floats(OC * C / G)};
+  const Floats f = Uniform(OC * C, seed);
+  QuantizeRows(f.data(), OC, C, G, w.q.data(), w.scales.data());
+  return w;
+}
+
+// out [N, OC] at the given level.
+Floats Matmul(CpuBackend& be, CpuIsa isa, Floats& x, Quantized& w, Floats& bias, int64_t N) {
+  ScopedCpuIsa scoped(isa);
+  Floats out(N * w.OC, NAN);
+  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC});
+  EXPECT_TRUE(be.MatmulInt8Forward(Tensor::F32(out.data(), {N, w.OC}),
+                                   Tensor::F32(x.data(), {N, w.C}), w.Q(), w.S(), b)
+                  .ok());
+  return out;
+}
+
+TEST(Int8OpsTest, MatmulMatchesDoubleReferenceAtEveryLevel) {
+  CpuBackend be;
+  uint32_t seed = 1;
+  for (int64_t N : {1, 3, 8, 17, 64}) {
+    for (int64_t C : {32, 96, 768}) {
+      for (int64_t OC : {1, 7, 100, 2304}) {
+        for (int64_t G : {int64_t{32}, C}) {
+          Quantized w = MakeQuantized(OC, C, G, ++seed);
+          Floats x = Uniform(N * C, ++seed);
+          // The reference without bias and each element's sum_c |x w|, in double.
+          std::vector<double> dot(N * OC), mag(N * OC);
+          for (int64_t n = 0; n < N; ++n) {
+            for (int64_t o = 0; o < OC; ++o) {
+              for (int64_t c = 0; c < C; ++c) {
+                const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
+                dot[n * OC + o] += p;
+                mag[n * OC + o] += std::fabs(p);
+              }
+            }
+          }
+          for (bool with_bias : {false, true}) {
+            Floats bias = with_bias ? Uniform(OC, ++seed) : Floats();
+            std::vector<double> want(N * OC), tol(N * OC);
+            for (int64_t i = 0; i < N * OC; ++i) {
+              const double b = with_bias ? bias[i % OC] : 0.0;
+              want[i] = dot[i] + b;
+              tol[i] = 1e-5 * (mag[i] + std::fabs(b)) + 1e-6;
+            }
+            Floats first;
+            for (CpuIsa isa : Levels()) {
+              SCOPED_TRACE(::testing::Message()
+                           << CpuIsaName(isa) << " N=" << N << " C=" << C << " OC=" << OC
+                           << " G=" << G << " bias=" << with_bias);
+              const Floats got = Matmul(be, isa, x, w, bias, N);
+              for (int64_t i = 0; i < N * OC; ++i) {
+                ASSERT_LE(std::fabs(got[i] - want[i]), tol[i]) << "element " << i;
+                if (!first.empty()) {
+                  ASSERT_LE(std::fabs(got[i] - first[i]), tol[i]) << "vs portable, element " << i;
+                }
+              }
+              if (first.empty()) first = got;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// At a fixed level the result is a function of the inputs alone: two calls,
+// one thread or all, and a token alone or inside a batch all give the same
+// bits (each output element runs the same operations wherever it lands).
+TEST(Int8OpsTest, DeterministicAndIndependentOfThreadsAndBatch) {
+  CpuBackend be;
+  const int64_t N = 19, C = 768, OC = 301;
+  Quantized w = MakeQuantized(OC, C, 32, 11);
+  Floats x = Uniform(N * C, 12), bias = Uniform(OC, 13);
+  const int threads = omp_get_max_threads();
+  for (CpuIsa isa : Levels()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    const Floats a = Matmul(be, isa, x, w, bias, N);
+    const Floats b = Matmul(be, isa, x, w, bias, N);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    omp_set_num_threads(1);
+    const Floats one_thread = Matmul(be, isa, x, w, bias, N);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(0, std::memcmp(a.data(), one_thread.data(), a.size() * sizeof(float)));
+    for (int64_t n : {int64_t{0}, int64_t{9}, N - 1}) {
+      Floats row(x.begin() + n * C, x.begin() + (n + 1) * C);
+      const Floats alone = Matmul(be, isa, row, w, bias, 1);
+      EXPECT_EQ(0, std::memcmp(a.data() + n * OC, alone.data(), OC * sizeof(float))) << n;
+    }
+  }
+}
+
+TEST(Int8OpsTest, DequantizeRowsIsQTimesScale) {
+  CpuBackend be;
+  const int64_t OC = 50, C = 96;
+  for (int64_t G : {32, 96}) {
+    Quantized w = MakeQuantized(OC, C, G, 21);
+    std::vector<int32_t> rows = {0, 49, 7, 7, 23};
+    const int64_t N = static_cast<int64_t>(rows.size());
+    Floats out(N * C, NAN);
+    ASSERT_TRUE(be.DequantizeRows(Tensor::F32(out.data(), {N, C}), w.Q(), w.S(),
+                                  Tensor::I32(rows.data(), {N}))
+                    .ok());
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], w.W(rows[n], c)) << n << "," << c;
+    }
+  }
+}
+
+TEST(Int8OpsTest, QuantizeRoundTrip) {
+  const int64_t rows = 64, cols = 256, G = 32;
+  Floats x = Uniform(rows * cols, 31, -3.0f, 3.0f);
+  for (int64_t c = 0; c < G; ++c) x[5 * cols + c] = 0.0f;  // one all-zero group
+  std::vector<int8_t> q(rows * cols);
+  Floats scales(rows * cols / G);
+  QuantizeRows(x.data(), rows, cols, G, q.data(), scales.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < cols / G; ++g) {
+      const float s = scales[r * (cols / G) + g];
+      int max_q = 0;
+      for (int64_t c = g * G; c < (g + 1) * G; ++c) {
+        const int8_t v = q[r * cols + c];
+        ASSERT_GE(v, -127);
+        max_q = std::max(max_q, std::abs(static_cast<int>(v)));
+        ASSERT_LE(std::fabs(x[r * cols + c] - v * s), s * (0.5f + 1e-4f)) << r << "," << c;
+      }
+      // The largest magnitude maps to +-127; an all-zero group to scale 0.
+      ASSERT_EQ(max_q, s > 0.0f ? 127 : 0) << r << "," << g;
+    }
+  }
+  EXPECT_EQ(scales[5 * (cols / G)], 0.0f);
+}
+
+TEST(Int8OpsTest, BadShapesAreInvalidArgument) {
+  CpuBackend be;
+  const int64_t N = 2, C = 64, OC = 3;
+  Quantized w = MakeQuantized(OC, C, 32, 41);
+  Floats x = Uniform(N * C, 42), out(N * OC), bias(OC + 1), f32_q(OC * C);
+  Floats scales16(OC * C / 16);
+  const auto matmul = [&](Tensor o, Tensor in, Tensor q, Tensor s, Tensor b) {
+    return be.MatmulInt8Forward(o, in, q, s, b).code();
+  };
+  const Tensor O = Tensor::F32(out.data(), {N, OC}), X = Tensor::F32(x.data(), {N, C});
+  constexpr auto kBad = absl::StatusCode::kInvalidArgument;
+  ASSERT_EQ(matmul(O, X, w.Q(), w.S(), Tensor()), absl::StatusCode::kOk);
+  // Groups of 16: not a multiple of 32.
+  EXPECT_EQ(matmul(O, X, w.Q(), Tensor::F32(scales16.data(), {OC, C / 16}), Tensor()), kBad);
+  // inp with C / 2 columns.
+  EXPECT_EQ(matmul(O, Tensor::F32(x.data(), {2 * N, C / 2}), w.Q(), w.S(), Tensor()), kBad);
+  // q stored as f32; inp as i32; out of the wrong width; bias of OC + 1.
+  EXPECT_EQ(matmul(O, X, Tensor::F32(f32_q.data(), {OC, C}), w.S(), Tensor()), kBad);
+  EXPECT_EQ(matmul(O, Tensor(x.data(), DType::kI32, {N, C}), w.Q(), w.S(), Tensor()), kBad);
+  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N * OC}), X, w.Q(), w.S(), Tensor()), kBad);
+  EXPECT_EQ(matmul(O, X, w.Q(), w.S(), Tensor::F32(bias.data(), {OC + 1})), kBad);
+
+  // DequantizeRows: rows out of range, out of the wrong width.
+  Floats rows_out(2 * C);
+  for (int32_t bad : {-1, static_cast<int32_t>(OC)}) {
+    std::vector<int32_t> rows = {0, bad};
+    EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C}), w.Q(), w.S(),
+                                Tensor::I32(rows.data(), {2}))
+                  .code(),
+              kBad)
+        << bad;
+  }
+  std::vector<int32_t> rows = {0};
+  EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C / 2}), w.Q(), w.S(),
+                              Tensor::I32(rows.data(), {1}))
+                .code(),
+            kBad);
+}
+
+}  // namespace
+}  // namespace ladder
