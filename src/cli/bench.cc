@@ -149,13 +149,16 @@ int BenchCommand(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "decode") {
     return BenchDecodeCommand(argc - 1, argv + 1);
   }
+  if (argc >= 1 && std::string(argv[0]) == "serve") {
+    return BenchServeCommand(argc - 1, argv + 1);
+  }
   if (argc < 1 || std::string(argv[0]) != "train") {
     if (argc >= 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
       std::printf(
-          "usage: ladder bench train|checkpoint|decode [flags]   (ladder bench train --help)\n");
+          "usage: ladder bench train|checkpoint|decode|serve [flags]   (each has --help)\n");
       return 0;
     }
-    std::fprintf(stderr, "ladder bench: expected 'train', 'checkpoint' or 'decode'%s\n",
+    std::fprintf(stderr, "ladder bench: expected 'train', 'checkpoint', 'decode' or 'serve'%s\n",
                  argc >= 1 ? absl::StrCat(", got '", argv[0], "'").c_str() : "");
     return 2;
   }

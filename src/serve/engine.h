@@ -1,16 +1,27 @@
 // The decoding engine shared by `generate` (and the server to come):
-// continuous batching over a paged KV cache.
+// continuous batching over a paged KV cache, with optional speculative
+// decoding.
 //
 // Requests wait in a queue and join the running batch at any step, as soon
 // as the cache can hold their prompt and all the tokens they may generate
-// (admission by KV capacity: a running request never runs out of blocks).
-// Each step builds one batch within a token budget: first one token for every
-// request that is decoding, so running streams never stall, then chunks of
-// waiting prompts (chunked prefill) with what is left. One cached forward
-// runs the whole batch (Gpt::ForwardCached); every request whose pending
-// tokens are all in the cache samples its next token with its own RNG, so
-// its output never depends on what else was batched with it. Requests leave
-// when they reach max_tokens or the context, and their blocks return.
+// (admission by KV capacity: the blocks are taken at admission, so a running
+// request never runs out of them). Each step builds one batch within a token
+// budget: first every request that is decoding, so running streams never
+// stall, then chunks of waiting prompts (chunked prefill) with what is left.
+// One cached forward runs the whole batch (Gpt::ForwardCached); every
+// request whose pending tokens are all in the batch samples its next token
+// with its own RNG, so its output never depends on what else was batched
+// with it. Requests leave when they reach max_tokens, and their blocks
+// return.
+//
+// Speculative decoding (EngineConfig::draft, speculate = K): a small draft
+// model, with its own KV cache over the same block tables, proposes K tokens
+// per request in K cheap forwards; the target then checks all of them in one
+// forward of K + 1 tokens per request and keeps a prefix by the speculative
+// sampling rule (sampler.h VerifyProposals), so a step emits 1 to K + 1
+// tokens per request, distributed exactly as the target alone would sample
+// them (greedy: token for token the same). Decoding is memory-bound, so the
+// target's forward over K + 1 tokens costs little more than over one.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +44,20 @@ struct EngineConfig {
   int max_batch_tokens = 256;  // tokens per step (decode tokens + prefill chunks)
   int max_running = 64;        // requests decoding at once
   KvFormat kv_format = KvFormat::kF32;
+  // Speculative decoding: a draft model with the target's vocabulary and at
+  // least its context (holding the whole model, outliving the engine), and
+  // K, the tokens it proposes per step (0: off). The batch budget must fit
+  // K + 1 tokens.
+  Gpt* draft = nullptr;
+  int speculate = 0;
+};
+
+// Counters since the engine was created.
+struct EngineStats {
+  int64_t proposed = 0;         // draft tokens the target checked
+  int64_t accepted = 0;         // of those, the ones it kept
+  int64_t target_forwards = 0;  // ForwardCached calls of the target
+  int64_t draft_forwards = 0;   // and of the draft
 };
 
 struct EngineRequest {
@@ -60,38 +85,54 @@ class Engine {
   absl::StatusOr<int64_t> Submit(EngineRequest request);
   // Drops a waiting or running request and frees its blocks.
   absl::Status Cancel(int64_t request);
-  // Runs one batch; the tokens it produced, in request order.
+  // Runs one batch; the tokens it produced, in request order (with
+  // speculation, several for one request).
   absl::StatusOr<std::vector<EngineEvent>> Step();
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   const KvBlockPool& blocks() const { return pool_; }
-  int64_t kv_bytes() const { return cache_.bytes(); }
+  // Both models' caches.
+  int64_t kv_bytes() const;
+  const EngineStats& stats() const { return stats_; }
 
  private:
   struct Running {
     int64_t id;
     EngineRequest request;
-    KvBlockPool::SequenceId seq;
-    std::vector<int32_t> tokens;  // prompt + generated
-    int64_t computed = 0;         // tokens whose keys and values are cached
+    // The pool sequences holding the request's blocks: [0] the prompt's
+    // (sharing any cached prefix), then one private block each for the
+    // tokens it generates.
+    std::vector<KvBlockPool::SequenceId> seqs{};
+    std::vector<int32_t> table{};   // the block table those make up
+    std::vector<int32_t> tokens{};  // prompt + generated
+    int64_t computed = 0;           // tokens whose keys and values the target has cached
+    int64_t draft_computed = 0;     // ... and the draft
     int generated = 0;
     PhiloxStream rng;
   };
-  Engine(Gpt* model, const EngineConfig& cfg, KvCache cache)
-      : model_(model), cfg_(cfg), pool_(cfg.kv_blocks), cache_(std::move(cache)) {}
-  // Blocks the request may still claim beyond what it holds.
-  int64_t Outstanding(const Running& r) const;
+  Engine(Gpt* model, const EngineConfig& cfg, KvCache cache, std::optional<KvCache> draft_cache)
+      : model_(model),
+        cfg_(cfg),
+        pool_(cfg.kv_blocks),
+        cache_(std::move(cache)),
+        draft_cache_(std::move(draft_cache)) {}
   void Admit();
+  absl::Status Release(const Running& r);
+  // Draft tokens the request may propose this step: K, but never so many
+  // that the step could pass max_tokens (nor so the context).
+  int Lookahead(const Running& r) const;
 
   Gpt* model_;
   EngineConfig cfg_;
   KvBlockPool pool_;
   KvCache cache_;
+  std::optional<KvCache> draft_cache_;  // with speculation
   std::deque<std::pair<int64_t, EngineRequest>> waiting_;
   std::vector<Running> running_;  // in admission order
   int64_t next_id_ = 0;
+  EngineStats stats_;
 };
 
 }  // namespace ladder

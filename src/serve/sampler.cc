@@ -7,6 +7,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace ladder {
+namespace {
+
+int32_t Argmax(absl::Span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+}  // namespace
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
@@ -19,49 +26,93 @@ absl::Status SamplingParams::Validate() const {
   return absl::OkStatus();
 }
 
-int32_t SampleToken(const std::vector<float>& logits, const SamplingParams& params,
-                    PhiloxStream* rng) {
+std::vector<double> TokenDistribution(absl::Span<const float> logits,
+                                      const SamplingParams& params) {
   const int V = static_cast<int>(logits.size());
+  std::vector<double> p(V, 0.0);
   if (params.temperature <= 0) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    p[Argmax(logits)] = 1.0;
+    return p;
   }
-  // Candidates sorted by logit (ties by id, so the order is deterministic).
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
+  // Softmax at the temperature, in double, shifted by the largest logit.
+  const double top = logits[Argmax(logits)];
+  for (int i = 0; i < V; ++i) p[i] = std::exp((logits[i] - top) / params.temperature);
   const int k = (params.top_k > 0 && params.top_k < V) ? params.top_k : V;
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-  };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-  order.resize(k);
-  // Softmax at the temperature over the kept candidates, in double.
-  std::vector<double> p(k);
-  const double top = logits[order[0]];
-  double sum = 0.0;
-  for (int i = 0; i < k; ++i) {
-    p[i] = std::exp((logits[order[i]] - top) / params.temperature);
-    sum += p[i];
-  }
-  // Nucleus: the smallest prefix whose probability reaches top_p.
-  int keep = k;
-  if (params.top_p < 1.0) {
-    double cum = 0.0;
-    for (int i = 0; i < k; ++i) {
-      cum += p[i] / sum;
-      if (cum >= params.top_p) {
-        keep = i + 1;
-        break;
+  if (k < V || params.top_p < 1.0) {
+    // Candidates by logit (ties by id, so the cut is deterministic). Without
+    // a cut nothing is sorted: a 50k-entry sort per token is not free.
+    std::vector<int32_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    // Nucleus, over the top-k renormalized: the smallest prefix whose
+    // probability reaches top_p.
+    int keep = k;
+    if (params.top_p < 1.0) {
+      double kept_sum = 0.0;
+      for (int i = 0; i < k; ++i) kept_sum += p[order[i]];
+      double cum = 0.0;
+      for (int i = 0; i < k; ++i) {
+        cum += p[order[i]] / kept_sum;
+        if (cum >= params.top_p) {
+          keep = i + 1;
+          break;
+        }
       }
     }
+    for (int i = keep; i < V; ++i) p[order[i]] = 0.0;
   }
-  const double kept_sum = std::accumulate(p.begin(), p.begin() + keep, 0.0);
-  const double u = rng->NextUniform() * kept_sum;
+  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+int32_t SampleFrom(absl::Span<const double> weights, PhiloxStream* rng) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const double u = rng->NextUniform() * total;
   double cum = 0.0;
-  for (int i = 0; i < keep; ++i) {
-    cum += p[i];
-    if (u < cum) return order[i];
+  int32_t last = 0;  // the last index with weight, should rounding leave u >= cum
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0) continue;
+    cum += weights[i];
+    last = static_cast<int32_t>(i);
+    if (u < cum) return last;
   }
-  return order[keep - 1];
+  return last;
+}
+
+int32_t SampleToken(absl::Span<const float> logits, const SamplingParams& params,
+                    PhiloxStream* rng) {
+  if (params.temperature <= 0) return Argmax(logits);
+  return SampleFrom(TokenDistribution(logits, params), rng);
+}
+
+Verdict VerifyProposals(absl::Span<const int32_t> proposals,
+                        const std::vector<std::vector<double>>& draft,
+                        absl::Span<const float> target, const SamplingParams& params,
+                        PhiloxStream* rng) {
+  const size_t K = proposals.size();
+  const size_t V = target.size() / (K + 1);
+  Verdict v;
+  for (size_t j = 0; j < K; ++j) {
+    const std::vector<double> p = TokenDistribution(target.subspan(j * V, V), params);
+    const std::vector<double>& q = draft[j];
+    const int32_t x = proposals[j];
+    // A uniform is drawn only when the outcome is uncertain, so greedy
+    // verification draws none.
+    const bool accept =
+        p[x] >= q[x] || (p[x] > 0 && static_cast<double>(rng->NextUniform()) * q[x] < p[x]);
+    if (!accept) {
+      std::vector<double> residual(V);
+      for (size_t i = 0; i < V; ++i) residual[i] = std::max(0.0, p[i] - q[i]);
+      v.next = SampleFrom(residual, rng);
+      return v;
+    }
+    ++v.accepted;
+  }
+  v.next = SampleToken(target.subspan(K * V, V), params, rng);
+  return v;
 }
 
 }  // namespace ladder

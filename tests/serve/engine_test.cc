@@ -3,8 +3,14 @@
 // under a small token budget and a cache too small for all of them at once
 // give exactly the tokens each gives alone; every block comes back; requests
 // that can never fit are refused with a reason; cancelling frees blocks.
+//
+// Speculative decoding does not change it either: greedy output with any
+// draft (the target itself, its int8 copy, an unrelated model) is the
+// target's token for token; sampled output keeps the target's distribution
+// (a chi-square test over 4000 requests) and is the same alone and batched.
 #include "src/serve/engine.h"
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -15,30 +21,135 @@
 namespace ladder {
 namespace {
 
+// The tokens of each request by submit order, and the engine's counters.
+struct Outcome {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+// Runs the requests to completion, checking that each gets exactly
+// max_tokens tokens, the last marked finished, and every block comes back.
+Outcome RunAll(Gpt* model, const EngineConfig& cfg, const std::vector<EngineRequest>& reqs) {
+  auto engine = *Engine::Create(model, cfg);
+  std::map<int64_t, size_t> index;
+  for (size_t i = 0; i < reqs.size(); ++i) index[*engine->Submit(reqs[i])] = i;
+  Outcome out;
+  out.tokens.resize(reqs.size());
+  std::vector<bool> finished(reqs.size(), false);
+  int steps = 0;
+  while (!engine->idle()) {
+    auto events = engine->Step();
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) break;
+    for (const EngineEvent& e : *events) {
+      const size_t i = index[e.request];
+      EXPECT_FALSE(finished[i]) << "an event after the last, request " << i;
+      out.tokens[i].push_back(e.token);
+      if (e.finished) finished[i] = true;
+    }
+    EXPECT_LE(engine->blocks().used_blocks(), cfg.kv_blocks);
+    if (++steps > 100000) break;
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(finished[i]) << i;
+    EXPECT_EQ(out.tokens[i].size(), static_cast<size_t>(reqs[i].max_tokens)) << i;
+  }
+  EXPECT_EQ(engine->blocks().used_blocks(), 0);
+  out.stats = engine->stats();
+  return out;
+}
+
+EngineConfig Config(int kv_blocks, int max_batch_tokens, int max_running, Gpt* draft = nullptr,
+                    int speculate = 0) {
+  EngineConfig c;
+  c.kv_blocks = kv_blocks;
+  c.max_batch_tokens = max_batch_tokens;
+  c.max_running = max_running;
+  c.draft = draft;
+  c.speculate = speculate;
+  return c;
+}
+
+GptConfig Small(int n_layer, int n_embd, int context) {
+  GptConfig c;
+  c.n_layer = n_layer;
+  c.n_head = 2;
+  c.n_embd = n_embd;
+  c.context = context;
+  c.vocab_size = 256;
+  return c;
+}
+
+// An inference model with `weights` (a whole model's), in `format`.
+std::unique_ptr<Gpt> Inference(const GptConfig& cfg, Backend* be, const std::vector<float>& weights,
+                               WeightFormat format = WeightFormat::kF32) {
+  auto model = *Gpt::Create(cfg, be, 1, /*training=*/false);
+  EXPECT_TRUE(model->SetWeights(weights.data()).ok());
+  EXPECT_TRUE(model->QuantizeWeights(format).ok());
+  return model;
+}
+
+std::vector<float> RandomWeights(const GptConfig& cfg, Backend* be, uint64_t seed) {
+  auto model = *Gpt::Create(cfg, be, 1, /*training=*/false);
+  EXPECT_TRUE(model->InitWeights(seed).ok());
+  std::vector<float> w(model->table().total_floats());
+  EXPECT_TRUE(model->GetWeights(w.data()).ok());
+  return w;
+}
+
+// The model's next-token logits after `prompt`.
+std::vector<float> LastLogits(Gpt* model, const std::vector<int32_t>& prompt) {
+  KvBlockPool pool(KvBlockPool::BlocksFor(model->config().context));
+  KvCache cache = *KvCache::Create(model->config(), model->backend(), pool.num_blocks());
+  const KvBlockPool::SequenceId seq = *pool.AddSequence(prompt);
+  CachedTokens batch;
+  batch.max_blocks = pool.num_blocks();
+  batch.block_tables = pool.BlockTables({seq}, batch.max_blocks);
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    batch.tokens.push_back(prompt[p]);
+    batch.seq.push_back(0);
+    batch.pos.push_back(static_cast<int32_t>(p));
+  }
+  std::vector<float> logits;
+  EXPECT_TRUE(model->ForwardCached(batch, cache, &logits).ok());
+  const int V = model->config().vocab_size;
+  return std::vector<float>(logits.end() - V, logits.end());
+}
+
 class EngineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // A model that has learned some text, so its distributions are peaked
-    // like a real model's.
+  // A model that has learned some text, so its distributions are peaked
+  // like a real model's; trained once for all the tests.
+  static void SetUpTestSuite() {
     std::vector<int32_t> data(4000);
     const char kText[] = "In the beginning God created the heaven and the earth. ";
     for (size_t i = 0; i < data.size(); ++i) data[i] = kText[i % (sizeof(kText) - 1)];
     RunConfig rc;
-    rc.model.n_layer = 2;
-    rc.model.n_head = 2;
-    rc.model.n_embd = 32;
-    rc.model.context = 64;
-    rc.model.vocab_size = 256;
+    rc.model = Small(2, 32, 64);
     rc.batch_size = 4;
     rc.steps = 60;
     rc.lr = 1e-2;
     rc.warmup_steps = 5;
     auto trainer = *Trainer::Create(rc, &be_, &data, &data, 0);
     for (int i = 0; i < rc.steps; ++i) ASSERT_TRUE(trainer->Step().ok());
-    std::vector<float> w(trainer->model().table().total_floats());
-    ASSERT_TRUE(trainer->model().GetWeights(w.data()).ok());
-    model_ = *Gpt::Create(rc.model, &be_, 1, /*training=*/false);
-    ASSERT_TRUE(model_->SetWeights(w.data()).ok());
+    trained_weights_ = new std::vector<float>(trainer->model().table().total_floats());
+    ASSERT_TRUE(trainer->model().GetWeights(trained_weights_->data()).ok());
+  }
+  static void TearDownTestSuite() { delete trained_weights_; }
+
+  void SetUp() override { model_ = Inference(Small(2, 32, 64), &be_, *trained_weights_); }
+
+  // The trained model with its final LayerNorm's weight and bias scaled by
+  // `s`: its logits are the target's times s, so its distribution is the
+  // target's at temperature 1 / s, related but clearly different.
+  std::unique_ptr<Gpt> ScaledCopy(float s) const {
+    std::vector<float> w = *trained_weights_;
+    const ParameterTable& t = model_->table();
+    for (const char* name : {"ln_f.weight", "ln_f.bias"}) {
+      const int i = *t.Find(name);
+      for (int64_t k = 0; k < t.numel(i); ++k) w[t.offset(i) + k] *= s;
+    }
+    return Inference(model_->config(), &be_, w);
   }
 
   std::vector<EngineRequest> Requests() const {
@@ -60,51 +171,30 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
-  // Runs the requests to completion; the tokens of each, by submit order.
-  std::vector<std::vector<int32_t>> Run(const EngineConfig& cfg,
-                                        const std::vector<EngineRequest>& reqs) {
-    auto engine = *Engine::Create(model_.get(), cfg);
-    std::map<int64_t, size_t> index;
-    for (size_t i = 0; i < reqs.size(); ++i) index[*engine->Submit(reqs[i])] = i;
-    std::vector<std::vector<int32_t>> out(reqs.size());
-    std::vector<bool> finished(reqs.size(), false);
-    int steps = 0;
-    while (!engine->idle()) {
-      auto events = engine->Step();
-      EXPECT_TRUE(events.ok()) << events.status();
-      if (!events.ok()) break;
-      for (const EngineEvent& e : *events) {
-        out[index[e.request]].push_back(e.token);
-        if (e.finished) finished[index[e.request]] = true;
-      }
-      EXPECT_LE(engine->blocks().used_blocks(), cfg.kv_blocks);
-      if (++steps > 10000) break;
-    }
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      EXPECT_TRUE(finished[i]) << i;
-      EXPECT_EQ(out[i].size(), static_cast<size_t>(reqs[i].max_tokens)) << i;
-    }
-    EXPECT_EQ(engine->blocks().used_blocks(), 0);
-    return out;
-  }
-
-  CpuBackend be_;
+  static CpuBackend be_;
+  static std::vector<float>* trained_weights_;
   std::unique_ptr<Gpt> model_;
 };
+
+CpuBackend EngineTest::be_;
+std::vector<float>* EngineTest::trained_weights_ = nullptr;
 
 TEST_F(EngineTest, BatchedOutputsEqualSoloOutputs) {
   const std::vector<EngineRequest> reqs = Requests();
   std::vector<std::vector<int32_t>> solo;
-  for (const EngineRequest& r : reqs) solo.push_back(Run({8, 256, 1}, {r})[0]);
+  for (const EngineRequest& r : reqs)
+    solo.push_back(RunAll(model_.get(), Config(8, 256, 1), {r}).tokens[0]);
   // All at once: a 24-token budget (prefills are chunked) and 40 blocks
   // (some requests wait for others to finish).
-  EXPECT_EQ(Run({40, 24, 32}, reqs), solo);
+  EXPECT_EQ(RunAll(model_.get(), Config(40, 24, 32), reqs).tokens, solo);
   // Batch sizes 1 to 32 by the running limit.
-  for (int running : {2, 7, 32}) EXPECT_EQ(Run({256, 256, running}, reqs), solo) << running;
+  for (int running : {2, 7, 32}) {
+    EXPECT_EQ(RunAll(model_.get(), Config(256, 256, running), reqs).tokens, solo) << running;
+  }
 }
 
 TEST_F(EngineTest, RefusesWhatCanNeverRunAndCancels) {
-  auto engine = *Engine::Create(model_.get(), {4, 64, 8});
+  auto engine = *Engine::Create(model_.get(), Config(4, 64, 8));
   EngineRequest r;
   EXPECT_EQ(engine->Submit(r).status().code(), absl::StatusCode::kInvalidArgument);  // empty
   r.prompt = {300};
@@ -112,7 +202,7 @@ TEST_F(EngineTest, RefusesWhatCanNeverRunAndCancels) {
   r.prompt = std::vector<int32_t>(60, 65);
   r.max_tokens = 10;  // 70 > context 64
   EXPECT_NE(engine->Submit(r).status().message().find("must fit the context"), std::string::npos);
-  auto small = *Engine::Create(model_.get(), {2, 64, 8});
+  auto small = *Engine::Create(model_.get(), Config(2, 64, 8));
   r.prompt = std::vector<int32_t>(30, 65);
   r.max_tokens = 5;  // 35 tokens = 3 blocks > 2
   EXPECT_NE(small->Submit(r).status().message().find("KV blocks"), std::string::npos);
@@ -123,6 +213,162 @@ TEST_F(EngineTest, RefusesWhatCanNeverRunAndCancels) {
   ASSERT_TRUE(engine->Cancel(id).ok());
   EXPECT_EQ(engine->blocks().used_blocks(), 0);
   EXPECT_TRUE(engine->idle());
+}
+
+TEST_F(EngineTest, RefusesDraftsThatDoNotFit) {
+  auto fails = [&](const EngineConfig& cfg, const std::string& says) {
+    auto engine = Engine::Create(model_.get(), cfg);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find(says), std::string::npos) << engine.status();
+  };
+  fails(Config(8, 64, 4, nullptr, 3), "needs a draft model");
+  fails(Config(8, 64, 4, model_.get(), -1), "speculate must be >= 0");
+  fails(Config(8, 3, 4, model_.get(), 3), "must fit speculate + 1 = 4 tokens");
+  GptConfig other = Small(1, 32, 32);  // context 32 < 64
+  auto short_draft = Inference(other, &be_, RandomWeights(other, &be_, 1));
+  fails(Config(8, 64, 4, short_draft.get(), 3), "at least its context (64)");
+  other = Small(1, 32, 64);
+  other.vocab_size = 300;
+  auto wide_draft = Inference(other, &be_, RandomWeights(other, &be_, 1));
+  fails(Config(8, 64, 4, wide_draft.get(), 3), "the target's vocabulary (256)");
+}
+
+// Greedy decoding with any draft is the target's greedy decoding, token for
+// token, for K = 1, 3, 5, alone and 8 at a time (and under a budget that
+// chunks the prefills). Random-weight models, width 64.
+TEST_F(EngineTest, SpeculativeGreedyEqualsTheTargetAlone) {
+  const GptConfig cfg = Small(2, 64, 128);
+  const std::vector<float> weights = RandomWeights(cfg, &be_, 7);
+  auto target = Inference(cfg, &be_, weights);
+  auto self = Inference(cfg, &be_, weights);
+  auto int8 = Inference(cfg, &be_, weights, WeightFormat::kInt8);
+  const GptConfig small = Small(1, 32, 128);
+  auto unrelated = Inference(small, &be_, RandomWeights(small, &be_, 8));
+  std::vector<EngineRequest> reqs;
+  PhiloxStream rng(5, 0);
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    for (int k = 0; k < 3 + 9 * i % 31; ++k)
+      r.prompt.push_back(static_cast<int32_t>(rng.NextU32() % 256));
+    r.max_tokens = 5 + 11 * i % 37;
+    r.sampling.temperature = 0;
+    reqs.push_back(r);
+  }
+  const std::vector<std::vector<int32_t>> alone =
+      RunAll(target.get(), Config(64, 256, 8), reqs).tokens;
+  for (auto [name, draft] : {std::pair<const char*, Gpt*>{"self", self.get()},
+                             {"int8", int8.get()},
+                             {"unrelated", unrelated.get()}}) {
+    for (int k : {1, 3, 5}) {
+      for (int running : {1, 8}) {
+        const Outcome o = RunAll(target.get(), Config(64, 256, running, draft, k), reqs);
+        EXPECT_EQ(o.tokens, alone) << name << " K " << k << " running " << running;
+        EXPECT_GT(o.stats.proposed, 0);
+        EXPECT_LE(o.stats.draft_forwards, k * o.stats.target_forwards);  // K rounds at most
+        // The target itself proposes exactly what it would pick.
+        if (draft == self.get()) {
+          EXPECT_EQ(o.stats.accepted, o.stats.proposed) << k;
+        }
+      }
+      const Outcome o = RunAll(target.get(), Config(64, 12, 8, draft, k), reqs);
+      EXPECT_EQ(o.tokens, alone) << name << " K " << k << " budget 12";
+    }
+  }
+}
+
+// A request's seeded output (greedy and top-k/top-p sampling) with a draft is
+// the same alone and batched with others, under a small budget and a cache
+// too small for all at once.
+TEST_F(EngineTest, SeededSpeculativeOutputIsTheSameAloneAndBatched) {
+  const std::vector<EngineRequest> reqs = Requests();
+  auto draft = ScaledCopy(0.5f);
+  std::vector<std::vector<int32_t>> solo;
+  for (const EngineRequest& r : reqs) {
+    solo.push_back(RunAll(model_.get(), Config(8, 256, 1, draft.get(), 3), {r}).tokens[0]);
+  }
+  EXPECT_EQ(RunAll(model_.get(), Config(40, 24, 32, draft.get(), 3), reqs).tokens, solo);
+  for (int running : {7, 32}) {
+    EXPECT_EQ(RunAll(model_.get(), Config(256, 256, running, draft.get(), 3), reqs).tokens, solo)
+        << running;
+  }
+}
+
+// The first generated token of 4000 requests with one prompt and seeds
+// 0..3999, each checked by speculation (K = 3) against a draft whose
+// distribution is the target's at twice the temperature, has the target's
+// distribution p (its TokenDistribution, after top-k/top-p), not the draft's q.
+// Pearson's chi-square over the tokens with N p >= 5 (the rest pooled in one
+// bin), with d degrees of freedom, must stay under d + 6 sqrt(2 d): the
+// statistic has mean d and standard deviation sqrt(2 d), and the bound is
+// passed by chance with probability below 1e-5 for these d. Against q it
+// must be far above. (Seeds are fixed, so the test is deterministic.)
+TEST_F(EngineTest, SpeculationKeepsTheTargetsDistribution) {
+  auto draft = ScaledCopy(0.5f);
+  const std::string text = "In the beginning God cr";
+  const std::vector<int32_t> prompt(text.begin(), text.end());
+  const std::vector<float> target_logits = LastLogits(model_.get(), prompt);
+  const std::vector<float> draft_logits = LastLogits(draft.get(), prompt);
+  constexpr int kRequests = 4000;
+  for (const SamplingParams& params :
+       {SamplingParams{1.0, 0, 1.0}, SamplingParams{0.8, 20, 0.95}}) {
+    std::vector<EngineRequest> reqs(kRequests);
+    for (int i = 0; i < kRequests; ++i) {
+      reqs[i].prompt = prompt;
+      reqs[i].max_tokens = 4;
+      reqs[i].sampling = params;
+      reqs[i].seed = static_cast<uint64_t>(i);
+    }
+    const Outcome o = RunAll(model_.get(), Config(512, 1024, 64, draft.get(), 3), reqs);
+    std::vector<double> counts(256, 0.0);
+    for (const std::vector<int32_t>& t : o.tokens) counts[t[0]] += 1;
+    const std::vector<double> p = TokenDistribution(target_logits, params);
+    const std::vector<double> q = TokenDistribution(draft_logits, params);
+    // Pearson's statistic against `dist` over its bins with expectation >= 5.
+    auto chi_square = [&](const std::vector<double>& dist, int* df) {
+      double stat = 0, rest_observed = 0, rest_expected = 0;
+      *df = 0;
+      for (int v = 0; v < 256; ++v) {
+        const double e = kRequests * dist[v];
+        if (e >= 5) {
+          stat += (counts[v] - e) * (counts[v] - e) / e;
+          ++*df;
+        } else {
+          rest_observed += counts[v];
+          rest_expected += e;
+        }
+      }
+      if (rest_expected > 0) {
+        stat += (rest_observed - rest_expected) * (rest_observed - rest_expected) / rest_expected;
+      } else {
+        --*df;  // no pooled bin: the counts' fixed sum takes one degree
+      }
+      return stat;
+    };
+    int df_p = 0, df_q = 0;
+    const double against_p = chi_square(p, &df_p), against_q = chi_square(q, &df_q);
+    const double bound_p = df_p + 6 * std::sqrt(2.0 * df_p);
+    const double bound_q = df_q + 6 * std::sqrt(2.0 * df_q);
+    EXPECT_GE(df_p, 3);
+    EXPECT_LT(against_p, bound_p) << "temperature " << params.temperature;
+    EXPECT_GT(against_q, 10 * bound_q) << "temperature " << params.temperature;
+    // Total variation: the sample is close to p, and p is far from q.
+    double tv_sample = 0, tv_draft = 0;
+    for (int v = 0; v < 256; ++v) {
+      tv_sample += std::abs(counts[v] / kRequests - p[v]) / 2;
+      tv_draft += std::abs(q[v] - p[v]) / 2;
+    }
+    EXPECT_LT(tv_sample, 0.05);
+    EXPECT_GT(tv_draft, 0.2);
+    // Both halves of the rule ran: many proposals stood, many did not.
+    const double rate = static_cast<double>(o.stats.accepted) / o.stats.proposed;
+    EXPECT_GT(rate, 0.2);
+    EXPECT_LT(rate, 0.95);
+    std::printf(
+        "temperature %.1f top-k %d: chi-square %.1f against p (d = %d, bound %.1f), %.1f "
+        "against q (d = %d); TV(sample, p) %.4f, TV(p, q) %.3f; acceptance %.3f\n",
+        params.temperature, params.top_k, against_p, df_p, bound_p, against_q, df_q, tv_sample,
+        tv_draft, rate);
+  }
 }
 
 }  // namespace

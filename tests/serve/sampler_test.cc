@@ -45,6 +45,75 @@ TEST(SamplerTest, FrequenciesMatchTheSoftmax) {
   }
 }
 
+TEST(SamplerTest, DistributionIsTheFilteredRenormalizedSoftmax) {
+  // Top-k 3 keeps ids 1, 4, 2; top-p 0.8 of those keeps 1 and 4.
+  const std::vector<double> p = TokenDistribution(kLogits, {0.5, 3, 0.8});
+  const double a = std::exp(kLogits[1] / 0.5), b = std::exp(kLogits[4] / 0.5);
+  const std::vector<double> want = {0, a / (a + b), 0, 0, b / (a + b)};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(p[i], want[i], 1e-12) << i;
+  const std::vector<double> greedy = TokenDistribution(kLogits, {0.0, 0, 1.0});
+  EXPECT_EQ(greedy, (std::vector<double>{0, 1, 0, 0, 0}));
+}
+
+TEST(SamplerTest, GreedyVerificationAcceptsWhileTheArgmaxAgrees) {
+  // Rows' argmaxes: 1, 0, 2. The draft proposed 1 then 3: the first stands,
+  // the second is replaced by the target's argmax 0.
+  const std::vector<float> rows = {0, 5, 1, 0, 0, /**/ 4, 1, 0, 0, 0, /**/ 0, 0, 9, 0, 0};
+  const SamplingParams greedy{0.0, 0, 1.0};
+  std::vector<std::vector<double>> q = {{0, 1, 0, 0, 0}, {0, 0, 0, 1, 0}};
+  PhiloxStream rng(4, 0);
+  Verdict v = VerifyProposals({1, 3}, q, rows, greedy, &rng);
+  EXPECT_EQ(v.accepted, 1);
+  EXPECT_EQ(v.next, 0);
+  q[1] = {1, 0, 0, 0, 0};
+  v = VerifyProposals({1, 0}, q, rows, greedy, &rng);
+  EXPECT_EQ(v.accepted, 2);
+  EXPECT_EQ(v.next, 2);  // the bonus token
+}
+
+// Whatever the draft proposes, the tokens that come out follow the target:
+// with fixed rows p0, p1 the first token is distributed as p0, and the
+// second (when the first proposal stood) as p1. 4 sigma per frequency.
+TEST(SamplerTest, VerificationKeepsTheTargetsDistribution) {
+  const std::vector<float> rows = {1.0f,      3.0f, 2.0f, 0.5f, 2.9f,
+                                   /**/ 2.0f, 0.0f, 1.0f, 2.5f, 0.1f,
+                                   /**/ 0,    0,    0,    0,    0};
+  for (const SamplingParams& params : {SamplingParams{1.0, 0, 1.0}, SamplingParams{0.7, 4, 0.9}}) {
+    const std::vector<double> p0 =
+        TokenDistribution(absl::MakeConstSpan(rows).subspan(0, 5), params);
+    const std::vector<double> p1 =
+        TokenDistribution(absl::MakeConstSpan(rows).subspan(5, 5), params);
+    // A draft that likes the tail: q0 and q1 are reversed logits, hotter.
+    const std::vector<float> d0 = {3.0f, 1.0f, 2.0f, 3.5f, 1.1f},
+                             d1 = {0.0f, 2.0f, 1.0f, 0.0f, 2.5f};
+    const std::vector<std::vector<double>> q = {TokenDistribution(d0, {2.0, 0, 1.0}),
+                                                TokenDistribution(d1, {2.0, 0, 1.0})};
+    PhiloxStream rng(11, 0);
+    const int n = 200000;
+    std::vector<int> first(5), second(5);
+    int seconds = 0, accepted = 0;
+    for (int i = 0; i < n; ++i) {
+      const std::vector<int32_t> x = {SampleFrom(q[0], &rng), SampleFrom(q[1], &rng)};
+      const Verdict v = VerifyProposals(x, q, rows, params, &rng);
+      accepted += v.accepted;
+      first[v.accepted > 0 ? x[0] : v.next]++;
+      if (v.accepted > 0) {
+        second[v.accepted > 1 ? x[1] : v.next]++;
+        ++seconds;
+      }
+    }
+    for (int t = 0; t < 5; ++t) {
+      EXPECT_NEAR(first[t] / double(n), p0[t], 4 * std::sqrt(p0[t] * (1 - p0[t]) / n) + 1e-9) << t;
+      EXPECT_NEAR(second[t] / double(seconds), p1[t],
+                  4 * std::sqrt(p1[t] * (1 - p1[t]) / seconds) + 1e-9)
+          << t;
+    }
+    // Both paths ran: some proposals stood, some were replaced.
+    EXPECT_GT(accepted, n / 10);
+    EXPECT_LT(accepted, 2 * n - n / 10);
+  }
+}
+
 TEST(SamplerTest, SameSeedSameTokens) {
   PhiloxStream a(9, 4), b(9, 4);
   for (int i = 0; i < 100; ++i) {
