@@ -17,11 +17,13 @@ constexpr Subcommand kSubcommands[] = {
     {"train", ladder::TrainCommand, "train a GPT from a config on a text file or token shards"},
     {"eval", ladder::EvalCommand, "score a text file with a trained model (loss, perplexity)"},
     {"generate", ladder::GenerateCommand, "sample text from a trained model"},
+    {"serve", ladder::ServeCommand, "serve a model over an OpenAI-compatible HTTP API"},
     {"tokenizer", ladder::TokenizerCommand, "train | encode | decode a byte-level BPE tokenizer"},
     {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
     {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
-    {"bench", ladder::BenchCommand, "train: measure throughput against the machine's GEMM rate"},
+    {"bench", ladder::BenchCommand,
+     "train | decode | serve | checkpoint: measure against this machine's ceilings"},
     {"version", ladder::VersionCommand, "print the version and the compiled backends"},
 };
 

@@ -12,7 +12,7 @@ build_dir=${1:-build-gpu}
 # Build dependencies (Debian packages), installed only if missing.
 source scripts/lib/packages.sh
 install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
-  libopenblas-openmp-dev
+  libopenblas-openmp-dev libcpp-httplib-dev nlohmann-json3-dev curl
 
 echo "== nvidia-smi"
 gpus=0

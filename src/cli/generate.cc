@@ -9,12 +9,14 @@
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/serve/engine.h"
+#include "src/serve/text_stream.h"
 
 namespace ladder {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt = "\n", weights = "fp32", kv = "fp32";
+  std::string model, prompt = "\n", weights = "fp32", kv = "fp32", stop, draft;
+  int64_t speculate = 0;
   int64_t max_tokens = 200, top_k = 0, seed = 1;
   double temperature = 1.0, top_p = 1.0;
 };
@@ -36,7 +38,12 @@ absl::Status Generate(const GenerateFlags& f) {
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
   ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
+  ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
+                   LoadDraftModel(f.draft, f.speculate, &backend, weights, &ec));
   ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));
+  // The text is printed as it streams: whole UTF-8 characters only, and
+  // nothing from the stop string on.
+  TextStream text(&dir.tokenizer, {f.stop});
 
   std::vector<int32_t> tokens = dir.tokenizer.Encode(f.prompt);
   std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
@@ -45,7 +52,7 @@ absl::Status Generate(const GenerateFlags& f) {
   // request whose prompt is the last half context of the text so far (its
   // positions restart at 0), seeded on from the tokens already made.
   int64_t left = f.max_tokens;
-  while (left > 0) {
+  while (left > 0 && !text.stopped()) {
     const size_t keep = tokens.size() >= static_cast<size_t>(cfg.context)
                             ? static_cast<size_t>(cfg.context / 2)
                             : tokens.size();
@@ -54,20 +61,22 @@ absl::Status Generate(const GenerateFlags& f) {
     r.max_tokens = static_cast<int>(std::min<int64_t>(left, cfg.context - keep));
     r.sampling = sp;
     r.seed = static_cast<uint64_t>(f.seed) + static_cast<uint64_t>(f.max_tokens - left);
-    RETURN_IF_ERROR(engine->Submit(r).status());
+    ASSIGN_OR_RETURN(const int64_t id, engine->Submit(r));
     while (!engine->idle()) {
       ASSIGN_OR_RETURN(std::vector<EngineEvent> events, engine->Step());
       for (const EngineEvent& e : events) {
+        if (text.stopped()) break;
         tokens.push_back(e.token);
         --left;
-        // A token's bytes may end mid-way through a UTF-8 character; the
-        // next token's bytes complete it, so the byte stream printed is exact.
-        const std::string& bytes = dir.tokenizer.TokenBytes(e.token);
-        std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+        const std::string delta = text.Push(e.token);
+        std::fwrite(delta.data(), 1, delta.size(), stdout);
       }
       std::fflush(stdout);
+      if (text.stopped() && !engine->idle()) RETURN_IF_ERROR(engine->Cancel(id));
     }
   }
+  const std::string rest = text.Finish();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   return absl::OkStatus();
 }
@@ -86,6 +95,10 @@ int GenerateCommand(int argc, char** argv) {
   flags.Int("seed", &f.seed, "random seed of the sampler");
   flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
   flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  flags.String("stop", &f.stop, "stop before this string", "none");
+  flags.String("draft", &f.draft, "a small model proposing tokens for speculative decoding",
+               "none");
+  flags.Int("speculate", &f.speculate, "tokens the draft proposes per step (needs --draft)");
   return RunCommand(flags, argc, argv, [&] { return Generate(f); });
 }
 

@@ -83,6 +83,19 @@ awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.0
 expect_ok generate --model "$tmp/run/model.bin" --prompt "In the" --max-tokens 20 --seed 3
 cmp -s "$tmp/out" "$tmp/gen1" || fail "generate from the model file differs from the run directory"
 expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 40 --weights int8-channel --kv int8
+# Speculative decoding with the model as its own draft: greedy text unchanged.
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 30 --temperature 0
+cp "$tmp/out" "$tmp/greedy"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 30 --temperature 0 \
+  --draft "$tmp/run" --speculate 3
+cmp -s "$tmp/out" "$tmp/greedy" || fail "greedy generate with a draft differs"
+# A stop string ends the text before it.
+stop=$(head -c 12 "$tmp/greedy" | tail -c 3)
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 30 --temperature 0 --stop "$stop"
+generated=$(tail -c +7 "$tmp/greedy")  # after the 6-byte prompt
+[ "$(cat "$tmp/out")" = "In the${generated%%"$stop"*}" ] ||
+  fail "generate --stop '$stop': '$(cat "$tmp/out")' is not the greedy text cut before it"
+expect_error 2 "--speculate needs --draft" -- generate --model "$tmp/run" --speculate 2
 expect_error 2 "unknown weight format 'int9'" -- eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int9
 expect_error 2 "unknown KV cache format 'fp16'" -- generate --model "$tmp/run" --kv fp16
 # Tokenizer round trip through the CLI, on bytes that are not valid UTF-8.

@@ -1,0 +1,104 @@
+// The HTTP front of `ladder serve` (docs/serving.md), on cpp-httplib:
+//   POST /v1/completions, POST /v1/chat/completions   (openai_api.h)
+//   GET  /v1/models
+//   GET  /health    always public; 503 while shutting down
+//   GET  /metrics   Prometheus text exposition (EngineLoop stats)
+// With an API key every /v1/* route needs "Authorization: Bearer KEY" (401
+// otherwise). Bodies over max_body_bytes get 413; unknown routes 404, a
+// known route with the wrong method 405; every error is an OpenAI error
+// object. A full waiting queue answers 429 with Retry-After.
+//
+// Each generation request is one handler thread waiting on the request's
+// event queue (EngineLoop callback). Streaming answers are chunked
+// server-sent events; detokenization and stop strings go through
+// TextStream, and a stop string cancels the request in the engine. A client
+// that goes away cancels its request so its KV blocks return: found by a
+// failed write, or sooner by watching the connection's socket for a hang-up
+// while waiting for tokens (streaming and non-streaming alike).
+//
+// Shutdown (a signal, via ServeUntilSignal): new generation requests get
+// 503, every accepted request runs to its end and its answer is written
+// out, then the listener stops and Serve returns.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "src/model/gpt_config.h"
+#include "src/serve/engine_loop.h"
+#include "src/tokenizer/bpe.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace ladder {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0: any free port (see HttpServer::port)
+  std::string api_key;                  // empty: no authentication
+  size_t max_body_bytes = 1024 * 1024;  // larger request bodies get 413
+  int threads = 64;                     // connections served at once
+  std::string model_name = "ladder";    // "model" in answers and /v1/models
+};
+
+class HttpServer {
+ public:
+  // Binds the listening socket. `loop` and `tokenizer` must outlive the
+  // server; `model` gives the limits requests are checked against.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Create(const ServerOptions& options,
+                                                            EngineLoop* loop,
+                                                            const Tokenizer* tokenizer,
+                                                            const GptConfig& model);
+  ~HttpServer();
+
+  int port() const { return port_; }
+  // Serves on the calling thread until Shutdown stops the listener.
+  absl::Status Serve();
+  // Graceful stop, from any thread (not a signal handler) while Serve runs
+  // or is about to: refuses new generation requests (503), lets the accepted
+  // ones finish and their answers be written, then stops the listener.
+  // Returns when done.
+  void Shutdown();
+  bool shutting_down() const { return draining_.load(); }
+
+ private:
+  HttpServer(const ServerOptions& options, EngineLoop* loop, const Tokenizer* tokenizer,
+             const GptConfig& model);
+  void Routes();
+  void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::string Metrics() const;
+  // A token held while a generation request (and its answer) is in flight.
+  std::shared_ptr<void> Enter();
+
+  ServerOptions options_;
+  EngineLoop* loop_;
+  const Tokenizer* tokenizer_;
+  GptConfig model_;
+  int64_t started_ = 0;  // unix seconds
+  int port_ = 0;
+  std::unique_ptr<httplib::Server> server_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> serve_returned_{false};
+  std::atomic<uint64_t> next_id_{0};
+  std::mutex shutdown_mu_;
+  std::mutex active_mu_;
+  std::condition_variable active_cv_;
+  int active_ = 0;
+};
+
+// Runs server->Serve() until SIGTERM or SIGINT arrives, then shuts it down
+// gracefully (the handler only writes to a pipe; a watcher thread does the
+// work). SIGPIPE is ignored while serving.
+absl::Status ServeUntilSignal(HttpServer* server);
+
+}  // namespace ladder

@@ -1,0 +1,445 @@
+// The HTTP server end to end, in process, on a small random-weight model:
+// many concurrent streams each give exactly what the same request gives
+// alone; disconnected clients give their KV blocks back; malformed requests
+// get 4xx OpenAI errors and the server keeps answering; the API key guards
+// /v1/* only; a full waiting queue answers 429 with Retry-After; a graceful
+// shutdown finishes what is in flight.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/serve/engine_loop.h"
+#include "src/serve/http_server.h"
+
+namespace ladder {
+namespace {
+
+using json = nlohmann::json;
+
+// What a client got for one request.
+struct Answer {
+  int status = 0;
+  httplib::Error error = httplib::Error::Success;
+  std::string text;
+  std::string finish_reason;
+  bool done = false;  // streaming: saw data: [DONE]
+  int chunks = 0;
+  json usage;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);
+    cfg_.n_layer = 2;
+    cfg_.n_head = 4;
+    cfg_.n_embd = 64;
+    cfg_.context = 128;
+    cfg_.vocab_size = 256;
+    model_ = *Gpt::Create(cfg_, &backend_, 1, /*training=*/false);
+    ASSERT_TRUE(model_->InitWeights(5).ok());
+  }
+  void TearDown() override { Stop(); }
+
+  void Start(ServerOptions so = {}, EngineLoop::Options lo = {}) {
+    lo.engine.kv_blocks = 64 * KvBlockPool::BlocksFor(cfg_.context);
+    auto loop = EngineLoop::Create(model_.get(), lo);
+    ASSERT_TRUE(loop.ok()) << loop.status();
+    loop_ = std::move(*loop);
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.model_name = "tiny";
+    auto server = HttpServer::Create(so, loop_.get(), &tokenizer_, cfg_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    serve_thread_ = std::thread([this] { serve_status_ = server_->Serve(); });
+  }
+  void Stop() {
+    if (!server_) return;
+    server_->Shutdown();
+    serve_thread_.join();
+    EXPECT_TRUE(serve_status_.ok()) << serve_status_;
+    server_.reset();
+    loop_.reset();
+  }
+
+  std::unique_ptr<httplib::Client> Client() const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    c->set_read_timeout(30, 0);
+    return c;
+  }
+
+  // Sends a request (streaming or not, per the body) and collects the answer.
+  // `abort_after` > 0 closes the connection after that many events, first
+  // calling `on_abort`.
+  Answer Send(const std::string& path, const json& body, const httplib::Headers& headers = {},
+              int abort_after = 0, const std::function<void()>& on_abort = nullptr) const {
+    Answer a;
+    auto cli = Client();
+    const bool stream = body.value("stream", false);
+    const bool chat = path == "/v1/chat/completions";
+    if (!stream) {
+      auto res = cli->Post(path, headers, body.dump(), "application/json");
+      a.error = res.error();
+      if (!res) return a;
+      a.status = res->status;
+      if (res->status != 200) return a;
+      json j = json::parse(res->body);
+      a.text = chat ? j["choices"][0]["message"]["content"].get<std::string>()
+                    : j["choices"][0]["text"].get<std::string>();
+      a.finish_reason = j["choices"][0]["finish_reason"].get<std::string>();
+      a.usage = j["usage"];
+      return a;
+    }
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.headers = headers;
+    req.set_header("Content-Type", "application/json");
+    req.body = body.dump();
+    std::string buffer;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      buffer.append(data, n);
+      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+        const std::string event = buffer.substr(0, end);
+        buffer.erase(0, end + 2);
+        if (event.rfind("data: ", 0) != 0) continue;
+        const std::string data = event.substr(6);
+        if (data == "[DONE]") {
+          a.done = true;
+          continue;
+        }
+        json j = json::parse(data);
+        ++a.chunks;
+        if (j.contains("usage")) a.usage = j["usage"];
+        if (j["choices"].empty()) continue;
+        const json& c = j["choices"][0];
+        if (chat) {
+          if (c["delta"].contains("content")) a.text += c["delta"]["content"].get<std::string>();
+        } else {
+          a.text += c["text"].get<std::string>();
+        }
+        if (!c["finish_reason"].is_null()) a.finish_reason = c["finish_reason"].get<std::string>();
+      }
+      if (abort_after > 0 && a.chunks >= abort_after) {
+        if (on_abort) on_abort();
+        return false;
+      }
+      return true;
+    };
+    auto res = cli->send(req);
+    a.error = res.error();
+    if (res) a.status = res->status;
+    return a;
+  }
+
+  // A value from GET /metrics (-1 if absent).
+  double Metric(const std::string& name) const {
+    auto res = Client()->Get("/metrics");
+    if (!res || res->status != 200) return -1;
+    const std::string needle = "\n" + name + " ";
+    const size_t at = res->body.find(needle);
+    if (at == std::string::npos) return -1;
+    return std::stod(res->body.substr(at + needle.size()));
+  }
+  // Waits until the metric has the value (false after 20 s).
+  bool WaitForMetric(const std::string& name, double want) const {
+    for (int i = 0; i < 2000; ++i) {
+      if (Metric(name) == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  GptConfig cfg_;
+  CpuBackend backend_;
+  std::unique_ptr<Gpt> model_;
+  Tokenizer tokenizer_ = Tokenizer::ByteLevel();
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread serve_thread_;
+  absl::Status serve_status_;
+};
+
+const char kText[] =
+    "In the beginning God created the heaven and the earth. And the earth was "
+    "without form, and void; and darkness was upon the face of the deep.";
+
+// Request i of the mixed workload: both endpoints, greedy and seeded
+// sampling, prompts of different lengths, some with stop strings.
+std::pair<std::string, json> Workload(int i) {
+  const std::string text = kText;
+  const std::string prompt = text.substr(i % 20, 1 + (i * 13) % 60);
+  json body;
+  std::string path;
+  if (i % 3 == 0) {
+    path = "/v1/chat/completions";
+    body["messages"] = json::array(
+        {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", prompt}}});
+  } else {
+    path = "/v1/completions";
+    body["prompt"] = prompt;
+  }
+  body["max_tokens"] = 4 + i % 20;
+  if (i % 2 == 0) {
+    body["temperature"] = 0;
+  } else {
+    body["temperature"] = 0.9;
+    body["top_p"] = 0.95;
+    body["top_k"] = 40;
+    body["seed"] = 1000 + i;
+  }
+  // (A random model writes runs of one byte, and many invalid ones.)
+  if (i % 5 == 0) body["stop"] = json::array({"\n\n", "  ", "\xEF\xBF\xBD"});
+  body["stream"] = true;
+  return {path, body};
+}
+
+TEST_F(ServerTest, ConcurrentStreamsMatchSoloRuns) {
+  Start();
+  constexpr int kRequests = 200, kClients = 32;
+  std::vector<Answer> together(kRequests);
+  std::atomic<int> next{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      for (int i; (i = next.fetch_add(1)) < kRequests;) {
+        auto [path, body] = Workload(i);
+        together[i] = Send(path, body);
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  int stopped = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto [path, body] = Workload(i);
+    // Alone: the same request, streamed or (every other one) not.
+    if (i % 2 == 1) body["stream"] = false;
+    const Answer solo = Send(path, body);
+    const Answer& t = together[i];
+    ASSERT_EQ(t.status, 200) << i << " " << httplib::to_string(t.error);
+    EXPECT_TRUE(t.done) << i;
+    ASSERT_EQ(solo.status, 200) << i;
+    EXPECT_EQ(t.text, solo.text) << i;
+    EXPECT_EQ(t.finish_reason, solo.finish_reason) << i;
+    EXPECT_TRUE(t.finish_reason == "length" || t.finish_reason == "stop") << i;
+    if (t.finish_reason == "stop") ++stopped;
+  }
+  EXPECT_GT(stopped, 0);  // the stop strings were hit somewhere
+  EXPECT_TRUE(WaitForMetric("ladder_kv_blocks_used", 0));
+  EXPECT_EQ(Metric("ladder_requests_finished_total{reason=\"error\"}"), 0);
+}
+
+TEST_F(ServerTest, StopStringsCutTheText) {
+  Start();
+  json body = {{"prompt", "In the beginning"}, {"max_tokens", 24}, {"temperature", 0}};
+  const Answer full = Send("/v1/completions", body);
+  ASSERT_EQ(full.status, 200);
+  ASSERT_EQ(full.finish_reason, "length");
+  EXPECT_EQ(full.usage["prompt_tokens"], 16);
+  EXPECT_EQ(full.usage["completion_tokens"], 24);
+  // A stop string taken from the middle of the greedy output (3 bytes; the
+  // text may hold U+FFFD, itself 3 bytes).
+  const std::string stop = full.text.substr(full.text.size() / 2 / 3 * 3, 3);
+  const std::string want = full.text.substr(0, full.text.find(stop));
+  body["stop"] = stop;
+  for (bool stream : {false, true}) {
+    body["stream"] = stream;
+    body["stream_options"] = {{"include_usage", true}};
+    const Answer cut = Send("/v1/completions", body);
+    EXPECT_EQ(cut.status, 200);
+    EXPECT_EQ(cut.text, want) << stream;
+    EXPECT_EQ(cut.finish_reason, "stop") << stream;
+    EXPECT_LT(cut.usage["completion_tokens"].get<int>(), 24) << stream;
+  }
+  auto models = Client()->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(ServerTest, DisconnectsReturnTheirBlocks) {
+  Start();
+  // Mid-stream: the engine runs one step at a time until the client has
+  // its first chunk (then closes the connection), so the request is surely
+  // running, holding blocks, when its client goes away.
+  for (int i = 0; i < 4; ++i) {
+    const bool chat = i % 2 == 1;
+    json body = {{"max_tokens", 120}, {"temperature", 0}, {"stream", true}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", "Hi"}}});
+      body["max_tokens"] = 100;
+    } else {
+      body["prompt"] = "In the";
+    }
+    loop_->Pause();
+    std::atomic<bool> closing{false};
+    Answer a;
+    std::thread client([&] {
+      // Chat streams start with a chunk carrying only the role.
+      a = Send(chat ? "/v1/chat/completions" : "/v1/completions", body, {},
+               /*abort_after=*/chat ? 2 : 1, [&] { closing = true; });
+    });
+    ASSERT_TRUE(WaitForMetric("ladder_requests_waiting", 1));
+    for (int step = 0; step < 100 && !closing; ++step) {
+      loop_->StepPaused(1);
+      for (int w = 0; w < 100 && !closing; ++w) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    client.join();
+    ASSERT_TRUE(closing) << i;
+    EXPECT_FALSE(a.done) << i;
+    EXPECT_TRUE(WaitForMetric("ladder_requests_finished_total{reason=\"cancelled\"}", i + 1)) << i;
+    EXPECT_EQ(Metric("ladder_kv_blocks_used"), 0) << i;
+    EXPECT_EQ(Metric("ladder_requests_running"), 0) << i;
+    loop_->Resume();
+  }
+  // Non-streaming: the request waits (engine held), the client gives up.
+  loop_->Pause();
+  {
+    httplib::Client cli("127.0.0.1", server_->port());
+    cli.set_read_timeout(0, 300000);
+    auto res =
+        cli.Post("/v1/completions", R"({"prompt": "abc", "max_tokens": 50})", "application/json");
+    EXPECT_FALSE(res);  // timed out
+  }
+  EXPECT_TRUE(WaitForMetric("ladder_requests_finished_total{reason=\"cancelled\"}", 5));
+  EXPECT_EQ(Metric("ladder_requests_waiting"), 0);
+  loop_->Resume();
+  EXPECT_EQ(Metric("ladder_kv_blocks_used"), 0);
+  // Still serving.
+  EXPECT_EQ(Send("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}}).status, 200);
+}
+
+struct Malformed {
+  std::string method, path, body;
+  int status;
+  std::string message;  // a substring of error.message
+};
+
+TEST_F(ServerTest, MalformedRequestsGetJsonErrors) {
+  ServerOptions so;
+  so.max_body_bytes = 4096;
+  Start(so);
+  const std::vector<Malformed> cases = {
+      {"POST", "/v1/completions", "{not json", 400, "not valid JSON"},
+      {"POST", "/v1/completions", R"({"prompt": 7})", 400, "'prompt' must be a string"},
+      {"POST", "/v1/completions", R"({"max_tokens": 7})", 400, "'prompt' is required"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "max_tokens": "x"})", 400,
+       "'max_tokens' must be an integer"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 0})", 400, "'max_tokens'"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 128})", 400,
+       "context of 128 tokens"},
+      {"POST", "/v1/completions", R"({"prompt": ")" + std::string(200, 'a') + R"("})", 400,
+       "the prompt has 200 tokens"},
+      {"POST", "/v1/completions", R"({"prompt": [1, 999]})", 400, "outside the vocabulary"},
+      {"POST", "/v1/completions", R"({"prompt": [1, -5]})", 400, "outside the vocabulary"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "n": 3})", 400, "'n' must be 1"},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
+       "'messages[0].role' must be system, user or assistant"},
+      {"POST", "/v1/chat/completions", R"({"messages": {}})", 400, "'messages' must be an array"},
+      {"POST", "/v1/completions", R"({"prompt": ")" + std::string(5000, 'a') + R"("})", 413,
+       "exceeds the limit of 4096 bytes"},
+      {"GET", "/v1/completions", "", 405, "GET is not allowed"},
+      {"DELETE", "/v1/models", "", 405, "DELETE is not allowed"},
+      {"POST", "/v1/nope", "{}", 404, "no route for POST /v1/nope"},
+      {"GET", "/", "", 404, "no route"},
+  };
+  for (const Malformed& c : cases) {
+    auto cli = Client();
+    httplib::Result res = c.method == "GET"      ? cli->Get(c.path)
+                          : c.method == "DELETE" ? cli->Delete(c.path)
+                                                 : cli->Post(c.path, c.body, "application/json");
+    ASSERT_TRUE(res) << c.method << " " << c.path << " " << c.body.substr(0, 80);
+    EXPECT_EQ(res->status, c.status) << c.body.substr(0, 80);
+    json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << res->body;
+    ASSERT_TRUE(j.contains("error")) << res->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(c.message), std::string::npos)
+        << res->body << " (want '" << c.message << "')";
+    EXPECT_TRUE(j["error"].contains("type"));
+    auto health = Client()->Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+  }
+}
+
+TEST_F(ServerTest, ApiKeyGuardsV1Only) {
+  ServerOptions so;
+  so.api_key = "sekret";
+  Start(so);
+  const json body = {{"prompt", "hi"}, {"max_tokens", 2}};
+  for (const httplib::Headers& h :
+       {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
+        httplib::Headers{{"Authorization", "sekret"}}}) {
+    auto res = Client()->Post("/v1/completions", h, body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+    EXPECT_EQ(json::parse(res->body)["error"]["code"], "invalid_api_key");
+    auto models = Client()->Get("/v1/models", h);
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 401);
+  }
+  const httplib::Headers ok = {{"Authorization", "Bearer sekret"}};
+  EXPECT_EQ(Send("/v1/completions", body, ok).status, 200);
+  auto health = Client()->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = Client()->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+}
+
+TEST_F(ServerTest, FullQueueAnswers429) {
+  EngineLoop::Options lo;
+  lo.max_waiting = 2;
+  lo.engine.max_running = 1;
+  Start({}, lo);
+  loop_->Pause();  // nothing runs: accepted requests stay waiting
+  std::vector<std::thread> waiting;
+  std::vector<Answer> answers(2);
+  for (int i = 0; i < 2; ++i) {
+    waiting.emplace_back([&, i] {
+      answers[i] = Send("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 3}});
+    });
+  }
+  ASSERT_TRUE(WaitForMetric("ladder_requests_waiting", 2));
+  auto res = Client()->Post("/v1/completions", R"({"prompt": "hi"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
+  loop_->Resume();
+  for (std::thread& t : waiting) t.join();
+  for (const Answer& a : answers) EXPECT_EQ(a.status, 200);
+}
+
+TEST_F(ServerTest, ShutdownFinishesStreamsInFlight) {
+  Start();
+  loop_->Pause();  // the request is accepted but cannot finish before the shutdown
+  Answer a;
+  std::thread client([&] {
+    a = Send("/v1/completions",
+             {{"prompt", "In the"}, {"max_tokens", 60}, {"temperature", 0}, {"stream", true}});
+  });
+  ASSERT_TRUE(WaitForMetric("ladder_requests_waiting", 1));
+  Stop();  // drains (and so resumes the loop)
+  client.join();
+  EXPECT_EQ(a.status, 200);
+  EXPECT_TRUE(a.done);
+  EXPECT_EQ(a.finish_reason, "length");
+}
+
+}  // namespace
+}  // namespace ladder
