@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/inference_flags.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
@@ -23,7 +24,8 @@ namespace ladder {
 namespace {
 
 struct Flags {
-  std::string config, weights = "fp32", kv = "fp32";
+  std::string config;
+  FormatFlags formats;
   int64_t tokens = 64;
 };
 
@@ -35,8 +37,8 @@ absl::Status Run(const Flags& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tokens must be in [1, ", cfg.context - 1, "], got ", f.tokens));
   }
-  ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.weights));
-  ASSIGN_OR_RETURN(KvFormat kv_format, ParseKvFormat(f.kv));
+  ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.formats.weights));
+  ASSIGN_OR_RETURN(KvFormat kv_format, ParseKvFormat(f.formats.kv));
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, &backend, 1, /*training=*/false));
   RETURN_IF_ERROR(model->InitWeights(rc.seed));
@@ -89,8 +91,7 @@ int BenchDecodeCommand(int argc, char** argv) {
                 "bandwidth over weight bytes, measured in the same run. The last line is JSON.");
   flags.String("config", &f.config, "model config (required)");
   flags.Int("tokens", &f.tokens, "tokens to decode (less than the context)");
-  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
-  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  AddFormatFlags(flags, &f.formats);
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 

@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
 #include "src/core/philox.h"
@@ -42,7 +43,8 @@ namespace ladder {
 namespace {
 
 struct Flags {
-  std::string model, config, draft, draft_config, weights = "fp32", kv = "fp32";
+  std::string model, config, draft, draft_config;
+  FormatFlags formats;
   int64_t requests = 32, concurrency = 0, prompt_tokens = 64, output_tokens = 64;
   int64_t speculate = 0, max_batch_tokens = 512, seed = 1;
   double rate = 0, temperature = 0;
@@ -221,9 +223,9 @@ absl::Status Run(const Flags& f) {
     return absl::InvalidArgumentError(
         "--speculate K > 0 and a draft (--draft PATH or --draft-config FILE) go together");
   }
-  ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.weights));
+  ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.formats.weights));
   EngineConfig cfg;
-  ASSIGN_OR_RETURN(cfg.kv_format, ParseKvFormat(f.kv));
+  ASSIGN_OR_RETURN(cfg.kv_format, ParseKvFormat(f.formats.kv));
   cfg.max_batch_tokens = static_cast<int>(f.max_batch_tokens);
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto target,
@@ -311,8 +313,7 @@ int BenchServeCommand(int argc, char** argv) {
                 "line is JSON.");
   flags.String("model", &f.model, "trained model: run directory, checkpoint or model file");
   flags.String("config", &f.config, "model config, random weights (instead of --model)");
-  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
-  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  AddFormatFlags(flags, &f.formats);
   flags.Int("requests", &f.requests, "requests in the load");
   flags.Double("rate", &f.rate, "open loop: Poisson arrivals, requests per second");
   flags.Int("concurrency", &f.concurrency, "closed loop: requests in flight");

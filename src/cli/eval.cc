@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/file_util.h"
 #include "src/core/flags.h"
@@ -29,7 +30,8 @@ namespace {
 constexpr int kBatch = 8;  // windows per forward
 
 struct EvalFlags {
-  std::string model, text, weights = "fp32", kv = "fp32";
+  std::string model, text;
+  FormatFlags formats;
 };
 
 // Per-token losses of one window's next tokens through the serving forward.
@@ -63,8 +65,8 @@ absl::Status Eval(const EvalFlags& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", text_path, "' encodes to ", ids.size(), " tokens; need at least 2"));
   }
-  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.weights));
-  ASSIGN_OR_RETURN(KvFormat kv, ParseKvFormat(f.kv));
+  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));
+  ASSIGN_OR_RETURN(KvFormat kv, ParseKvFormat(f.formats.kv));
   const bool serving = weights != WeightFormat::kF32 || kv != KvFormat::kF32;
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto model,
@@ -125,8 +127,7 @@ int EvalCommand(int argc, char** argv) {
   flags.String("model", &f.model,
                "run directory, checkpoint or model file of a trained model (required)");
   flags.String("text", &f.text, "UTF-8 text file to score (required)");
-  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
-  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  AddFormatFlags(flags, &f.formats);
   return RunCommand(flags, argc, argv, [&] { return Eval(f); });
 }
 

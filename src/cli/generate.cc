@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
@@ -15,8 +16,9 @@ namespace ladder {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt = "\n", weights = "fp32", kv = "fp32", stop, draft;
-  int64_t speculate = 0;
+  std::string model, prompt = "\n", stop;
+  FormatFlags formats;
+  DraftFlags draft;
   int64_t max_tokens = 200, top_k = 0, seed = 1;
   double temperature = 1.0, top_p = 1.0;
 };
@@ -30,16 +32,15 @@ absl::Status Generate(const GenerateFlags& f) {
   if (f.prompt.empty()) return absl::InvalidArgumentError("--prompt must not be empty");
   SamplingParams sp{f.temperature, static_cast<int>(f.top_k), f.top_p};
   RETURN_IF_ERROR(sp.Validate());
-  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.weights));
+  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));
   EngineConfig ec;
-  ASSIGN_OR_RETURN(ec.kv_format, ParseKvFormat(f.kv));
+  ASSIGN_OR_RETURN(ec.kv_format, ParseKvFormat(f.formats.kv));
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
   const GptConfig& cfg = dir.model.config;
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
   ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
-  ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
-                   LoadDraftModel(f.draft, f.speculate, &backend, weights, &ec));
+  ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft, LoadDraftModel(f.draft, &backend, weights, &ec));
   ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));
   // The text is printed as it streams: whole UTF-8 characters only, and
   // nothing from the stop string on.
@@ -93,12 +94,9 @@ int GenerateCommand(int argc, char** argv) {
   flags.Int("top-k", &f.top_k, "sample from the k most likely tokens; 0 = all");
   flags.Double("top-p", &f.top_p, "sample from the smallest set with this much probability");
   flags.Int("seed", &f.seed, "random seed of the sampler");
-  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
-  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  AddFormatFlags(flags, &f.formats);
   flags.String("stop", &f.stop, "stop before this string", "none");
-  flags.String("draft", &f.draft, "a small model proposing tokens for speculative decoding",
-               "none");
-  flags.Int("speculate", &f.speculate, "tokens the draft proposes per step (needs --draft)");
+  AddDraftFlags(flags, &f.draft);
   return RunCommand(flags, argc, argv, [&] { return Generate(f); });
 }
 

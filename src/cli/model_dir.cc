@@ -63,18 +63,4 @@ absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model
   return gpt;
 }
 
-absl::StatusOr<std::unique_ptr<Gpt>> LoadDraftModel(const std::string& path, int64_t speculate,
-                                                    Backend* backend, WeightFormat format,
-                                                    EngineConfig* engine) {
-  if (path.empty()) {
-    if (speculate != 0) return absl::InvalidArgumentError("--speculate needs --draft");
-    return std::unique_ptr<Gpt>();
-  }
-  ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(path));
-  ASSIGN_OR_RETURN(auto draft, CreateInferenceModel(dir.model, backend, format));
-  engine->draft = draft.get();
-  engine->speculate = static_cast<int>(speculate);
-  return draft;
-}
-
 }  // namespace ladder

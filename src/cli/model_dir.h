@@ -19,7 +19,6 @@
 #include "src/model/gpt.h"
 #include "src/model/model_file.h"
 #include "src/model/weight_format.h"
-#include "src/serve/engine.h"
 #include "src/tokenizer/bpe.h"
 
 namespace ladder {
@@ -36,12 +35,5 @@ absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
 // An inference model on `backend` holding `model`'s weights in `format`.
 absl::StatusOr<std::unique_ptr<Gpt>> CreateInferenceModel(const ModelFile& model, Backend* backend,
                                                           WeightFormat format);
-
-// The draft model of speculative decoding (--draft PATH, --speculate K) in
-// `format`, set into `engine` with K; null when `path` is empty.
-// InvalidArgument for a K without a draft.
-absl::StatusOr<std::unique_ptr<Gpt>> LoadDraftModel(const std::string& path, int64_t speculate,
-                                                    Backend* backend, WeightFormat format,
-                                                    EngineConfig* engine);
 
 }  // namespace ladder

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/cli/commands.h"
+#include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
@@ -19,8 +20,9 @@ namespace {
 constexpr int64_t kDefaultKvCapBytes = int64_t{1} << 30;
 
 struct ServeFlags {
-  std::string model, host = "127.0.0.1", api_key, weights = "fp32", kv = "fp32", model_name, draft;
-  int64_t speculate = 0;
+  std::string model, host = "127.0.0.1", api_key, model_name;
+  FormatFlags formats;
+  DraftFlags draft;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
           max_body_kb = 1024;
 };
@@ -46,9 +48,9 @@ absl::Status Serve(const ServeFlags& f) {
   if (f.kv_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-tokens must be >= 0, got ", f.kv_tokens));
   }
-  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.weights));
+  ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));
   EngineLoop::Options lo;
-  ASSIGN_OR_RETURN(lo.engine.kv_format, ParseKvFormat(f.kv));
+  ASSIGN_OR_RETURN(lo.engine.kv_format, ParseKvFormat(f.formats.kv));
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
   const GptConfig& cfg = dir.model.config;
 
@@ -74,7 +76,7 @@ absl::Status Serve(const ServeFlags& f) {
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
-                   LoadDraftModel(f.draft, f.speculate, &backend, weights, &lo.engine));
+                   LoadDraftModel(f.draft, &backend, weights, &lo.engine));
   ASSIGN_OR_RETURN(auto loop, EngineLoop::Create(model.get(), lo));
 
   ServerOptions so;
@@ -97,8 +99,8 @@ absl::Status Serve(const ServeFlags& f) {
   if (draft) {
     std::fprintf(stderr,
                  "ladder serve: draft %s (%lld parameters), %lld tokens proposed per step\n",
-                 f.draft.c_str(), static_cast<long long>(draft->config().NumParameters()),
-                 static_cast<long long>(f.speculate));
+                 f.draft.model.c_str(), static_cast<long long>(draft->config().NumParameters()),
+                 static_cast<long long>(f.draft.speculate));
   }
   std::fflush(stderr);
   RETURN_IF_ERROR(ServeUntilSignal(server.get()));
@@ -117,17 +119,14 @@ int ServeCommand(int argc, char** argv) {
   flags.String("host", &f.host, "address to listen on");
   flags.Int("port", &f.port, "port to listen on; 0 = any free port (printed at startup)");
   flags.String("api-key", &f.api_key, "require 'Authorization: Bearer KEY' on /v1/*", "none");
-  flags.String("weights", &f.weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
-  flags.String("kv", &f.kv, "KV cache format: fp32 or int8");
+  AddFormatFlags(flags, &f.formats);
   flags.Int("kv-tokens", &f.kv_tokens, "KV cache capacity in tokens",
             "max-running full contexts, at most 1 GiB");
   flags.Int("max-batch-tokens", &f.max_batch_tokens, "tokens per engine step");
   flags.Int("max-running", &f.max_running, "requests decoding at once");
   flags.Int("max-waiting", &f.max_waiting, "requests queued beyond those; more get 429");
   flags.Int("max-body-kb", &f.max_body_kb, "largest request body in KiB; larger get 413");
-  flags.String("draft", &f.draft, "a small model proposing tokens for speculative decoding",
-               "none");
-  flags.Int("speculate", &f.speculate, "tokens the draft proposes per step (needs --draft)");
+  AddDraftFlags(flags, &f.draft);
   flags.String("model-name", &f.model_name, "model name in answers and /v1/models",
                "the --model path");
   return RunCommand(flags, argc, argv, [&] { return Serve(f); });

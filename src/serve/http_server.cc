@@ -192,6 +192,12 @@ void AppendMetric(std::string* out, const char* name, const char* type, const ch
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", samples);
 }
 
+// One gauge or counter without labels.
+void AppendScalar(std::string* out, const char* name, const char* type, const char* help,
+                  int64_t value) {
+  AppendMetric(out, name, type, help, absl::StrCat(name, " ", value, "\n"));
+}
+
 void AppendHistogram(std::string* out, const char* name, const char* help, const Histogram& h) {
   std::string s;
   for (size_t i = 0; i < h.bounds.size(); ++i) {
@@ -440,18 +446,18 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
 std::string HttpServer::Metrics() const {
   const LoopStats st = loop_->stats();
   std::string out;
-  AppendMetric(&out, "ladder_requests_running", "gauge", "Requests in the running batch.",
-               absl::StrCat("ladder_requests_running ", st.running, "\n"));
-  AppendMetric(&out, "ladder_requests_waiting", "gauge", "Accepted requests not yet running.",
-               absl::StrCat("ladder_requests_waiting ", st.waiting, "\n"));
-  AppendMetric(&out, "ladder_kv_blocks_used", "gauge", "KV cache blocks held by requests.",
-               absl::StrCat("ladder_kv_blocks_used ", st.kv_blocks_used, "\n"));
-  AppendMetric(&out, "ladder_kv_blocks_free", "gauge", "KV cache blocks free (or cached).",
-               absl::StrCat("ladder_kv_blocks_free ", st.kv_blocks_free, "\n"));
-  AppendMetric(&out, "ladder_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
-               absl::StrCat("ladder_prompt_tokens_total ", st.prompt_tokens, "\n"));
-  AppendMetric(&out, "ladder_generation_tokens_total", "counter", "Tokens generated.",
-               absl::StrCat("ladder_generation_tokens_total ", st.generated_tokens, "\n"));
+  AppendScalar(&out, "ladder_requests_running", "gauge", "Requests in the running batch.",
+               st.running);
+  AppendScalar(&out, "ladder_requests_waiting", "gauge", "Accepted requests not yet running.",
+               st.waiting);
+  AppendScalar(&out, "ladder_kv_blocks_used", "gauge", "KV cache blocks held by requests.",
+               st.kv_blocks_used);
+  AppendScalar(&out, "ladder_kv_blocks_free", "gauge", "KV cache blocks free (or cached).",
+               st.kv_blocks_free);
+  AppendScalar(&out, "ladder_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
+               st.prompt_tokens);
+  AppendScalar(&out, "ladder_generation_tokens_total", "counter", "Tokens generated.",
+               st.generated_tokens);
   std::string finished;
   for (int i = 0; i < kNumFinishReasons; ++i) {
     absl::StrAppend(&finished, "ladder_requests_finished_total{reason=\"",

@@ -1,0 +1,32 @@
+#include "src/cli/inference_flags.h"
+
+#include "src/cli/model_dir.h"
+#include "src/core/status.h"
+
+namespace ladder {
+
+void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
+  flags.String("weights", &f->weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
+  flags.String("kv", &f->kv, "KV cache format: fp32 or int8");
+}
+
+void AddDraftFlags(FlagSet& flags, DraftFlags* f) {
+  flags.String("draft", &f->model, "a small model proposing tokens for speculative decoding",
+               "none");
+  flags.Int("speculate", &f->speculate, "tokens the draft proposes per step (needs --draft)");
+}
+
+absl::StatusOr<std::unique_ptr<Gpt>> LoadDraftModel(const DraftFlags& f, Backend* backend,
+                                                    WeightFormat format, EngineConfig* engine) {
+  if (f.model.empty()) {
+    if (f.speculate != 0) return absl::InvalidArgumentError("--speculate needs --draft");
+    return std::unique_ptr<Gpt>();
+  }
+  ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
+  ASSIGN_OR_RETURN(auto draft, CreateInferenceModel(dir.model, backend, format));
+  engine->draft = draft.get();
+  engine->speculate = static_cast<int>(f.speculate);
+  return draft;
+}
+
+}  // namespace ladder

@@ -1,0 +1,38 @@
+// Flags shared by the commands that run a trained model for inference
+// (generate, eval, serve, bench decode, bench serve), declared once so
+// their names, defaults and help read the same everywhere.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "src/backend/backend.h"
+#include "src/core/flags.h"
+#include "src/model/gpt.h"
+#include "src/model/weight_format.h"
+#include "src/serve/engine.h"
+
+namespace ladder {
+
+// --weights fp32|int8|int8-channel and --kv fp32|int8 (weight_format.h,
+// kv_cache.h ParseKvFormat).
+struct FormatFlags {
+  std::string weights = "fp32", kv = "fp32";
+};
+void AddFormatFlags(FlagSet& flags, FormatFlags* f);
+
+// --draft PATH --speculate K: speculative decoding (engine.h).
+struct DraftFlags {
+  std::string model;
+  int64_t speculate = 0;
+};
+void AddDraftFlags(FlagSet& flags, DraftFlags* f);
+
+// The draft model in `format`, set into `engine` with K; null without
+// --draft. InvalidArgument for a K without a draft.
+absl::StatusOr<std::unique_ptr<Gpt>> LoadDraftModel(const DraftFlags& f, Backend* backend,
+                                                    WeightFormat format, EngineConfig* engine);
+
+}  // namespace ladder
