@@ -161,11 +161,16 @@ class Backend {
   // A weight matrix [OC, C] quantized symmetrically in groups of G consecutive
   // input channels (Q8_0 style; G = C is one scale per output channel):
   //   W[o, c] ~= q[o, c] * scales[o, c / G],  q in [-127, 127]
-  // q [OC, C] i8, scales [OC, C / G] f32, G a multiple of 32 that divides C
-  // (quantize.h QuantizeRows makes them). Decoding reads every weight once
+  // stored in quantize.h's panel layout (PackInt8Panels): q [OC, C] i8 and
+  // scales [OC, C / G] f32 by shape, panels of 16 rows by order; OC a multiple
+  // of 16, G a multiple of 32 that divides C. Decoding reads every weight once
   // per token, so int8 moves a quarter of fp32's bytes.
   //
-  // out [N,OC] = inp [N,C] @ dequant(W)^T + bias[OC] (bias may be empty).
+  // out [N,OC] ~= inp [N,C] @ dequant(W)^T + bias[OC] (bias may be empty).
+  // The CPU backend quantizes each token's activations too, in blocks of 32
+  // (W8A8, llama.cpp's Q8_0 x Q8_0 dot), so each block's dot product is exact
+  // integer arithmetic and costs one float multiply-add; see int8_matmul.cc
+  // for the exact definition every ISA level computes bit for bit.
   virtual absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
                                          Tensor bias) = 0;
   // out[n, :] = dequant(W)[rows[n], :]: the embedding lookup of an int8 table.

@@ -2,8 +2,8 @@
 //
 // Each weight matrix (the four of every layer and the tied token embedding,
 // which is also the head) is quantized on the host with quantize.h's
-// QuantizeRows and moved to one device buffer of int8 values and f32
-// scales; the fp32 tensors left (LayerNorms, biases, positions) move to a
+// QuantizeRows, packed into the backend's panel layout (PackInt8Panels) and
+// moved to one device buffer of int8 values and f32 scales; the fp32 tensors left (LayerNorms, biases, positions) move to a
 // small buffer of their own and the full fp32 buffer is freed. The int8
 // model then runs only ForwardCached, whose linear layers go to the
 // backend's MatmulInt8Forward and whose embedding lookup dequantizes rows.
@@ -76,20 +76,22 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
   }
   ASSIGN_OR_RETURN(DeviceBuffer qbuf, backend_->Allocate(static_cast<size_t>(bytes)));
   char* at = static_cast<char*>(qbuf.get());
-  std::vector<int8_t> q;
-  std::vector<float> scales;
+  std::vector<int8_t> q, q_panels;
+  std::vector<float> scales, scale_panels;
   for (const Job& j : jobs) {
     const int64_t rows = j.fp32->dim(0), cols = j.fp32->dim(1);
     const int64_t group = WeightGroup(format, cols);
-    q.resize(rows * cols);
-    scales.resize(rows * (cols / group));
+    q.resize(rows * cols), q_panels.resize(rows * cols);
+    scales.resize(rows * (cols / group)), scale_panels.resize(rows * (cols / group));
     QuantizeRows(on_host(*j.fp32), rows, cols, group, q.data(), scales.data());
+    PackInt8Panels(q.data(), scales.data(), rows, cols, group, q_panels.data(),
+                   scale_panels.data());
     j.dst->q = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, cols});
     at += align(rows * cols);
     j.dst->scales = Tensor::F32(reinterpret_cast<float*>(at), {rows, cols / group});
     at += align(rows * (cols / group) * 4);
-    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->q, q.data()));
-    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->scales, scales.data()));
+    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->q, q_panels.data()));
+    RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->scales, scale_panels.data()));
     *j.fp32 = Tensor();
   }
 

@@ -1,15 +1,20 @@
 // Tests of the int8-weight ops (MatmulInt8Forward, DequantizeRows) and of
 // quantize.h, at every ISA level this CPU supports (cpu_isa.h).
 //
-// Tolerances:
-//  - MatmulInt8Forward vs a double-precision matmul over the dequantized
-//    weights w = q * scale (so quantization itself is not part of the error,
-//    only float rounding), per element:
-//      |got - want| <= 1e-5 * (sum_c |x[c] w[c]| + |bias|) + 1e-6
-//    i.e. float accumulation error relative to the magnitudes summed; a sum
-//    of C <= 768 terms in <= 48-term lane partial sums stays well inside.
-//  - levels vs each other: the same bound (each is within it of the truth).
-//  - determinism, thread- and batch-independence at one level: bitwise.
+// What each asserts:
+//  - MatmulInt8Forward equals, bit for bit, its definition (int8_matmul.cc:
+//    activations quantized per block of 32, exact integer block dots, one
+//    fma per block in order), written here as plain loops over the
+//    row-major matrix, so the panel layout, the tiles and every ISA level
+//    are held to one scalar reference.
+//  - It is as close to the unquantized matmul (double, over the dequantized
+//    weights w = q * scale and the f32 activations) as activation
+//    quantization allows: each x moves by at most half its block's step
+//    xs / 2, so per element
+//      |got - want| <= sum_b xs[b] / 2 * sum_{c in b} |w[c]| * (1 + 1e-4)
+//                      + 1e-5 * (sum_c |x[c] w[c]| + |bias|) + 1e-6
+//    (the second line: float rounding relative to the magnitudes summed).
+//  - determinism, thread- and batch-independence: bitwise.
 //  - DequantizeRows: bitwise q * scale (one float multiply per value).
 //  - quantize round trip: |x - q * scale| <= scale * (0.5 + 1e-4): half a
 //    step, plus the float rounding of x / scale for |x / scale| <= 127.
@@ -48,20 +53,24 @@ std::vector<CpuIsa> Levels() {
   return levels;
 }
 
-// A random [OC, C] weight quantized in groups of G.
+// A random [OC, C] weight quantized in groups of G: row-major for the
+// references, in panels for the ops.
 struct Quantized {
   int64_t OC, C, G;
-  std::vector<int8_t> q;
-  Floats scales;
-  Tensor Q() { return Tensor::I8(q.data(), {OC, C}); }
-  Tensor S() { return Tensor::F32(scales.data(), {OC, C / G}); }
-  float W(int64_t o, int64_t c) const { return q[o * C + c] * scales[o * (C / G) + c / G]; }
+  std::vector<int8_t> q, q_panels;
+  Floats scales, scale_panels;
+  Tensor Q() { return Tensor::I8(q_panels.data(), {OC, C}); }
+  Tensor S() { return Tensor::F32(scale_panels.data(), {OC, C / G}); }
+  float Scale(int64_t o, int64_t c) const { return scales[o * (C / G) + c / G]; }
+  float W(int64_t o, int64_t c) const { return q[o * C + c] * Scale(o, c); }
 };
 
 Quantized MakeQuantized(int64_t OC, int64_t C, int64_t G, uint32_t seed) {
-  Quantized w{OC, C, G, std::vector<int8_t>(OC * C), Floats(OC * C / G)};
+  Quantized w{OC, C, G, std::vector<int8_t>(OC * C), std::vector<int8_t>(OC * C),
+              Floats(OC * C / G), Floats(OC * C / G)};
   const Floats f = Uniform(OC * C, seed);
   QuantizeRows(f.data(), OC, C, G, w.q.data(), w.scales.data());
+  PackInt8Panels(w.q.data(), w.scales.data(), OC, C, G, w.q_panels.data(), w.scale_panels.data());
   return w;
 }
 
@@ -76,48 +85,89 @@ Floats Matmul(CpuBackend& be, CpuIsa isa, Floats& x, Quantized& w, Floats& bias,
   return out;
 }
 
-TEST(Int8OpsTest, MatmulMatchesDoubleReferenceAtEveryLevel) {
+// The activations of each token quantized in blocks of 32.
+struct Activations {
+  std::vector<int8_t> q;
+  Floats scales;  // [N, C / 32]
+};
+
+Activations QuantizeActivations(const Floats& x, int64_t N, int64_t C) {
+  Activations a{std::vector<int8_t>(N * C), Floats(N * C / 32)};
+  for (int64_t i = 0; i < N * C / 32; ++i) a.scales[i] = QuantizeSymmetric(&x[i * 32], 32, &a.q[i * 32]);
+  return a;
+}
+
+// The definition of MatmulInt8Forward, as plain loops.
+Floats Definition(const Activations& a, const Quantized& w, const Floats& bias, int64_t N) {
+  const int64_t C = w.C, blocks = C / 32;
+  Floats out(N * w.OC);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t o = 0; o < w.OC; ++o) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t dot = 0;
+        for (int64_t c = b * 32; c < b * 32 + 32; ++c) dot += a.q[n * C + c] * w.q[o * C + c];
+        acc = std::fma(static_cast<float>(dot), w.Scale(o, b * 32) * a.scales[n * blocks + b], acc);
+      }
+      out[n * w.OC + o] = acc + (bias.empty() ? 0.0f : bias[o]);
+    }
+  }
+  return out;
+}
+
+TEST(Int8OpsTest, MatmulIsItsDefinitionAtEveryLevel) {
   CpuBackend be;
   uint32_t seed = 1;
   for (int64_t N : {1, 3, 8, 17, 64}) {
     for (int64_t C : {32, 96, 768}) {
-      for (int64_t OC : {1, 7, 100, 2304}) {
+      for (int64_t OC : {16, 112, 2304}) {
         for (int64_t G : {int64_t{32}, C}) {
           Quantized w = MakeQuantized(OC, C, G, ++seed);
           Floats x = Uniform(N * C, ++seed);
-          // The reference without bias and each element's sum_c |x w|, in double.
-          std::vector<double> dot(N * OC), mag(N * OC);
-          for (int64_t n = 0; n < N; ++n) {
-            for (int64_t o = 0; o < OC; ++o) {
-              for (int64_t c = 0; c < C; ++c) {
-                const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
-                dot[n * OC + o] += p;
-                mag[n * OC + o] += std::fabs(p);
-              }
-            }
-          }
+          const Activations a = QuantizeActivations(x, N, C);
           for (bool with_bias : {false, true}) {
             Floats bias = with_bias ? Uniform(OC, ++seed) : Floats();
-            std::vector<double> want(N * OC), tol(N * OC);
-            for (int64_t i = 0; i < N * OC; ++i) {
-              const double b = with_bias ? bias[i % OC] : 0.0;
-              want[i] = dot[i] + b;
-              tol[i] = 1e-5 * (mag[i] + std::fabs(b)) + 1e-6;
-            }
-            Floats first;
+            const Floats want = Definition(a, w, bias, N);
             for (CpuIsa isa : Levels()) {
               SCOPED_TRACE(::testing::Message()
                            << CpuIsaName(isa) << " N=" << N << " C=" << C << " OC=" << OC
                            << " G=" << G << " bias=" << with_bias);
               const Floats got = Matmul(be, isa, x, w, bias, N);
-              for (int64_t i = 0; i < N * OC; ++i) {
-                ASSERT_LE(std::fabs(got[i] - want[i]), tol[i]) << "element " << i;
-                if (!first.empty()) {
-                  ASSERT_LE(std::fabs(got[i] - first[i]), tol[i]) << "vs portable, element " << i;
-                }
-              }
-              if (first.empty()) first = got;
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Int8OpsTest, MatmulIsWithinActivationQuantizationOfTheFloatMatmul) {
+  CpuBackend be;
+  uint32_t seed = 100;
+  for (int64_t N : {1, 5}) {
+    for (int64_t C : {96, 768}) {
+      const int64_t OC = 48;
+      Quantized w = MakeQuantized(OC, C, 32, ++seed);
+      // Activations with a few large outliers, as residual streams have.
+      Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f);
+      for (int64_t i = 7; i < N * C; i += 101) x[i] *= 20.0f;
+      Floats bias = Uniform(OC, ++seed);
+      const Activations a = QuantizeActivations(x, N, C);
+      for (CpuIsa isa : Levels()) {
+        SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " N=" << N << " C=" << C);
+        const Floats got = Matmul(be, isa, x, w, bias, N);
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t o = 0; o < OC; ++o) {
+            double want = bias[o], mag = std::fabs(bias[o]), quant = 0.0;
+            for (int64_t c = 0; c < C; ++c) {
+              const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
+              want += p;
+              mag += std::fabs(p);
+              quant += a.scales[(n * C + c) / 32] / 2.0 * std::fabs(w.W(o, c));
+            }
+            const double tol = quant * (1 + 1e-4) + 1e-5 * mag + 1e-6;
+            ASSERT_LE(std::fabs(got[n * OC + o] - want), tol) << n << "," << o;
           }
         }
       }
@@ -130,7 +180,7 @@ TEST(Int8OpsTest, MatmulMatchesDoubleReferenceAtEveryLevel) {
 // bits (each output element runs the same operations wherever it lands).
 TEST(Int8OpsTest, DeterministicAndIndependentOfThreadsAndBatch) {
   CpuBackend be;
-  const int64_t N = 19, C = 768, OC = 301;
+  const int64_t N = 19, C = 768, OC = 304;
   Quantized w = MakeQuantized(OC, C, 32, 11);
   Floats x = Uniform(N * C, 12), bias = Uniform(OC, 13);
   const int threads = omp_get_max_threads();
@@ -153,10 +203,10 @@ TEST(Int8OpsTest, DeterministicAndIndependentOfThreadsAndBatch) {
 
 TEST(Int8OpsTest, DequantizeRowsIsQTimesScale) {
   CpuBackend be;
-  const int64_t OC = 50, C = 96;
+  const int64_t OC = 48, C = 96;
   for (int64_t G : {32, 96}) {
     Quantized w = MakeQuantized(OC, C, G, 21);
-    std::vector<int32_t> rows = {0, 49, 7, 7, 23};
+    std::vector<int32_t> rows = {0, 47, 7, 7, 23};
     const int64_t N = static_cast<int64_t>(rows.size());
     Floats out(N * C, NAN);
     ASSERT_TRUE(be.DequantizeRows(Tensor::F32(out.data(), {N, C}), w.Q(), w.S(),
@@ -194,9 +244,11 @@ TEST(Int8OpsTest, QuantizeRoundTrip) {
 
 TEST(Int8OpsTest, BadShapesAreInvalidArgument) {
   CpuBackend be;
-  const int64_t N = 2, C = 64, OC = 3;
+  const int64_t N = 2, C = 64, OC = 16;
   Quantized w = MakeQuantized(OC, C, 32, 41);
   Floats x = Uniform(N * C, 42), out(N * OC), bias(OC + 1), f32_q(OC * C);
+  std::vector<int8_t> q8(8 * C);
+  Floats scales8(8 * C / 32);
   Floats scales16(OC * C / 16);
   const auto matmul = [&](Tensor o, Tensor in, Tensor q, Tensor s, Tensor b) {
     return be.MatmulInt8Forward(o, in, q, s, b).code();
@@ -204,6 +256,10 @@ TEST(Int8OpsTest, BadShapesAreInvalidArgument) {
   const Tensor O = Tensor::F32(out.data(), {N, OC}), X = Tensor::F32(x.data(), {N, C});
   constexpr auto kBad = absl::StatusCode::kInvalidArgument;
   ASSERT_EQ(matmul(O, X, w.Q(), w.S(), Tensor()), absl::StatusCode::kOk);
+  // 8 rows: not a whole panel.
+  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N, 8}), X, Tensor::I8(q8.data(), {8, C}),
+                   Tensor::F32(scales8.data(), {8, C / 32}), Tensor()),
+            kBad);
   // Groups of 16: not a multiple of 32.
   EXPECT_EQ(matmul(O, X, w.Q(), Tensor::F32(scales16.data(), {OC, C / 16}), Tensor()), kBad);
   // inp with C / 2 columns.

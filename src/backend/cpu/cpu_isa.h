@@ -4,8 +4,9 @@
 // any x86-64 CPU. The few kernels that gain from wide vectors (int8 matmul,
 // int8 paged attention) carry extra copies compiled with GCC's
 // __attribute__((target(...))) and pick one per call from ActiveCpuIsa():
-//   avx512: avx512f + avx512bw, 16 floats per register
-//   avx2:   avx2 + fma, 8 floats per register
+//   avx512: avx512f + bw + vl + vnni (Cascade Lake, Ice Lake, Zen 4 and
+//           later), 16 floats or 64 int8 per register, int8 dot products
+//   avx2:   avx2 + fma, 8 floats or 32 int8 per register
 //   portable: plain loops (the reference the others are tested against)
 // LADDER_CPU_ISA=portable|avx2|avx512 caps the level (to compare or debug);
 // a level the CPU lacks falls back to the best it has, with one note on stderr.
@@ -47,7 +48,7 @@ class ScopedCpuIsa {
 // (and may only be inlined into) functions of that same level.
 
 #define LADDER_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define LADDER_TARGET_AVX512 __attribute__((target("avx512f,avx512bw")))
+#define LADDER_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 // 8 int8 at p, widened to f32.
 LADDER_TARGET_AVX2 inline __m256 WidenAvx2(const int8_t* p) {

@@ -1,48 +1,74 @@
-// int8-weight linear layer for decoding: out [N,OC] = inp [N,C] @ dequant(W)^T
-// + bias, with W stored as int8 in groups of G input channels, one f32 scale
-// per group (backend.h "int8 weights", quantize.h for the format).
+// int8 linear layer: out [N,OC] = inp [N,C] @ dequant(W)^T + bias, with W
+// int8 in groups of G input channels, one f32 scale per group, stored in
+// quantize.h's panels of 16 rows (backend.h "int8 weights").
 //
-// Why: decoding one token reads every weight once and does two FLOPs per
-// weight, so batch-1 decode is bound by memory bandwidth, not by FLOPs. int8
-// weights move a quarter of fp32's bytes; the activations stay f32 (W8A32),
-// so the only error is the weights' rounding. Per group the dot product is
-//   sum_c x[c] * q[o,c] * s[o,g] = s[o,g] * sum_{c in g} x[c] * q[o,c],
-// one multiply by the scale per group of 32 or more values.
+// Why int8, and why W8A8: decoding one token reads every weight once and
+// does two FLOPs per weight, so batch-1 decode is bound by memory bandwidth;
+// int8 weights move a quarter of fp32's bytes. Widening each weight to f32
+// to multiply it (W8A32) costs four vector instructions per 16 weights,
+// enough to keep one core from streaming at full bandwidth and to make a
+// batch of tokens slower than fp32's sgemm. So the activations are
+// quantized too, per token in blocks of 32 channels (as llama.cpp's Q8_0 x
+// Q8_0 dot), and each block's dot product is integer arithmetic: one AVX-512
+// VNNI instruction (VPDPBUSD) does 64 multiply-adds, and the float work is
+// one multiply-add per block of 32.
 //
-// The portable path is the reference: plain loops, parallel over output
-// channels. The SIMD paths (AVX2, AVX-512; cpu_isa.h picks one per call)
-// widen 8 or 16 int8 weights at a time to f32 (cvtepi8_epi32 + cvtepi32_ps),
-// multiply them by their group's scale, and FMA them into one accumulator
-// register per (output channel, token), lane j summing channels j, j+W, ...;
-// the lanes are added once at the end. They work on tiles of R output
-// channels x T tokens: each weight vector is loaded and converted once and
-// used by T tokens, each activation vector by R channels, so a batch of T
-// tokens costs little more than one token while the weights stream from
-// memory. Every output element is computed by the same sequence of
-// operations whatever the tile, batch or thread count it lands in, so the
-// result depends only on the ISA level.
+// What is computed, by every ISA level, bit for bit:
+//   1. Each token's activations, block by block (32 channels), with
+//      QuantizeSymmetric: x[n, c] ~= xq[n, c] * xs[n, c / 32].
+//   2. For each output (n, o), over the blocks b = 0, 1, ... in order:
+//        dot = sum_{c in b} xq[n, c] * q[o, c]        (int32, exact)
+//        acc = fma(float(dot), s[o, g(b)] * xs[n, b], acc)
+//      and out[n, o] = acc + bias[o].
+// |dot| <= 32 * 127 * 127 < 2^24, so float(dot) is exact as well; the float
+// steps are the same everywhere, so a result depends on neither the ISA, the
+// batch, the tile nor the thread count (decoding is batch-invariant).
+//
+// The portable path is the reference: those loops, one token by 16 rows at
+// a time. The SIMD paths compute a panel (16 output channels, one lane
+// each) for T tokens: per 4 input channels they load the panel's 64 weight
+// bytes once and, per token, broadcast the token's 4 int8 activations to
+// every lane and multiply-add them into that token's 16 lane sums:
+//   AVX-512: VPDPBUSD, unsigned x signed bytes. The activations are stored
+//            as xq + 128 (unsigned); the 128 * sum(q) that adds is one more
+//            VPDPBUSD per weight register, shared by the T tokens, and is
+//            subtracted per block.
+//   AVX2:    VPMADDUBSW + VPMADDWD on two 32-byte halves, with the sign
+//            trick (|x| times q with x's sign) so the 16-bit pair sums,
+//            at most 2 * 127 * 127, never saturate.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/quantize.h"
 
 namespace ladder {
 namespace {
 
 constexpr char kFwd[] = "MatmulInt8Forward";
 constexpr char kRows[] = "DequantizeRows";
+constexpr int64_t kBlock = 32;  // activation block: input channels per scale
+constexpr int64_t kPanel = kInt8PanelRows;
 
-// q [OC, C] i8 and scales [OC, C / G] f32 with G a multiple of 32 dividing C.
+// q [OC, C] i8 (OC a multiple of 16) and scales [OC, C / G] f32 with G a
+// multiple of 32 dividing C.
 absl::Status CheckQuantized(absl::string_view op, const Tensor& q, const Tensor& scales,
                             int64_t* OC, int64_t* C, int64_t* G) {
   RETURN_IF_ERROR(cpu::RowView(op, "q", q, DType::kI8, OC, C));
+  if (q.rank != 2 || *OC % kPanel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": q ", q.ShapeString(), " is not a matrix of panels of ", kPanel, " rows"));
+  }
   int64_t rows = 0, groups = 0;
   RETURN_IF_ERROR(cpu::RowView(op, "scales", scales, DType::kF32, &rows, &groups));
-  if (q.rank != 2 || rows != *OC || groups <= 0 || *C % groups != 0 || (*C / groups) % 32 != 0) {
+  if (rows != *OC || groups <= 0 || *C % groups != 0 || (*C / groups) % kBlock != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": scales ", scales.ShapeString(), " do not split q ", q.ShapeString(),
                      " into groups of a multiple of 32 input channels"));
@@ -53,88 +79,166 @@ absl::Status CheckQuantized(absl::string_view op, const Tensor& q, const Tensor&
 
 // The operands of one call, shared by every tile.
 struct Int8Gemm {
-  const int8_t* q;  // [OC, C]
-  const float* s;   // [OC, groups]
-  const float* x;   // [N, C]
-  float* y;         // [N, OC]
-  const float* b;   // [OC] or null
-  int64_t N, C, OC, G, groups;
+  const int8_t* q;   // [OC, C] panels
+  const float* s;    // [OC, groups] panels
+  const int8_t* xq;  // [N, C] quantized activations (+128 as uint8 for AVX-512)
+  const float* xs;   // [N, blocks] their scales
+  float* y;          // [N, OC]
+  const float* b;    // [OC] or null
+  int64_t N, C, OC, groups, blocks, blocks_per_group;
 };
 
-// Computes y[n .. n+T, o .. o+R] (R, T fixed by the kernel).
-using TileFn = void (*)(const Int8Gemm& m, int64_t o, int64_t n);
-
-// ---- portable: the reference loops, one (channel, token) per tile ----------
-
-void TilePortable(const Int8Gemm& m, int64_t o, int64_t n) {
-  const int8_t* w = m.q + o * m.C;
-  const float* s = m.s + o * m.groups;
-  const float* x = m.x + n * m.C;
-  float acc = 0.0f;
-  for (int64_t g = 0; g < m.groups; ++g) {
-    float dot = 0.0f;
-    for (int64_t c = g * m.G; c < (g + 1) * m.G; ++c) dot += x[c] * static_cast<float>(w[c]);
-    acc += s[g] * dot;
-  }
-  m.y[n * m.OC + o] = acc + (m.b ? m.b[o] : 0.0f);
-}
-
-// ---- AVX2: 8 lanes ---------------------------------------------------------
-
-template <int R, int T>
-LADDER_TARGET_AVX2 void TileAvx2(const Int8Gemm& m, int64_t o, int64_t n) {
-  const int8_t* w = m.q + o * m.C;
-  const float* x = m.x + n * m.C;
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
-  for (int64_t g = 0; g < m.groups; ++g) {
-    __m256 scale[R];
-    for (int r = 0; r < R; ++r) scale[r] = _mm256_set1_ps(m.s[(o + r) * m.groups + g]);
-    for (int64_t c = g * m.G; c < (g + 1) * m.G; c += 8) {
-      __m256 wf[R];
-      for (int r = 0; r < R; ++r) wf[r] = _mm256_mul_ps(WidenAvx2(w + r * m.C + c), scale[r]);
-      for (int t = 0; t < T; ++t) {
-        const __m256 xv = _mm256_loadu_ps(x + t * m.C + c);
-        for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(xv, wf[r], acc[r][t]);
+// Step 1: quantizes every token's activations in blocks of 32 into
+// (xq, xs); `offset` stores xq + 128 instead (the same byte with its top bit
+// flipped), VPDPBUSD's unsigned operand.
+void QuantizeActivations(const float* x, int64_t N, int64_t C, bool offset,
+                         std::vector<int8_t>* xq, std::vector<float>* xs) {
+  const int64_t blocks = C / kBlock;
+  xq->resize(N * C);
+  xs->resize(N * blocks);
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = n * C + b * kBlock;
+      (*xs)[n * blocks + b] = QuantizeSymmetric(x + at, kBlock, xq->data() + at);
+      if (offset) {
+        for (int64_t c = at; c < at + kBlock; ++c) (*xq)[c] = static_cast<int8_t>((*xq)[c] ^ 0x80);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
+}
+
+// Computes y[n .. n+T, 16 p .. 16 p + 16] (T fixed by the kernel).
+using TileFn = void (*)(const Int8Gemm& m, int64_t p, int64_t n);
+
+// ---- portable: step 2 as written, one token x 16 rows per tile --------------
+
+void TilePortable(const Int8Gemm& m, int64_t p, int64_t n) {
+  const int8_t* panel = m.q + p * kPanel * m.C;
+  const float* scales = m.s + p * kPanel * m.groups;
+  const int8_t* x = m.xq + n * m.C;
+  for (int64_t r = 0; r < kPanel; ++r) {
+    float acc = 0.0f;
+    for (int64_t g = 0; g < m.groups; ++g) {
+      for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
+        int32_t dot = 0;
+        for (int64_t c = b * kBlock; c < (b + 1) * kBlock; ++c) {
+          dot += int32_t{x[c]} * panel[(c / 4) * (kPanel * 4) + r * 4 + c % 4];
+        }
+        const float scale = scales[g * kPanel + r] * m.xs[n * m.blocks + b];
+        acc = std::fma(static_cast<float>(dot), scale, acc);
+      }
+    }
+    const int64_t o = p * kPanel + r;
+    m.y[n * m.OC + o] = acc + (m.b ? m.b[o] : 0.0f);
+  }
+}
+
+// The 4 activation bytes of token row x at channel c, as one int32 to
+// broadcast.
+inline int32_t Four(const int8_t* x, int64_t c) {
+  int32_t v;
+  std::memcpy(&v, x + c, 4);
+  return v;
+}
+
+// ---- AVX2: a panel as two 8-row halves --------------------------------------
+
+template <int T>
+LADDER_TARGET_AVX2 void TileAvx2(const Int8Gemm& m, int64_t p, int64_t n) {
+  const int8_t* panel = m.q + p * kPanel * m.C;
+  const float* scales = m.s + p * kPanel * m.groups;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T][2];
+  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < m.groups; ++g) {
+    const float* sg = scales + g * kPanel;
+    const __m256 sw[2] = {_mm256_loadu_ps(sg), _mm256_loadu_ps(sg + 8)};
+    for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
+      __m256i dot[T][2];
+      for (int t = 0; t < T; ++t) dot[t][0] = dot[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int64_t k = 0; k < kBlock / 4; ++k) {
+        const int8_t* wk = panel + (b * kBlock / 4 + k) * (kPanel * 4);
+        const __m256i w[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk)),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 32))};
+        for (int t = 0; t < T; ++t) {
+          const __m256i xv = _mm256_set1_epi32(Four(m.xq + (n + t) * m.C, b * kBlock + 4 * k));
+          const __m256i xabs = _mm256_sign_epi8(xv, xv);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i pairs = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w[h], xv));
+            dot[t][h] = _mm256_add_epi32(dot[t][h], _mm256_madd_epi16(pairs, ones));
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m256 xs = _mm256_set1_ps(m.xs[(n + t) * m.blocks + b]);
+        for (int h = 0; h < 2; ++h) {
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t][h]), _mm256_mul_ps(sw[h], xs),
+                                      acc[t][h]);
+        }
+      }
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    const int64_t o = p * kPanel + 8 * h;
+    const __m256 bias = m.b ? _mm256_loadu_ps(m.b + o) : _mm256_setzero_ps();
     for (int t = 0; t < T; ++t) {
-      m.y[(n + t) * m.OC + o + r] = SumAvx2(acc[r][t]) + (m.b ? m.b[o + r] : 0.0f);
+      _mm256_storeu_ps(m.y + (n + t) * m.OC + o, _mm256_add_ps(acc[t][h], bias));
     }
   }
 }
 
-// ---- AVX-512: 16 lanes -----------------------------------------------------
+// ---- AVX-512 VNNI: a panel per register -------------------------------------
 
 LADDER_AVX512_BEGIN
 
-template <int R, int T>
-LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t o, int64_t n) {
-  const int8_t* w = m.q + o * m.C;
-  const float* x = m.x + n * m.C;
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+template <int P, int T>
+LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
+  const int64_t panel_bytes = kPanel * m.C, panel_scales = kPanel * m.groups;
+  const int8_t* panel = m.q + p * panel_bytes;
+  const float* scales = m.s + p * panel_scales;
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[P][T];
+  for (int i = 0; i < P; ++i) {
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
   }
   for (int64_t g = 0; g < m.groups; ++g) {
-    __m512 scale[R];
-    for (int r = 0; r < R; ++r) scale[r] = _mm512_set1_ps(m.s[(o + r) * m.groups + g]);
-    for (int64_t c = g * m.G; c < (g + 1) * m.G; c += 16) {
-      __m512 wf[R];
-      for (int r = 0; r < R; ++r) wf[r] = _mm512_mul_ps(WidenAvx512(w + r * m.C + c), scale[r]);
+    __m512 sw[P];
+    for (int i = 0; i < P; ++i) sw[i] = _mm512_loadu_ps(scales + i * panel_scales + g * kPanel);
+    for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
+      __m512i dot[P][T], offset[P];  // offset: 128 * sum(q), per lane
+      for (int i = 0; i < P; ++i) {
+        offset[i] = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t) dot[i][t] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int64_t k = 0; k < kBlock / 4; ++k) {
+        const int64_t at = (b * kBlock / 4 + k) * (kPanel * 4);
+        __m512i w[P];
+        for (int i = 0; i < P; ++i) {
+          w[i] = _mm512_loadu_si512(panel + i * panel_bytes + at);
+          offset[i] = _mm512_dpbusd_epi32(offset[i], k128, w[i]);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = _mm512_set1_epi32(Four(m.xq + (n + t) * m.C, b * kBlock + 4 * k));
+          for (int i = 0; i < P; ++i) dot[i][t] = _mm512_dpbusd_epi32(dot[i][t], xv, w[i]);
+        }
+      }
       for (int t = 0; t < T; ++t) {
-        const __m512 xv = _mm512_loadu_ps(x + t * m.C + c);
-        for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(xv, wf[r], acc[r][t]);
+        const __m512 xs = _mm512_set1_ps(m.xs[(n + t) * m.blocks + b]);
+        for (int i = 0; i < P; ++i) {
+          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[i][t], offset[i]));
+          acc[i][t] = _mm512_fmadd_ps(exact, _mm512_mul_ps(sw[i], xs), acc[i][t]);
+        }
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
+  for (int i = 0; i < P; ++i) {
+    const int64_t o = (p + i) * kPanel;
+    const __m512 bias = m.b ? _mm512_loadu_ps(m.b + o) : _mm512_setzero_ps();
     for (int t = 0; t < T; ++t) {
-      m.y[(n + t) * m.OC + o + r] = SumAvx512(acc[r][t]) + (m.b ? m.b[o + r] : 0.0f);
+      _mm512_storeu_ps(m.y + (n + t) * m.OC + o, _mm512_add_ps(acc[i][t], bias));
     }
   }
 }
@@ -143,59 +247,62 @@ LADDER_AVX512_END
 
 // ---- dispatch ----------------------------------------------------------------
 
-// A level's tiles: full[t - 1] covers R channels x t tokens (t = 1..T, the
-// last, partial token tile included) and one[t - 1] one channel x t tokens
-// (for the OC % R channels left at the end).
+// A level's tiles: full[t - 1] covers P panels x t tokens (t = 1..T, the
+// last, partial token tile included) and one[t - 1] one panel x t tokens
+// (for the panels left over at the end).
 struct Kernel {
-  int R, T;
+  int P, T;
   const TileFn* full;
   const TileFn* one;
+  bool offset;  // activations stored as xq + 128
 };
 
-template <int R, size_t... I>
+template <size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> Avx2Tiles(std::index_sequence<I...>) {
-  return {&TileAvx2<R, static_cast<int>(I) + 1>...};
+  return {&TileAvx2<static_cast<int>(I) + 1>...};
 }
-template <int R, size_t... I>
+template <int P, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> Avx512Tiles(std::index_sequence<I...>) {
-  return {&TileAvx512<R, static_cast<int>(I) + 1>...};
+  return {&TileAvx512<P, static_cast<int>(I) + 1>...};
 }
 
-// Tile sizes: R x T accumulators plus R converted weights must fit in the
-// register file (16 ymm for AVX2, 32 zmm for AVX-512).
-constexpr int kAvx2R = 2, kAvx2T = 4, kAvx512R = 2, kAvx512T = 8;
+// Tile sizes: the accumulators (an integer and a float one per panel and
+// token; two of each per token for AVX2's halves) plus the weights and
+// constants must fit in the register file (16 ymm for AVX2, 32 zmm for
+// AVX-512). Two panels per AVX-512 tile use each broadcast activation twice.
+constexpr int kAvx2T = 2, kAvx512P = 2, kAvx512T = 6;
 constexpr std::array<TileFn, 1> kPortableTiles = {&TilePortable};
-constexpr auto kAvx2Full = Avx2Tiles<kAvx2R>(std::make_index_sequence<kAvx2T>());
-constexpr auto kAvx2One = Avx2Tiles<1>(std::make_index_sequence<kAvx2T>());
-constexpr auto kAvx512Full = Avx512Tiles<kAvx512R>(std::make_index_sequence<kAvx512T>());
+constexpr auto kAvx2Tiles = Avx2Tiles(std::make_index_sequence<kAvx2T>());
+constexpr auto kAvx512Full = Avx512Tiles<kAvx512P>(std::make_index_sequence<kAvx512T>());
 constexpr auto kAvx512One = Avx512Tiles<1>(std::make_index_sequence<kAvx512T>());
 
 Kernel KernelFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {kAvx512R, kAvx512T, kAvx512Full.data(), kAvx512One.data()};
+      return {kAvx512P, kAvx512T, kAvx512Full.data(), kAvx512One.data(), true};
     case CpuIsa::kAvx2:
-      return {kAvx2R, kAvx2T, kAvx2Full.data(), kAvx2One.data()};
+      return {1, kAvx2T, kAvx2Tiles.data(), kAvx2Tiles.data(), false};
     case CpuIsa::kPortable:
       break;
   }
-  return {1, 1, kPortableTiles.data(), kPortableTiles.data()};
+  return {1, 1, kPortableTiles.data(), kPortableTiles.data(), false};
 }
 
-// Threads split the channel blocks statically, so each streams one contiguous
-// slice of the weights, once; within a block the token tiles reuse the block's
-// rows from L1.
+// Threads take the tiles' panel runs 2 at a time (96 KiB of a 768-wide
+// matrix for AVX-512) as they finish the last, so a thread slowed by
+// another process on its core does not hold the others at the barrier;
+// within a run the token tiles reuse its weights from cache.
 void RunTiles(const Int8Gemm& m, const Kernel& k) {
-  const int64_t blocks = (m.OC + k.R - 1) / k.R;
-#pragma omp parallel for schedule(static) if (m.N * m.OC * m.C >= cpu::kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t o0 = b * k.R, o1 = std::min(o0 + k.R, m.OC);
+  const int64_t panels = m.OC / kPanel, runs = (panels + k.P - 1) / k.P;
+#pragma omp parallel for schedule(dynamic, 2) if (m.N * m.OC * m.C >= cpu::kParallelMin)
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t p0 = r * k.P, p1 = std::min(p0 + k.P, panels);
     for (int64_t n = 0; n < m.N; n += k.T) {
       const int64_t t = std::min<int64_t>(k.T, m.N - n);
-      if (o1 - o0 == k.R) {
-        k.full[t - 1](m, o0, n);
+      if (p1 - p0 == k.P) {
+        k.full[t - 1](m, p0, n);
       } else {
-        for (int64_t o = o0; o < o1; ++o) k.one[t - 1](m, o, n);
+        for (int64_t p = p0; p < p1; ++p) k.one[t - 1](m, p, n);
       }
     }
   }
@@ -213,10 +320,15 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
   }
   RETURN_IF_ERROR(cpu::CheckRows(kFwd, "out", out, DType::kF32, N, OC));
   if (!bias.empty()) RETURN_IF_ERROR(cpu::CheckNumel(kFwd, "bias", bias, DType::kF32, OC));
-  const Int8Gemm m{
-      q.i8(), scales.f32(), inp.f32(), out.f32(), bias.empty() ? nullptr : bias.f32(), N,
-      C,      OC,           G,         C / G};
-  RunTiles(m, KernelFor(ActiveCpuIsa()));
+  const Kernel kernel = KernelFor(ActiveCpuIsa());
+  // Scratch for the quantized activations, kept per calling thread so a
+  // decode step does not allocate.
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  QuantizeActivations(inp.f32(), N, C, kernel.offset, &xq, &xs);
+  const Int8Gemm m{q.i8(), scales.f32(), xq.data(), xs.data(), out.f32(),
+                   bias.empty() ? nullptr : bias.f32(), N, C, OC, C / G, C / kBlock, G / kBlock};
+  RunTiles(m, kernel);
   return absl::OkStatus();
 }
 
@@ -229,19 +341,17 @@ absl::Status CpuBackend::DequantizeRows(Tensor out, Tensor q, Tensor scales, Ten
         absl::StrCat(kRows, ": out has ", Cout, " columns, q has ", C));
   }
   RETURN_IF_ERROR(cpu::CheckNumel(kRows, "rows", rows, DType::kI32, N));
+  const int64_t groups = C / G;
   for (int64_t n = 0; n < N; ++n) {
     const int32_t r = rows.i32()[n];
     if (r < 0 || r >= OC) {
       return absl::InvalidArgumentError(
           absl::StrCat(kRows, ": row ", r, " of entry ", n, " outside [0, ", OC, ")"));
     }
-    const int8_t* w = q.i8() + r * C;
-    const float* s = scales.f32() + r * (C / G);
     float* y = out.f32() + n * C;
-    // Group by group, so the inner loop is a plain widen-and-scale the
-    // compiler vectorizes (one row per token: not worth more).
-    for (int64_t g = 0; g < C / G; ++g) {
-      for (int64_t c = g * G; c < (g + 1) * G; ++c) y[c] = static_cast<float>(w[c]) * s[g];
+    for (int64_t c = 0; c < C; ++c) {
+      y[c] = static_cast<float>(q.i8()[Int8PanelIndex(r, c, C)]) *
+             scales.f32()[Int8PanelScaleIndex(r, c / G, groups)];
     }
   }
   return absl::OkStatus();
