@@ -9,16 +9,21 @@
 // p, block table[p / 16], row p % 16.
 //
 // Per (token, head) this is one row of the softmax with an online max, as in
-// the flash variant: scores s_p = q . k_p / sqrt(HS) for p = 0..pos, running
-// max m and sum l of exp(s - m), output accumulated as sum exp(s_p - m) v_p
-// and rescaled whenever m grows; O /= l at the end. Work is O(pos x HS) per
-// query and head with O(HS) state. Parallel over (token, head); each output
-// element is written by one thread in a fixed order (positions ascending).
+// the flash variant, a cache block of 16 positions at a time: the block's
+// scores s_p = q . k_p / sqrt(HS) (16 independent dot products, which the
+// core overlaps), the running max m raised to the block's max (rescaling
+// the output once per block rather than at every new maximum), then the
+// running sum l of exp(s_p - m) and the output sum exp(s_p - m) v_p;
+// O /= l at the end. Work is O(pos x HS) per query and head with O(HS)
+// state. Parallel over (token, head), one job each, taken as threads free
+// up; each output element is written by one thread in a fixed order
+// (positions ascending), so it does not depend on the batch.
 //
 // The int8 cache's two inner loops, q . k_p and o += e_p v_p, widen 8 or 16
 // int8 values at a time to f32 and FMA them (AVX2, AVX-512; cpu_isa.h picks
 // the level per call, the remainder of HS runs as scalars); the row's scale
 // is applied once per position, outside the loops.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -207,7 +212,7 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool int8 = cache.int8();
   const Int8Loops i8 = Int8LoopsFor(ActiveCpuIsa());
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t job = 0; job < N * num_heads; ++job) {
     const int64_t n = job / num_heads, h = job % num_heads;
     const int32_t s = seq.i32()[n], p_last = pos.i32()[n];
@@ -215,33 +220,46 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
     float* o = out.f32() + n * C + h * HS;
     for (int64_t d = 0; d < HS; ++d) o[d] = 0.0f;
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    for (int64_t p = 0; p <= p_last; ++p) {
-      const int64_t row = tables[s * max_blocks + p / kBlock] * kBlock + p % kBlock;
-      float dot = 0.0f;
-      if (int8) {
-        dot = i8.dot(q, cache.k.i8() + row * C + h * HS, HS) *
-              cache.k_scale.f32()[row * num_heads + h];
-      } else {
-        const float* k = cache.k.f32() + row * C + h * HS;
+    // A cache block (16 positions, contiguous rows) at a time: its scores
+    // first (independent dot products), then one rescale of o if the
+    // block raised the max, then its values.
+    for (int64_t first = 0; first <= p_last; first += kBlock) {
+      const int64_t count = std::min<int64_t>(kBlock, p_last + 1 - first);
+      const int64_t row0 = int64_t{tables[s * max_blocks + first / kBlock]} * kBlock;
+      float scores[kBlock];
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t row = row0 + j;
+        float dot = 0.0f;
+        if (int8) {
+          dot = i8.dot(q, cache.k.i8() + row * C + h * HS, HS) *
+                cache.k_scale.f32()[row * num_heads + h];
+        } else {
+          const float* k = cache.k.f32() + row * C + h * HS;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[d];
+          for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[d];
+        }
+        scores[j] = dot * scale;
+        block_max = std::max(block_max, scores[j]);
       }
-      const float score = dot * scale;
-      if (score > m) {
-        const float correction = std::exp(m - score);  // 0 on the first position
+      if (block_max > m) {
+        const float correction = std::exp(m - block_max);  // 0 on the first block
         l *= correction;
         for (int64_t d = 0; d < HS; ++d) o[d] *= correction;
-        m = score;
+        m = block_max;
       }
-      const float e = std::exp(score - m);
-      l += e;
-      if (int8) {
-        i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS, o,
-                HS);
-      } else {
-        const float* v = cache.v.f32() + row * C + h * HS;
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t row = row0 + j;
+        const float e = std::exp(scores[j] - m);
+        l += e;
+        if (int8) {
+          i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS,
+                  o, HS);
+        } else {
+          const float* v = cache.v.f32() + row * C + h * HS;
 #pragma omp simd
-        for (int64_t d = 0; d < HS; ++d) o[d] += e * v[d];
+          for (int64_t d = 0; d < HS; ++d) o[d] += e * v[d];
+        }
       }
     }
     const float inv = 1.0f / l;
