@@ -29,10 +29,10 @@
 // each) for T tokens: per 4 input channels they load the panel's 64 weight
 // bytes once and, per token, broadcast the token's 4 int8 activations to
 // every lane and multiply-add them into that token's 16 lane sums:
-//   AVX-512: VPDPBUSD, unsigned x signed bytes. The activations are stored
-//            as xq + 128 (unsigned); the 128 * sum(q) that adds is one more
-//            VPDPBUSD per weight register, shared by the T tokens, and is
-//            subtracted per block.
+//   AVX-512: VPDPBUSD, unsigned x signed bytes. Each weight register is
+//            made unsigned, q + 128 (its top bit flipped, shared by the T
+//            tokens), and the 128 * sum(xq) that adds to a block's dot is
+//            subtracted once per block (QuantizeActivations keeps it).
 //   AVX2:    VPMADDUBSW + VPMADDWD on two 32-byte halves, with the sign
 //            trick (|x| times q with x's sign) so the 16-bit pair sums,
 //            at most 2 * 127 * 127, never saturate.
@@ -81,29 +81,32 @@ absl::Status CheckQuantized(absl::string_view op, const Tensor& q, const Tensor&
 struct Int8Gemm {
   const int8_t* q;   // [OC, C] panels
   const float* s;    // [OC, groups] panels
-  const int8_t* xq;  // [N, C] quantized activations (+128 as uint8 for AVX-512)
+  const int8_t* xq;  // [N, C] quantized activations
   const float* xs;   // [N, blocks] their scales
+  const int32_t* xc;  // [N, blocks] 128 * the sum of each block's xq (AVX-512)
   float* y;          // [N, OC]
   const float* b;    // [OC] or null
   int64_t N, C, OC, groups, blocks, blocks_per_group;
 };
 
 // Step 1: quantizes every token's activations in blocks of 32 into
-// (xq, xs); `offset` stores xq + 128 instead (the same byte with its top bit
-// flipped), VPDPBUSD's unsigned operand.
-void QuantizeActivations(const float* x, int64_t N, int64_t C, bool offset,
-                         std::vector<int8_t>* xq, std::vector<float>* xs) {
+// (xq, xs), and keeps 128 times each block's sum in xc for the AVX-512
+// path's unsigned weights (see TileAvx512).
+void QuantizeActivations(const float* x, int64_t N, int64_t C, std::vector<int8_t>* xq,
+                         std::vector<float>* xs, std::vector<int32_t>* xc) {
   const int64_t blocks = C / kBlock;
   xq->resize(N * C);
   xs->resize(N * blocks);
+  xc->resize(N * blocks);
 #pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t at = n * C + b * kBlock;
-      (*xs)[n * blocks + b] = QuantizeSymmetric(x + at, kBlock, xq->data() + at);
-      if (offset) {
-        for (int64_t c = at; c < at + kBlock; ++c) (*xq)[c] = static_cast<int8_t>((*xq)[c] ^ 0x80);
-      }
+      int8_t* q = xq->data() + at;
+      (*xs)[n * blocks + b] = QuantizeSymmetric(x + at, kBlock, q);
+      int32_t sum = 0;
+      for (int64_t c = 0; c < kBlock; ++c) sum += q[c];
+      (*xc)[n * blocks + b] = 128 * sum;
     }
   }
 }
@@ -198,7 +201,7 @@ LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
   const int64_t panel_bytes = kPanel * m.C, panel_scales = kPanel * m.groups;
   const int8_t* panel = m.q + p * panel_bytes;
   const float* scales = m.s + p * panel_scales;
-  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[P][T];
   for (int i = 0; i < P; ++i) {
     for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
@@ -207,9 +210,8 @@ LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
     __m512 sw[P];
     for (int i = 0; i < P; ++i) sw[i] = _mm512_loadu_ps(scales + i * panel_scales + g * kPanel);
     for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
-      __m512i dot[P][T], offset[P];  // offset: 128 * sum(q), per lane
+      __m512i dot[P][T];
       for (int i = 0; i < P; ++i) {
-        offset[i] = _mm512_setzero_si512();
         for (int t = 0; t < T; ++t) dot[i][t] = _mm512_setzero_si512();
       }
 #pragma GCC unroll 8
@@ -217,18 +219,18 @@ LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
         const int64_t at = (b * kBlock / 4 + k) * (kPanel * 4);
         __m512i w[P];
         for (int i = 0; i < P; ++i) {
-          w[i] = _mm512_loadu_si512(panel + i * panel_bytes + at);
-          offset[i] = _mm512_dpbusd_epi32(offset[i], k128, w[i]);
+          w[i] = _mm512_xor_si512(_mm512_loadu_si512(panel + i * panel_bytes + at), flip);
         }
         for (int t = 0; t < T; ++t) {
           const __m512i xv = _mm512_set1_epi32(Four(m.xq + (n + t) * m.C, b * kBlock + 4 * k));
-          for (int i = 0; i < P; ++i) dot[i][t] = _mm512_dpbusd_epi32(dot[i][t], xv, w[i]);
+          for (int i = 0; i < P; ++i) dot[i][t] = _mm512_dpbusd_epi32(dot[i][t], w[i], xv);
         }
       }
       for (int t = 0; t < T; ++t) {
         const __m512 xs = _mm512_set1_ps(m.xs[(n + t) * m.blocks + b]);
+        const __m512i xc = _mm512_set1_epi32(m.xc[(n + t) * m.blocks + b]);
         for (int i = 0; i < P; ++i) {
-          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[i][t], offset[i]));
+          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[i][t], xc));
           acc[i][t] = _mm512_fmadd_ps(exact, _mm512_mul_ps(sw[i], xs), acc[i][t]);
         }
       }
@@ -254,7 +256,6 @@ struct Kernel {
   int P, T;
   const TileFn* full;
   const TileFn* one;
-  bool offset;  // activations stored as xq + 128
 };
 
 template <size_t... I>
@@ -279,13 +280,13 @@ constexpr auto kAvx512One = Avx512Tiles<1>(std::make_index_sequence<kAvx512T>())
 Kernel KernelFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {kAvx512P, kAvx512T, kAvx512Full.data(), kAvx512One.data(), true};
+      return {kAvx512P, kAvx512T, kAvx512Full.data(), kAvx512One.data()};
     case CpuIsa::kAvx2:
-      return {1, kAvx2T, kAvx2Tiles.data(), kAvx2Tiles.data(), false};
+      return {1, kAvx2T, kAvx2Tiles.data(), kAvx2Tiles.data()};
     case CpuIsa::kPortable:
       break;
   }
-  return {1, 1, kPortableTiles.data(), kPortableTiles.data(), false};
+  return {1, 1, kPortableTiles.data(), kPortableTiles.data()};
 }
 
 // Threads take the tiles' panel runs 2 at a time (96 KiB of a 768-wide
@@ -325,8 +326,9 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
   // decode step does not allocate.
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
-  QuantizeActivations(inp.f32(), N, C, kernel.offset, &xq, &xs);
-  const Int8Gemm m{q.i8(), scales.f32(), xq.data(), xs.data(), out.f32(),
+  thread_local std::vector<int32_t> xc;
+  QuantizeActivations(inp.f32(), N, C, &xq, &xs, &xc);
+  const Int8Gemm m{q.i8(), scales.f32(), xq.data(), xs.data(), xc.data(), out.f32(),
                    bias.empty() ? nullptr : bias.f32(), N, C, OC, C / G, C / kBlock, G / kBlock};
   RunTiles(m, kernel);
   return absl::OkStatus();
