@@ -14,23 +14,25 @@
 // packing, and tests' references, start from.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 namespace ladder {
 
 // Quantizes x[0..n) to q[0..n); returns the scale. Written without libm
-// calls (std::fmax, lrintf) so both loops vectorize: activations are
+// calls (std::fmax, lrintf) and with the max as an OpenMP simd reduction
+// (the compiler will not reorder a float max by itself), so both loops
+// vectorize: activations are
 // quantized on every matmul call. Rounding is to nearest, ties to even, by
 // adding and subtracting 1.5 * 2^23 (exact for |v| <= 127 in the default
 // rounding mode); the clamp between the multiply and the add keeps the
 // compiler from fusing them.
 inline float QuantizeSymmetric(const float* x, int64_t n, int8_t* q) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    amax = a > amax ? a : amax;
-  }
+  // A max is exact in any order, so the lanes may split it.
+#pragma omp simd reduction(max : amax)
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float scale = amax / 127.0f;
   const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
