@@ -20,17 +20,15 @@
 
 namespace ladder {
 
-// Quantizes x[0..n) to q[0..n); returns the scale. Written without libm
-// calls (std::fmax, lrintf) and with the max as an OpenMP simd reduction
-// (the compiler will not reorder a float max by itself), so both loops
-// vectorize: activations are
-// quantized on every matmul call. Rounding is to nearest, ties to even, by
-// adding and subtracting 1.5 * 2^23 (exact for |v| <= 127 in the default
-// rounding mode); the clamp between the multiply and the add keeps the
-// compiler from fusing them.
+// Quantizes x[0..n) to q[0..n); returns the scale. Activations are quantized
+// on every matmul call, so both loops are written to vectorize: no libm calls
+// (std::fmax, lrintf), and the max as an OpenMP simd reduction (the compiler
+// will not reorder a float max by itself; a max is exact in any order).
+// Rounding is to nearest, ties to even, by adding and subtracting 1.5 * 2^23
+// (exact for |v| <= 127 in the default rounding mode); the clamp between the
+// multiply and the add keeps the compiler from fusing them.
 inline float QuantizeSymmetric(const float* x, int64_t n, int8_t* q) {
   float amax = 0.0f;
-  // A max is exact in any order, so the lanes may split it.
 #pragma omp simd reduction(max : amax)
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float scale = amax / 127.0f;

@@ -1,9 +1,9 @@
 // ladder bench decode: batch-1 decoding speed of a config's model (random
 // weights: the speed does not depend on them) against its bound, the
 // memory read bandwidth measured in the same run (between the steps) over
-// the weight bytes each token must read. A decode step multiplies one token's activations by every
-// weight matrix once, so it is memory-bound: this ratio says how close the
-// KV-cached forward gets to the machine.
+// the weight bytes each token must read. A decode step multiplies one
+// token's activations by every weight matrix once, so it is memory-bound:
+// this ratio says how close the KV-cached forward gets to the machine.
 #include <algorithm>
 #include <cstdio>
 #include <vector>

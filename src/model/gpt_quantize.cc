@@ -3,8 +3,9 @@
 // Each weight matrix (the four of every layer and the tied token embedding,
 // which is also the head) is quantized on the host with quantize.h's
 // QuantizeRows, packed into the backend's panel layout (PackInt8Panels) and
-// moved to one device buffer of int8 values and f32 scales; the fp32 tensors left (LayerNorms, biases, positions) move to a
-// small buffer of their own and the full fp32 buffer is freed. The int8
+// moved to one device buffer of int8 values and f32 scales; the fp32
+// tensors left (LayerNorms, biases, positions) move to a small buffer of
+// their own and the full fp32 buffer is freed. The int8
 // model then runs only ForwardCached, whose linear layers go to the
 // backend's MatmulInt8Forward and whose embedding lookup dequantizes rows.
 #include <cstring>

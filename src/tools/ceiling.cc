@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include "src/core/timer.h"
@@ -11,10 +10,11 @@
 namespace ladder {
 namespace {
 
-// Seconds of the fastest of `reps` runs, after one warm-up run.
+// Seconds of the fastest of `reps` runs, after one warm-up run unless the
+// caller has warmed up already.
 template <typename F>
-double BestSeconds(F run, int reps) {
-  run();
+double BestSeconds(F run, int reps, bool warm_up = true) {
+  if (warm_up) run();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     Timer t;
@@ -66,12 +66,8 @@ double ReadBandwidthProbe::Measure(int reps) {
     }
     sink = sink + total;
   };
-  if (best_ == 0.0) run();  // warm-up
-  for (int r = 0; r < reps; ++r) {
-    Timer t;
-    run();
-    best_ = std::max(best_, static_cast<double>(n) * sizeof(float) / t.Seconds());
-  }
+  const double seconds = BestSeconds(run, reps, /*warm_up=*/best_ == 0.0);
+  best_ = std::max(best_, static_cast<double>(n) * sizeof(float) / seconds);
   return best_;
 }
 

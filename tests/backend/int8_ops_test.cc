@@ -66,8 +66,13 @@ struct Quantized {
 };
 
 Quantized MakeQuantized(int64_t OC, int64_t C, int64_t G, uint32_t seed) {
-  Quantized w{OC, C, G, std::vector<int8_t>(OC * C), std::vector<int8_t>(OC * C),
-              Floats(OC * C / G), Floats(OC * C / G)};
+  Quantized w{OC,
+              C,
+              G,
+              std::vector<int8_t>(OC * C),
+              std::vector<int8_t>(OC * C),
+              Floats(OC * C / G),
+              Floats(OC * C / G)};
   const Floats f = Uniform(OC * C, seed);
   QuantizeRows(f.data(), OC, C, G, w.q.data(), w.scales.data());
   PackInt8Panels(w.q.data(), w.scales.data(), OC, C, G, w.q_panels.data(), w.scale_panels.data());
@@ -93,7 +98,8 @@ struct Activations {
 
 Activations QuantizeActivations(const Floats& x, int64_t N, int64_t C) {
   Activations a{std::vector<int8_t>(N * C), Floats(N * C / 32)};
-  for (int64_t i = 0; i < N * C / 32; ++i) a.scales[i] = QuantizeSymmetric(&x[i * 32], 32, &a.q[i * 32]);
+  for (int64_t i = 0; i < N * C / 32; ++i)
+    a.scales[i] = QuantizeSymmetric(&x[i * 32], 32, &a.q[i * 32]);
   return a;
 }
 

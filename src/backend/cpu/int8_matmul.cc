@@ -79,13 +79,13 @@ absl::Status CheckQuantized(absl::string_view op, const Tensor& q, const Tensor&
 
 // The operands of one call, shared by every tile.
 struct Int8Gemm {
-  const int8_t* q;   // [OC, C] panels
-  const float* s;    // [OC, groups] panels
-  const int8_t* xq;  // [N, C] quantized activations
-  const float* xs;   // [N, blocks] their scales
+  const int8_t* q;    // [OC, C] panels
+  const float* s;     // [OC, groups] panels
+  const int8_t* xq;   // [N, C] quantized activations
+  const float* xs;    // [N, blocks] their scales
   const int32_t* xc;  // [N, blocks] 128 * the sum of each block's xq (AVX-512)
-  float* y;          // [N, OC]
-  const float* b;    // [OC] or null
+  float* y;           // [N, OC]
+  const float* b;     // [OC] or null
   int64_t N, C, OC, groups, blocks, blocks_per_group;
 };
 
@@ -126,9 +126,9 @@ void TilePortable(const Int8Gemm& m, int64_t p, int64_t n) {
       for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
         int32_t dot = 0;
         for (int64_t c = b * kBlock; c < (b + 1) * kBlock; ++c) {
-          dot += int32_t{x[c]} * panel[(c / 4) * (kPanel * 4) + r * 4 + c % 4];
+          dot += int32_t{x[c]} * panel[Int8PanelIndex(r, c, m.C)];
         }
-        const float scale = scales[g * kPanel + r] * m.xs[n * m.blocks + b];
+        const float scale = scales[Int8PanelScaleIndex(r, g, m.groups)] * m.xs[n * m.blocks + b];
         acc = std::fma(static_cast<float>(dot), scale, acc);
       }
     }
@@ -177,8 +177,8 @@ LADDER_TARGET_AVX2 void TileAvx2(const Int8Gemm& m, int64_t p, int64_t n) {
       for (int t = 0; t < T; ++t) {
         const __m256 xs = _mm256_set1_ps(m.xs[(n + t) * m.blocks + b]);
         for (int h = 0; h < 2; ++h) {
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t][h]), _mm256_mul_ps(sw[h], xs),
-                                      acc[t][h]);
+          acc[t][h] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t][h]), _mm256_mul_ps(sw[h], xs), acc[t][h]);
         }
       }
     }
@@ -328,8 +328,19 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
   thread_local std::vector<float> xs;
   thread_local std::vector<int32_t> xc;
   QuantizeActivations(inp.f32(), N, C, &xq, &xs, &xc);
-  const Int8Gemm m{q.i8(), scales.f32(), xq.data(), xs.data(), xc.data(), out.f32(),
-                   bias.empty() ? nullptr : bias.f32(), N, C, OC, C / G, C / kBlock, G / kBlock};
+  const Int8Gemm m{.q = q.i8(),
+                   .s = scales.f32(),
+                   .xq = xq.data(),
+                   .xs = xs.data(),
+                   .xc = xc.data(),
+                   .y = out.f32(),
+                   .b = bias.empty() ? nullptr : bias.f32(),
+                   .N = N,
+                   .C = C,
+                   .OC = OC,
+                   .groups = C / G,
+                   .blocks = C / kBlock,
+                   .blocks_per_group = G / kBlock};
   RunTiles(m, kernel);
   return absl::OkStatus();
 }

@@ -253,8 +253,8 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
         const float e = std::exp(scores[j] - m);
         l += e;
         if (int8) {
-          i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS,
-                  o, HS);
+          i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS, o,
+                  HS);
         } else {
           const float* v = cache.v.f32() + row * C + h * HS;
 #pragma omp simd
