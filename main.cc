@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "src/backend/cpu/blas_kernels.h"
 #include "src/cli/commands.h"
 
 namespace {
@@ -37,6 +38,8 @@ void PrintUsage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // May restart this process with faster OpenBLAS kernels; before anything uses BLAS or MPI.
+  ladder::EnsureBlasKernels(argv);
   if (argc < 2) {
     PrintUsage(stderr);
     return 2;
