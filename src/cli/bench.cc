@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/backend/cpu/blas_kernels.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_isa.h"
 #include "src/cli/commands.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/flags.h"
@@ -55,7 +57,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // Every rank measures the ceiling at the same time and the rates are
   // summed: the rate all ranks reach together on the cores they share.
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
-  float rate = static_cast<float>(MeasureSgemmGflops());
+  const GemmCeiling ceiling = MeasureGemmCeiling();
+  float rate = static_cast<float>(ceiling.gflops);
   RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}), ReduceOp::kSum));
   const double gemm = rate;
   CpuBackend backend;
@@ -68,10 +71,10 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
         f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
         omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(), par.grid.pp_size(),
         static_cast<int>(f.layout.zero), trainer->microbatches(), f.layout.pp_schedule.c_str());
-    std::printf(
-        "sgemm ceiling: %.1f GFLOP/s (2048^3, best of 5, summed over %d ranks running "
-        "at once)\n",
-        gemm, par.grid.world_size());
+    std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(),
+                CpuIsaName(ActiveCpuIsa()));
+    std::printf("GEMM ceiling: %.1f GFLOP/s (best: %s; summed over %d ranks running at once)\n",
+                gemm, ceiling.source.c_str(), par.grid.world_size());
   }
   for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;
@@ -133,7 +136,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
               1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,
               100 * sum.t_backward / sum.t_step, 100 * sum.t_optimizer / sum.t_step,
               100 * sum.t_data / sum.t_step);
-  std::printf("%.0f tokens/s, %.1f GFLOP/s = %.1f%% of the sgemm ceiling\n", tokens_per_s, gflops,
+  std::printf("%.0f tokens/s, %.1f GFLOP/s = %.1f%% of the GEMM ceiling\n", tokens_per_s, gflops,
               100 * gflops / gemm);
   std::printf("{\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"gemm_gflops\":%.2f,\"fraction\":%.4f}\n",
               tokens_per_s, gflops, gemm, gflops / gemm);
@@ -149,23 +152,27 @@ int BenchCommand(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "decode") {
     return BenchDecodeCommand(argc - 1, argv + 1);
   }
+  if (argc >= 1 && std::string(argv[0]) == "matmul") {
+    return BenchMatmulCommand(argc - 1, argv + 1);
+  }
   if (argc >= 1 && std::string(argv[0]) == "serve") {
     return BenchServeCommand(argc - 1, argv + 1);
   }
   if (argc < 1 || std::string(argv[0]) != "train") {
     if (argc >= 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
       std::printf(
-          "usage: ladder bench train|checkpoint|decode|serve [flags]   (each has --help)\n");
+          "usage: ladder bench train|checkpoint|decode|matmul|serve [flags]   (each has --help)\n");
       return 0;
     }
-    std::fprintf(stderr, "ladder bench: expected 'train', 'checkpoint', 'decode' or 'serve'%s\n",
+    std::fprintf(stderr,
+                 "ladder bench: expected 'train', 'checkpoint', 'decode', 'matmul' or 'serve'%s\n",
                  argc >= 1 ? absl::StrCat(", got '", argv[0], "'").c_str() : "");
     return 2;
   }
   BenchFlags f;
   FlagSet flags("ladder bench train",
-                "Training tokens/s and GFLOP/s as a fraction of a cblas_sgemm measured in the "
-                "same run. The last line is JSON.");
+                "Training tokens/s and GFLOP/s as a fraction of the best GEMM rate (BLAS or "
+                "ladder's own kernel) measured in the same run. The last line is JSON.");
   flags.String("config", &f.config, "model config to time (required)");
   flags.Int("steps", &f.steps, "timed steps");
   flags.Int("warmup", &f.warmup, "untimed steps first");

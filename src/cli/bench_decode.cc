@@ -1,15 +1,21 @@
 // ladder bench decode: batch-1 decoding speed of a config's model (random
 // weights: the speed does not depend on them) against its bound, the
-// memory read bandwidth measured in the same run (between the steps) over
-// the weight bytes each token must read. A decode step multiplies one
-// token's activations by every weight matrix once, so it is memory-bound:
-// this ratio says how close the KV-cached forward gets to the machine.
+// memory read bandwidth measured in the same run over the weight bytes each
+// token must read. A decode step multiplies one token's activations by
+// every weight matrix once, so it is memory-bound: this ratio says how
+// close the KV-cached forward gets to the machine. On a shared machine the
+// bandwidth others leave changes from one step to the next, so every step
+// is timed between two reads of a buffer as large as the weights and
+// compared with the faster of them (TimeAgainstBandwidth); the figures are
+// medians over the steps.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/backend/cpu/blas_kernels.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/cpu_isa.h"
 #include "src/cli/commands.h"
 #include "src/cli/inference_flags.h"
 #include "src/core/flags.h"
@@ -35,9 +41,9 @@ absl::Status Run(const Flags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   const GptConfig& cfg = rc.model;
-  if (f.tokens < 1 || f.tokens >= cfg.context) {
+  if (f.tokens < 2 || f.tokens >= cfg.context) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--tokens must be in [1, ", cfg.context - 1, "], got ", f.tokens));
+        absl::StrCat("--tokens must be in [2, ", cfg.context - 1, "], got ", f.tokens));
   }
   ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.formats.weights));
   ASSIGN_OR_RETURN(KvFormat kv_format, ParseKvFormat(f.formats.kv));
@@ -55,9 +61,7 @@ absl::Status Run(const Flags& f) {
   // of it). The KV cache's reads grow with the position; at these lengths
   // they are a few percent of the weights' and are left out of the bound.
   const int64_t weight_bytes = model->weight_bytes() - int64_t{cfg.context} * cfg.n_embd * 4;
-  // The bandwidth is read before the steps and after every eighth.
   ReadBandwidthProbe probe(weight_bytes);
-  probe.Measure(3);
 
   CachedTokens step;
   step.tokens = {1};
@@ -65,33 +69,34 @@ absl::Status Run(const Flags& f) {
   step.pos = {0};
   step.max_blocks = blocks;
   std::vector<float> logits;
-  std::vector<double> step_seconds;
-  for (int64_t i = 0; i < f.tokens; ++i) {
+  auto decode_one = [&]() -> absl::Status {
     step.block_tables = pool.BlockTables({seq}, blocks);
-    Timer t;
     RETURN_IF_ERROR(model->ForwardCached(step, cache, &logits));
-    step_seconds.push_back(t.Seconds());
     RETURN_IF_ERROR(pool.Append(seq, {1}));
     step.pos = {step.pos[0] + 1};
-    if (i % 8 == 7) probe.Measure();
-  }
-  const double bandwidth = probe.Measure();
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(decode_one());  // warm-up
+  PairedBandwidth paired;
+  RETURN_IF_ERROR(TimeAgainstBandwidth(probe, weight_bytes, static_cast<int>(f.tokens) - 1,
+                                       decode_one, &paired));
+  const double bandwidth = paired.bandwidth;
   const double bound = bandwidth / static_cast<double>(weight_bytes);
-  // The median step: a step that another process on the machine slowed
-  // down says nothing about the decoder (the bandwidth is a best of several
-  // reads for the same reason).
-  std::nth_element(step_seconds.begin(), step_seconds.begin() + f.tokens / 2, step_seconds.end());
-  const double tokens_per_s = 1.0 / step_seconds[f.tokens / 2];
+  const double tokens_per_s = 1.0 / paired.seconds;
   std::printf(
       "bench decode: %s, %.1fM parameters, %s weights read per token %.1f MiB, %s KV, batch 1, "
       "%lld tokens\n",
       f.config.c_str(), cfg.NumParameters() / 1e6, WeightFormatName(format),
       weight_bytes / 1048576.0, KvFormatName(kv_format), static_cast<long long>(f.tokens));
-  std::printf("memory read bandwidth %.1f GB/s: bound %.1f tokens/s\n", bandwidth / 1e9, bound);
-  std::printf("%.1f tokens/s (median step) = %.2f of the bound\n", tokens_per_s,
-              tokens_per_s / bound);
+  std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(), CpuIsaName(ActiveCpuIsa()));
+  std::printf("memory read bandwidth %.1f GB/s (median): bound %.1f tokens/s\n", bandwidth / 1e9,
+              bound);
+  std::printf(
+      "%.1f tokens/s (median step); each step against the bandwidth of its moment: "
+      "%.2f of the bound (median)\n",
+      tokens_per_s, paired.fraction);
   std::printf("{\"tokens_per_s\":%.2f,\"bound_tokens_per_s\":%.2f,\"fraction\":%.4f}\n",
-              tokens_per_s, bound, tokens_per_s / bound);
+              tokens_per_s, bound, paired.fraction);
   return absl::OkStatus();
 }
 

@@ -5,15 +5,16 @@
 
 namespace ladder {
 
-int TrainCommand(int argc, char** argv);            // train.cc
-int EvalCommand(int argc, char** argv);             // eval.cc
-int GenerateCommand(int argc, char** argv);         // generate.cc
-int ServeCommand(int argc, char** argv);            // serve.cc: the OpenAI-compatible server
-int TokenizerCommand(int argc, char** argv);        // tokenizer.cc: train | encode | decode
-int DataCommand(int argc, char** argv);             // data.cc: prepare
-int BenchCommand(int argc, char** argv);            // bench.cc: train | decode | serve | checkpoint
+int TrainCommand(int argc, char** argv);      // train.cc
+int EvalCommand(int argc, char** argv);       // eval.cc
+int GenerateCommand(int argc, char** argv);   // generate.cc
+int ServeCommand(int argc, char** argv);      // serve.cc: the OpenAI-compatible server
+int TokenizerCommand(int argc, char** argv);  // tokenizer.cc: train | encode | decode
+int DataCommand(int argc, char** argv);       // data.cc: prepare
+int BenchCommand(int argc, char** argv);  // bench.cc: train | decode | matmul | serve | checkpoint
 int BenchCheckpointCommand(int argc, char** argv);  // bench_checkpoint.cc
 int BenchDecodeCommand(int argc, char** argv);      // bench_decode.cc
+int BenchMatmulCommand(int argc, char** argv);      // bench_matmul.cc
 int BenchServeCommand(int argc, char** argv);       // bench_serve.cc
 int PlanCommand(int argc, char** argv);             // plan.cc
 int CheckpointCommand(int argc, char** argv);       // checkpoint.cc: inspect | convert

@@ -6,7 +6,8 @@
 namespace ladder {
 
 void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
-  flags.String("weights", &f->weights, "weight format: fp32, int8 (groups of 32) or int8-channel");
+  flags.String("weights", &f->weights,
+               "weight format: fp32, bf16, int8 (groups of 32) or int8-channel");
   flags.String("kv", &f->kv, "KV cache format: fp32 or int8");
 }
 

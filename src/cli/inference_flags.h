@@ -16,7 +16,7 @@
 
 namespace ladder {
 
-// --weights fp32|int8|int8-channel and --kv fp32|int8 (weight_format.h,
+// --weights fp32|bf16|int8|int8-channel and --kv fp32|int8 (weight_format.h,
 // kv_cache.h ParseKvFormat).
 struct FormatFlags {
   std::string weights = "fp32", kv = "fp32";

@@ -149,7 +149,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
   const Grid& grid = par.grid;
-  const double peak = MeasureSgemmGflops(1024, 3);
+  const double peak = MeasureGemmCeiling(1024).gflops;
   CpuBackend backend;
   TrainerOptions options = par.groups(f.layout);
   options.guard.spike_z = f.spike_z;
@@ -193,7 +193,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
         "accumulation)\n"
         "memory (rank 0): weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
-        "backend %s, sgemm ceiling %.1f GFLOP/s\n",
+        "backend %s, GEMM ceiling %.1f GFLOP/s\n",
         rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context, rc.model.vocab_size,
         rc.model.padded_vocab(), rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
         static_cast<long long>(trainer->tokens_per_step()), rc.batch_size, rc.model.context,

@@ -54,6 +54,9 @@ struct Tensor {
   static Tensor I8(int8_t* p, std::initializer_list<int64_t> dims) {
     return Tensor(p, DType::kI8, dims);
   }
+  static Tensor BF16(uint16_t* p, std::initializer_list<int64_t> dims) {
+    return Tensor(p, DType::kBF16, dims);
+  }
 
   bool empty() const { return data == nullptr; }
   // Size of dimension i; negative i counts from the back.
@@ -67,6 +70,7 @@ struct Tensor {
   float* f32() const { return static_cast<float*>(data); }
   int32_t* i32() const { return static_cast<int32_t*>(data); }
   int8_t* i8() const { return static_cast<int8_t*>(data); }
+  uint16_t* bf16() const { return static_cast<uint16_t*>(data); }  // raw bits (src/core/bf16.h)
   std::string ShapeString() const;
 };
 

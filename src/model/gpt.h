@@ -126,15 +126,16 @@ class Gpt {
   // context and the cache). The scoring path of `eval` in any format.
   absl::Status PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
                              std::vector<float>* logits);
-  // Serving with int8 weights (weight_format.h): replaces each weight
-  // matrix by its int8 form and keeps only the other tensors in fp32, so
-  // the model shrinks to about a quarter. After it the model runs
-  // ForwardCached only (Forward, SetWeights, GetWeights refuse). Needs an
-  // inference model holding the whole model; kF32 does nothing.
+  // Serving with packed weights (weight_format.h): replaces each weight
+  // matrix by its bf16 or int8 form and keeps only the other tensors in
+  // fp32, so the model shrinks to about a half (bf16) or a quarter (int8).
+  // After it the model runs ForwardCached only (Forward, SetWeights,
+  // GetWeights refuse). Needs an inference model holding the whole model;
+  // kF32 does nothing.
   absl::Status QuantizeWeights(WeightFormat format);
   WeightFormat weight_format() const { return weight_format_; }
-  // Bytes of all weights as stored (int8 matrices with their scales, fp32
-  // for the rest).
+  // Bytes of all weights as stored (packed matrices, with their scales for
+  // int8, and fp32 for the rest).
   int64_t weight_bytes() const;
   // Logits of sequence b at position t of the last Forward: vocab_size floats
   // (FailedPrecondition unless this rank holds the whole model).
@@ -152,7 +153,8 @@ class Gpt {
   absl::Status LayerForward(int l, const LayerActivations& la, bool project);
   int tp_rank() const;
   absl::Status CheckNotQuantized(const char* what) const;
-  // out = inp @ W^T + bias for a weight matrix in either format.
+  // out = inp @ W^T + bias for a weight matrix in any format: `weight`
+  // (fp32 or bf16) unless it is empty, else its int8 form `q`.
   absl::Status Linear(Tensor out, Tensor inp, Tensor weight, const Int8Matrix& q, Tensor bias);
   int64_t vocab_start() const;  // first logical vocabulary row of this rank's wte
 
@@ -166,11 +168,12 @@ class Gpt {
   DeviceBuffer weights_, grads_, arena_;
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;
-  // int8 weights (QuantizeWeights): one Int8Matrix per matrix of w_, whose
-  // fp32 tensor is then empty.
+  // Packed weights (QuantizeWeights) live in packed_buffer_: bf16 matrices
+  // replace their fp32 tensors in w_ (dtype kBF16); int8 ones go to one
+  // Int8Matrix per matrix of w_, whose fp32 tensor is then empty.
   WeightFormat weight_format_ = WeightFormat::kF32;
-  DeviceBuffer int8_buffer_;
-  int64_t int8_bytes_ = 0, fp32_floats_ = 0;
+  DeviceBuffer packed_buffer_;
+  int64_t packed_bytes_ = 0, fp32_floats_ = 0;
   Int8Matrix q_wte_;
   std::vector<Int8Matrix> q_qkv_, q_proj_, q_fc_, q_fcproj_;
   GptActivations acts_;

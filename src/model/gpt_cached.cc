@@ -71,7 +71,7 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
 
   // Embedding: the token's row plus its position's row (each token has its
   // own position, so the rows are added one by one).
-  if (weight_format_ == WeightFormat::kF32) {
+  if (!IsInt8(weight_format_)) {
     for (int64_t i = 0; i < N; ++i) {
       Tensor row = Tensor::F32(x.f32() + i * C, {1, 1, C});
       Tensor tok = Tensor::I32(const_cast<int32_t*>(&batch.tokens[i]), {1, 1});
@@ -90,7 +90,7 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   const int heads = cfg_.n_head;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
-    const bool q8 = weight_format_ != WeightFormat::kF32;
+    const bool q8 = IsInt8(weight_format_);
     const Int8Matrix none;
     RETURN_IF_ERROR(
         be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w.ln1_w, w.ln1_b));

@@ -1,17 +1,22 @@
-// Gpt::QuantizeWeights: int8 weights for serving (weight_format.h).
+// Gpt::QuantizeWeights: packed weights for serving (weight_format.h).
 //
 // Each weight matrix (the four of every layer and the tied token embedding,
-// which is also the head) is quantized on the host with quantize.h's
-// QuantizeRows, packed into the backend's panel layout (PackInt8Panels) and
-// moved to one device buffer of int8 values and f32 scales; the fp32
-// tensors left (LayerNorms, biases, positions) move to a small buffer of
-// their own and the full fp32 buffer is freed. The int8
-// model then runs only ForwardCached, whose linear layers go to the
-// backend's MatmulInt8Forward and whose embedding lookup dequantizes rows.
+// which is also the head) is packed on the host, in the format's layout,
+// and moved to one device buffer: bf16 rounds each value to nearest
+// (src/core/bf16.h) and keeps the row-major [OC, C] shape, and the matrix
+// stays in w_ with dtype bf16; int8 quantizes with quantize.h's QuantizeRows
+// and packs into the backend's panel layout (PackInt8Panels), values then
+// f32 scales, kept in the Int8Matrix beside the emptied fp32 tensor. The
+// fp32 tensors left (LayerNorms, biases, positions) move to a small buffer
+// of their own and the full fp32 buffer is freed. The packed model then
+// runs only ForwardCached, whose linear layers go to the backend's
+// MatmulForward (bf16) or MatmulInt8Forward (int8), and whose embedding
+// lookup reads the bf16 table or dequantizes int8 rows.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/quantize.h"
+#include "src/core/bf16.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
 
@@ -24,15 +29,13 @@ absl::Status Gpt::CheckNotQuantized(const char* what) const {
 }
 
 absl::Status Gpt::Linear(Tensor out, Tensor inp, Tensor weight, const Int8Matrix& q, Tensor bias) {
-  if (weight_format_ == WeightFormat::kF32) {
-    return backend_->MatmulForward(out, inp, weight, bias);
-  }
+  if (!weight.empty()) return backend_->MatmulForward(out, inp, weight, bias);
   return backend_->MatmulInt8Forward(out, inp, q.q, q.scales, bias);
 }
 
 int64_t Gpt::weight_bytes() const {
   if (weight_format_ == WeightFormat::kF32) return table_.total_floats() * 4;
-  return int8_bytes_ + fp32_floats_ * 4;
+  return packed_bytes_ + fp32_floats_ * 4;
 }
 
 absl::Status Gpt::QuantizeWeights(WeightFormat format) {
@@ -41,9 +44,11 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
   const ShardLayout& layout = table_.layout();
   if (training_ || layout.tp_size != 1 || layout.pp_size != 1) {
     return absl::FailedPreconditionError(
-        "int8 weights need an inference model holding the whole model on one rank");
+        absl::StrCat(WeightFormatName(format),
+                     " weights need an inference model holding the whole model on one rank"));
   }
-  if (cfg_.n_embd % 32 != 0) {
+  const bool int8 = IsInt8(format);
+  if (int8 && cfg_.n_embd % 32 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("int8 weights need a width divisible by 32; n_embd is ", cfg_.n_embd));
   }
@@ -52,35 +57,48 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
   const float* base = static_cast<const float*>(weights_.get());
   auto on_host = [&](const Tensor& t) { return host.data() + (t.f32() - base); };
 
-  // The matrices, in one list, with where their int8 form goes.
+  // The matrices, in one list, with where an int8 form goes.
   struct Job {
     Tensor* fp32;
     Int8Matrix* dst;
   };
   const int L = static_cast<int>(w_.layers.size());
-  q_qkv_.resize(L), q_proj_.resize(L), q_fc_.resize(L), q_fcproj_.resize(L);
-  std::vector<Job> jobs{{&w_.wte, &q_wte_}};
+  if (int8) {
+    q_qkv_.resize(L), q_proj_.resize(L), q_fc_.resize(L), q_fcproj_.resize(L);
+  }
+  std::vector<Job> jobs{{&w_.wte, int8 ? &q_wte_ : nullptr}};
   for (int l = 0; l < L; ++l) {
     LayerTensors& w = w_.layers[l];
-    jobs.push_back({&w.qkv_w, &q_qkv_[l]});
-    jobs.push_back({&w.proj_w, &q_proj_[l]});
-    jobs.push_back({&w.fc_w, &q_fc_[l]});
-    jobs.push_back({&w.fcproj_w, &q_fcproj_[l]});
+    jobs.push_back({&w.qkv_w, int8 ? &q_qkv_[l] : nullptr});
+    jobs.push_back({&w.proj_w, int8 ? &q_proj_[l] : nullptr});
+    jobs.push_back({&w.fc_w, int8 ? &q_fc_[l] : nullptr});
+    jobs.push_back({&w.fcproj_w, int8 ? &q_fcproj_[l] : nullptr});
   }
-  // Layout in the int8 buffer: each matrix's values, then its scales
-  // (64-byte aligned each).
+  // Layout in the packed buffer: each matrix's values, then (int8) its
+  // scales, 64-byte aligned each.
   auto align = [](int64_t b) { return (b + 63) / 64 * 64; };
   int64_t bytes = 0;
   for (const Job& j : jobs) {
     const int64_t rows = j.fp32->dim(0), cols = j.fp32->dim(1);
-    bytes += align(rows * cols) + align(rows * (cols / WeightGroup(format, cols)) * 4);
+    bytes += int8 ? align(rows * cols) + align(rows * (cols / WeightGroup(format, cols)) * 4)
+                  : align(rows * cols * 2);
   }
   ASSIGN_OR_RETURN(DeviceBuffer qbuf, backend_->Allocate(static_cast<size_t>(bytes)));
   char* at = static_cast<char*>(qbuf.get());
   std::vector<int8_t> q, q_panels;
   std::vector<float> scales, scale_panels;
+  std::vector<bf16> half;
   for (const Job& j : jobs) {
     const int64_t rows = j.fp32->dim(0), cols = j.fp32->dim(1);
+    if (!int8) {
+      const float* src = on_host(*j.fp32);
+      half.resize(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) half[i] = FloatToBf16(src[i]);
+      *j.fp32 = Tensor::BF16(reinterpret_cast<bf16*>(at), {rows, cols});
+      at += align(rows * cols * 2);
+      RETURN_IF_ERROR(backend_->CopyFromHost(*j.fp32, half.data()));
+      continue;
+    }
     const int64_t group = WeightGroup(format, cols);
     q.resize(rows * cols), q_panels.resize(rows * cols);
     scales.resize(rows * (cols / group)), scale_panels.resize(rows * (cols / group));
@@ -116,8 +134,8 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
     f += t->numel();
   }
   weights_ = std::move(fbuf);
-  int8_buffer_ = std::move(qbuf);
-  int8_bytes_ = bytes;
+  packed_buffer_ = std::move(qbuf);
+  packed_bytes_ = bytes;
   fp32_floats_ = floats;
   weight_format_ = format;
   return absl::OkStatus();

@@ -5,34 +5,34 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/cpu/matmul_kernels.h"
 #include "src/core/timer.h"
 
 namespace ladder {
-namespace {
 
-// Seconds of the fastest of `reps` runs, after one warm-up run unless the
-// caller has warmed up already.
-template <typename F>
-double BestSeconds(F run, int reps, bool warm_up = true) {
-  if (warm_up) run();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    Timer t;
-    run();
-    best = std::min(best, t.Seconds());
+GemmCeiling MeasureGemmCeiling(int max_n, int reps) {
+  GemmCeiling best;
+  for (int n = 512; n <= max_n; n *= 2) {
+    std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+    auto run = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                  0.0f, c.data(), n);
+    };
+    const double gflops = 2.0 * n * n * static_cast<double>(n) / BestSeconds(run, reps) / 1e9;
+    if (gflops > best.gflops) best = {gflops, absl::StrCat("BLAS sgemm ", n, "^3")};
+  }
+  // ladder's own kernel: kSmallBatch tokens through a 2048 x 2048 weight.
+  constexpr int64_t kC = 2048, kN = cpu::kSmallBatch;
+  std::vector<float> w(kC * kC, 0.25f), x(kN * kC, 0.5f), y(kN * kC);
+  auto own = [&] { cpu::SmallMatmul(x.data(), kN, kC, w.data(), kC, nullptr, y.data()); };
+  const double gflops = 2.0 * kN * kC * static_cast<double>(kC) / BestSeconds(own, reps) / 1e9;
+  if (gflops > best.gflops) {
+    best = {gflops, absl::StrCat("ladder's fp32 kernel (", CpuIsaName(ActiveCpuIsa()), ") ", kN,
+                                 "x", kC, "x", kC)};
   }
   return best;
-}
-
-}  // namespace
-
-double MeasureSgemmGflops(int n, int reps) {
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  };
-  return 2.0 * n * n * static_cast<double>(n) / BestSeconds(run, reps) / 1e9;
 }
 
 // 64 independent partial sums: a single running sum would wait on each
@@ -48,7 +48,7 @@ ReadBandwidthProbe::ReadBandwidthProbe(int64_t bytes)
   for (int64_t i = 0; i < n; i += kLanes) std::fill_n(a + i, kLanes, 1.0f);
 }
 
-double ReadBandwidthProbe::Measure(int reps) {
+double ReadBandwidthProbe::ReadSeconds() {
   const int64_t n = static_cast<int64_t>(buffer_.size());
   const float* a = buffer_.data();
   volatile float sink = 0;
@@ -66,9 +66,20 @@ double ReadBandwidthProbe::Measure(int reps) {
     }
     sink = sink + total;
   };
-  const double seconds = BestSeconds(run, reps, /*warm_up=*/best_ == 0.0);
-  best_ = std::max(best_, static_cast<double>(n) * sizeof(float) / seconds);
+  const bool first = !warm_;
+  warm_ = true;
+  return BestSeconds(run, 1, /*warm_up=*/first);
+}
+
+double ReadBandwidthProbe::Measure(int reps) {
+  for (int r = 0; r < reps; ++r) Sample();
   return best_;
+}
+
+double ReadBandwidthProbe::Sample() {
+  const double rate = static_cast<double>(buffer_.size()) * sizeof(float) / ReadSeconds();
+  best_ = std::max(best_, rate);
+  return rate;
 }
 
 }  // namespace ladder

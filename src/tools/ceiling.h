@@ -2,14 +2,33 @@
 // against what this machine, in this environment, can actually do.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "src/core/timer.h"
 
 namespace ladder {
 
-// GFLOP/s of a square n x n x n cblas_sgemm on all threads (best of `reps`
-// after one warm-up call). This is the "peak" MFU and benchmarks divide by.
-double MeasureSgemmGflops(int n = 2048, int reps = 5);
+// The best dense fp32 GEMM rate this process reaches on all its threads:
+// the "peak" that MFU and `ladder bench` divide by. Candidates, each warmed
+// up and timed as the best of `reps`:
+//   - the BLAS library's sgemm on square sizes 512, 1024, ... up to max_n
+//     (a kernel set's rate depends on the size);
+//   - ladder's own fp32 kernel (MatmulForward for kSmallBatch tokens,
+//     matmul_kernels.h) on a 2048 x 2048 weight.
+// Where the BLAS library runs kernels older than the CPU (a misdetected
+// core, blas_kernels.h), ladder's own kernel may be the faster of the two,
+// and a ceiling from sgemm alone would let MFU pass 100%; with both, no
+// step of training, which is built of these GEMMs and slower work around
+// them, can beat it.
+struct GemmCeiling {
+  double gflops = 0;
+  std::string source;  // what reached it, e.g. "OpenBLAS sgemm 2048^3"
+};
+GemmCeiling MeasureGemmCeiling(int max_n = 2048, int reps = 3);
 
 // Bytes per second all threads read from memory: a sum over `bytes` of
 // floats. Batch-1 decoding reads every weight once per token, so this over
@@ -26,10 +45,49 @@ class ReadBandwidthProbe {
   // Reads the buffer `reps` times (after one warm-up read on the first
   // call); returns the best bytes/s of every read so far.
   double Measure(int reps = 1);
+  // Reads the buffer once (after one warm-up read on the first call) and
+  // returns that read's bytes/s: a benchmark that alternates its own work
+  // with Sample() can compare each timing with the bandwidth of the same
+  // moment, which on a shared machine is steadier than either alone.
+  double Sample();
 
  private:
+  double ReadSeconds();  // one read (after a warm-up read the first time)
+
   std::vector<float> buffer_;
   double best_ = 0.0;
+  bool warm_ = false;
 };
+
+// A memory-bound piece of work timed against the bandwidth of the same
+// moment: each of `reps` calls of work() (which returns a Status) sits
+// between two probe reads, and its rate, `bytes` over its seconds, is
+// divided by the faster of the two. Medians over the calls:
+struct PairedBandwidth {
+  double seconds = 0;    // of one call
+  double bandwidth = 0;  // bytes/s, the faster read around a call
+  double fraction = 0;   // of the rate over that bandwidth
+};
+template <typename F>
+absl::Status TimeAgainstBandwidth(ReadBandwidthProbe& probe, int64_t bytes, int reps, F work,
+                                  PairedBandwidth* out) {
+  std::vector<double> seconds, bandwidth, fraction;
+  double before = probe.Sample();
+  for (int r = 0; r < reps; ++r) {
+    Timer t;
+    if (absl::Status s = work(); !s.ok()) return s;
+    seconds.push_back(t.Seconds());
+    const double after = probe.Sample();
+    bandwidth.push_back(std::max(before, after));
+    fraction.push_back(static_cast<double>(bytes) / seconds.back() / bandwidth.back());
+    before = after;
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  *out = {median(seconds), median(bandwidth), median(fraction)};
+  return absl::OkStatus();
+}
 
 }  // namespace ladder

@@ -52,6 +52,27 @@ done
 expect_ok --help
 expect_ok version
 grep -q "^ladder " "$tmp/out" || fail "version line"
+grep -qE "^cpu: .*ladder kernels (portable|avx2|avx512) \(this CPU supports (portable|avx2|avx512)\)" \
+  "$tmp/out" || fail "version prints no ladder ISA level: $(cat "$tmp/out")"
+# The BLAS line. Where OpenBLAS picks its kernels right (here), ladder says
+# "detected" and prints nothing on stderr; where it picks older kernels than
+# the CPU runs, ladder restarts itself once, says so in one stderr line, and
+# the BLAS line names what OpenBLAS detected.
+env -u OPENBLAS_CORETYPE -u LADDER_BLAS_DETECTED "$ladder" version >"$tmp/out" 2>"$tmp/err" ||
+  fail "ladder version failed: $(cat "$tmp/err")"
+grep -qE "^blas: OpenBLAS [0-9.]+ \([a-zA-Z ]+\), kernels [A-Za-z0-9_]+ \(" "$tmp/out" ||
+  fail "version prints no BLAS line: $(cat "$tmp/out")"
+if grep -q "(detected)" "$tmp/out"; then
+  [ -s "$tmp/err" ] && fail "version with detected BLAS kernels printed on stderr: $(cat "$tmp/err")"
+elif ! grep -q "(set by ladder: OpenBLAS detected " "$tmp/out" ||
+     [ "$(grep -c "restarting with OPENBLAS_CORETYPE=" "$tmp/err")" -ne 1 ]; then
+  fail "BLAS kernels neither detected nor set by ladder with one line: $(cat "$tmp/out" "$tmp/err")"
+fi
+# A user's OPENBLAS_CORETYPE stands, even for kernels older than the CPU's.
+OPENBLAS_CORETYPE=Prescott "$ladder" version >"$tmp/out" 2>"$tmp/err" || fail "version with OPENBLAS_CORETYPE"
+grep -q "^blas: .*kernels Prescott (OPENBLAS_CORETYPE=Prescott)$" "$tmp/out" ||
+  fail "OPENBLAS_CORETYPE=Prescott not respected: $(cat "$tmp/out")"
+[ -s "$tmp/err" ] && fail "version with OPENBLAS_CORETYPE printed on stderr: $(cat "$tmp/err")"
 
 # ---- happy path --------------------------------------------------------------
 expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/run" --steps 20
@@ -151,7 +172,7 @@ expect_error 2 "/nonexistent/b.conf" -- bench train --config /nonexistent/b.conf
 expect_ok bench decode --config "$src/tests/cli/micro.conf" --tokens 8
 tail -1 "$tmp/out" | grep -qE '^\{"tokens_per_s":[0-9.]+,"bound_tokens_per_s":[0-9.]+,"fraction":[0-9.]+\}$' ||
   fail "bench decode: no JSON summary"
-expect_error 2 "--tokens must be in [1, 31], got 32" -- bench decode --config "$src/tests/cli/micro.conf" --tokens 32
+expect_error 2 "--tokens must be in [2, 31], got 32" -- bench decode --config "$src/tests/cli/micro.conf" --tokens 32
 expect_error 2 "'fast'" -- bench fast
 echo "not a model" >"$tmp/run/model.bin"
 expect_error 2 "model.bin" -- generate --model "$tmp/run"

@@ -13,6 +13,7 @@
 // result does not depend on the thread count. dwpe rides along in the same pass.
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "src/core/bf16.h"
 
 namespace ladder {
 namespace {
@@ -44,10 +45,12 @@ absl::Status CheckEmbeddingShapes(absl::string_view op, absl::string_view d, con
         absl::StrCat(op, ": tokens has shape ", tokens.ShapeString(), ", expected [B,T] i32"));
   }
   RETURN_IF_ERROR(cpu::CheckCpu(op, "tokens", tokens));
-  if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
-      wte.dim(1) <= 0) {
+  // The forward also reads a bf16 table (inference with --weights bf16).
+  const bool dtype_ok = wte.dtype == DType::kF32 || (d.empty() && wte.dtype == DType::kBF16);
+  if (wte.empty() || !dtype_ok || wte.rank != 2 || wte.dim(0) <= 0 || wte.dim(1) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ", wte.ShapeString(),
-                                                   ", expected [Vshard,C] f32"));
+                                                   ", expected [Vshard,C] f32",
+                                                   d.empty() ? " or bf16" : ""));
   }
   RETURN_IF_ERROR(cpu::CheckCpu(op, absl::StrCat(d, "wte"), wte));
   if (vocab_start < 0) {
@@ -73,31 +76,39 @@ inline int64_t ShardRow(int32_t tok, int64_t vs, int64_t rows) {
   return r >= 0 && r < rows ? r : -1;
 }
 
+// The forward's gather for a table of E (float, or bf16 widened on the fly).
+template <class E>
+void EmbedRows(float* out, const int32_t* tok, int64_t N, int64_t T, int64_t C, const E* wte,
+               int64_t rows, int64_t vocab_start, const Tensor& wpe) {
+  const float* wpe_p = wpe.empty() ? nullptr : wpe.f32();
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t r = ShardRow(tok[n], vocab_start, rows);
+    const E* e = r >= 0 ? wte + r * C : nullptr;
+    const float* p = wpe_p != nullptr ? wpe_p + (n % T) * C : nullptr;
+    float* o = out + n * C;
+    if (e != nullptr && p != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = Widen(e[c]) + p[c];
+    } else if (e != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = Widen(e[c]);
+    } else if (p != nullptr) {
+      for (int64_t c = 0; c < C; ++c) o[c] = p[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) o[c] = 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status CpuBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                                           int64_t vocab_start) {
   RETURN_IF_ERROR(CheckEmbeddingShapes(kFwd, "", out, tokens, wte, wpe, vocab_start));
   const int64_t T = tokens.dim(1), C = wte.dim(1), N = tokens.numel(), rows = wte.dim(0);
-  const int32_t* tok = tokens.i32();
-  const float* wte_p = wte.f32();
-  const float* wpe_p = wpe.empty() ? nullptr : wpe.f32();
-  float* out_p = out.f32();
-#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t r = ShardRow(tok[n], vocab_start, rows);
-    const float* e = r >= 0 ? wte_p + r * C : nullptr;
-    const float* p = wpe_p != nullptr ? wpe_p + (n % T) * C : nullptr;
-    float* o = out_p + n * C;
-    if (e != nullptr && p != nullptr) {
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
-    } else if (e != nullptr) {
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c];
-    } else if (p != nullptr) {
-      for (int64_t c = 0; c < C; ++c) o[c] = p[c];
-    } else {
-      for (int64_t c = 0; c < C; ++c) o[c] = 0.0f;
-    }
+  if (wte.dtype == DType::kBF16) {
+    EmbedRows(out.f32(), tokens.i32(), N, T, C, wte.bf16(), rows, vocab_start, wpe);
+  } else {
+    EmbedRows(out.f32(), tokens.i32(), N, T, C, wte.f32(), rows, vocab_start, wpe);
   }
   return absl::OkStatus();
 }

@@ -36,6 +36,11 @@
 //   AVX2:    VPMADDUBSW + VPMADDWD on two 32-byte halves, with the sign
 //            trick (|x| times q with x's sign) so the 16-bit pair sums,
 //            at most 2 * 127 * 127, never saturate.
+//
+// That is for up to kSmallBatch tokens, where reading the weights is the
+// bound (matmul_kernels.h). Prefill is compute-bound and takes another
+// route: each panel is widened to fp32 and sgemm multiplies the unquantized
+// activations by it (DequantizePanel, DequantizedSgemm).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -47,6 +52,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/cpu/matmul_kernels.h"
 #include "src/backend/quantize.h"
 
 namespace ladder {
@@ -247,6 +253,27 @@ LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
 
 LADDER_AVX512_END
 
+// ---- prefill: one panel widened to fp32 ----------------------------------------
+
+// dst [16, C] row-major = the 16 rows of panel p as q * scale. The inner
+// loop is one row's 4 channels of a 64-byte group, so it vectorizes 4 wide.
+void DequantizePanel(const int8_t* q, const float* s, int64_t p, int64_t C, int64_t groups,
+                     float* dst) {
+  const int8_t* panel = q + p * kPanel * C;
+  const float* scales = s + p * kPanel * groups;
+  const int64_t G = C / groups;
+  for (int64_t r = 0; r < kPanel; ++r) {
+    float* row = dst + r * C;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = scales[Int8PanelScaleIndex(r, g, groups)];
+      for (int64_t c = g * G; c < (g + 1) * G; c += 4) {
+        const int8_t* four = panel + Int8PanelIndex(r, c, C);
+        for (int64_t j = 0; j < 4; ++j) row[c + j] = static_cast<float>(four[j]) * scale;
+      }
+    }
+  }
+}
+
 // ---- dispatch ----------------------------------------------------------------
 
 // A level's tiles: full[t - 1] covers P panels x t tokens (t = 1..T, the
@@ -321,6 +348,21 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
   }
   RETURN_IF_ERROR(cpu::CheckRows(kFwd, "out", out, DType::kF32, N, OC));
   if (!bias.empty()) RETURN_IF_ERROR(cpu::CheckNumel(kFwd, "bias", bias, DType::kF32, OC));
+  const float* b = bias.empty() ? nullptr : bias.f32();
+  if (N > cpu::kSmallBatch) {
+    // Prefill: compute-bound, so the weights are widened a panel at a time
+    // for sgemm (matmul_kernels.h); the activations stay fp32.
+    const int8_t* qp = q.i8();
+    const float* sp = scales.f32();
+    const int64_t groups = C / G;
+    cpu::DequantizedSgemm(
+        inp.f32(), N, C, OC, kPanel,
+        [&](int64_t r0, int64_t /*rows: one panel*/, float* dst) {
+          DequantizePanel(qp, sp, r0 / kPanel, C, groups, dst);
+        },
+        b, out.f32());
+    return absl::OkStatus();
+  }
   const Kernel kernel = KernelFor(ActiveCpuIsa());
   // Scratch for the quantized activations, kept per calling thread so a
   // decode step does not allocate.
@@ -334,7 +376,7 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
                    .xs = xs.data(),
                    .xc = xc.data(),
                    .y = out.f32(),
-                   .b = bias.empty() ? nullptr : bias.f32(),
+                   .b = b,
                    .N = N,
                    .C = C,
                    .OC = OC,

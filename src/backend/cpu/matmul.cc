@@ -8,10 +8,16 @@
 // The bias add and the bias gradient (column sums of dout) are cheap memory
 // passes done here with OpenMP; the column sums give each thread its own
 // columns and walk the rows in order, so they are deterministic.
+//
+// A forward over few tokens (decoding) is bound by reading the weights, not
+// by FLOPs, and goes to ladder's own streaming kernel instead; bf16 weights
+// (inference) take that kernel for few tokens and are widened a tile at a
+// time for sgemm beyond (matmul_kernels.h says which and why).
 #include <cblas.h>
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "src/backend/cpu/matmul_kernels.h"
 
 namespace ladder {
 namespace {
@@ -19,12 +25,13 @@ namespace {
 constexpr char kFwd[] = "MatmulForward";
 constexpr char kBwd[] = "MatmulBackward";
 
-// weight must be [OC, C] for the given C (OC is read from it).
+// weight must be [OC, C] for the given C (OC is read from it), f32 or bf16.
 absl::Status CheckWeight(absl::string_view op, absl::string_view what, const Tensor& w, int64_t C) {
-  if (w.empty() || w.dtype != DType::kF32 || w.rank != 2 || w.dim(0) < 0 || w.dim(1) != C) {
+  if (w.empty() || (w.dtype != DType::kF32 && w.dtype != DType::kBF16) || w.rank != 2 ||
+      w.dim(0) < 0 || w.dim(1) != C) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ", w.ShapeString(),
                                                    w.empty() ? " (empty)" : "", ", expected [OC,",
-                                                   C, "] f32"));
+                                                   C, "] f32 or bf16"));
   }
   return cpu::CheckCpu(op, what, w);
 }
@@ -50,18 +57,31 @@ absl::Status CpuBackend::MatmulForward(Tensor out, Tensor inp, Tensor weight, Te
   RETURN_IF_ERROR(CheckBlasDims(kFwd, N, OC, C));
   if (N == 0 || OC == 0) return absl::OkStatus();
 
-  float* out_p = out.f32();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(OC),
-              static_cast<int>(C), 1.0f, inp.f32(), static_cast<int>(C), weight.f32(),
-              static_cast<int>(C), 0.0f, out_p, static_cast<int>(OC));
-  if (!bias.empty()) {
-    const float* b = bias.f32();
-#pragma omp parallel for schedule(static) if (N * OC >= cpu::kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      float* o = out_p + n * OC;
-      for (int64_t j = 0; j < OC; ++j) o[j] += b[j];
+  const float* x = inp.f32();
+  const float* b = bias.empty() ? nullptr : bias.f32();
+  float* y = out.f32();
+  if (weight.dtype == DType::kBF16) {
+    const bf16* w = weight.bf16();
+    if (N <= cpu::kSmallBatch) {
+      cpu::SmallMatmul(x, N, C, w, OC, b, y);
+    } else {
+      cpu::DequantizedSgemm(
+          x, N, C, OC, 1,
+          [&](int64_t r0, int64_t rows, float* dst) {
+            for (int64_t i = 0; i < rows * C; ++i) dst[i] = Bf16ToFloat(w[r0 * C + i]);
+          },
+          b, y);
     }
+    return absl::OkStatus();
   }
+  if (N <= cpu::kSmallBatch) {
+    cpu::SmallMatmul(x, N, C, weight.f32(), OC, b, y);
+    return absl::OkStatus();
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(OC),
+              static_cast<int>(C), 1.0f, x, static_cast<int>(C), weight.f32(), static_cast<int>(C),
+              0.0f, y, static_cast<int>(OC));
+  if (b != nullptr) cpu::AddBias(y, N, OC, b);
   return absl::OkStatus();
 }
 
