@@ -16,7 +16,7 @@ struct StepRecord {
   int64_t step = 0;  // 1-based: the number of optimizer updates done
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0;
-  double mfu = 0;  // achieved FLOP rate / the sgemm rate measured at start
+  double mfu = 0;  // achieved FLOP rate / the GEMM ceiling (tools/ceiling.h), at most 1
   // Time split of the step, seconds.
   double t_data = 0, t_forward = 0, t_backward = 0, t_optimizer = 0;
   double t_step = 0;

@@ -205,7 +205,13 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   r.step = step_;
   r.tokens_per_s = static_cast<double>(tokens_per_step()) / r.t_step;
   if (peak_gflops_ > 0) {
-    r.mfu = r.tokens_per_s * cfg_.model.TrainingFlopsPerToken() / (peak_gflops_ * 1e9);
+    // A step is GEMMs and slower work around them, so it cannot truly beat
+    // the best GEMM rate; if it seems to, the ceiling was measured in a slow
+    // moment, and the rate this process has just shown is the better (still
+    // conservative) ceiling. So MFU never exceeds 1.
+    const double gflops = r.tokens_per_s * cfg_.model.TrainingFlopsPerToken() / 1e9;
+    peak_gflops_ = std::max(peak_gflops_, gflops);
+    r.mfu = gflops / peak_gflops_;
   }
   return r;
 }

@@ -62,7 +62,8 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `train` and `val` must outlive the trainer. `peak_gflops` is the rate MFU
-  // is measured against (0: MFU not reported). Every member of the groups
+  // is measured against (0: MFU not reported), raised to any step's own rate
+  // that beats it, so MFU <= 1. Every member of the groups
   // must create its trainer with the same config.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const RunConfig& cfg, Backend* backend,
                                                          const std::vector<int32_t>* train,

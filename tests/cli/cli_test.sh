@@ -42,7 +42,7 @@ printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
 
 # ---- help and version -------------------------------------------------------
 for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
-           "data prepare" "bench train" "bench checkpoint" "bench decode" plan "checkpoint inspect" \
+           "data prepare" "bench train" "bench checkpoint" "bench decode" "bench matmul" plan "checkpoint inspect" \
            "checkpoint convert" version; do
   # shellcheck disable=SC2086
   if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
@@ -82,6 +82,9 @@ done
 [ "$(wc -l <"$tmp/run/metrics.jsonl")" -eq 20 ] || fail "metrics.jsonl should have 20 lines"
 grep -q '"step":20,"loss":' "$tmp/run/metrics.jsonl" || fail "metrics.jsonl step 20"
 grep -q '"val_loss":' "$tmp/run/metrics.jsonl" || fail "metrics.jsonl has no val_loss"
+# MFU is at most 1: the ceiling is the best GEMM rate, raised to any faster step.
+grep -o '"mfu":[^,]*' "$tmp/run/metrics.jsonl" | cut -d: -f2 |
+  awk '{ if (!($1 > 0 && $1 <= 1)) bad = 1 } END { exit bad }' || fail "an MFU outside (0, 1]"
 # Same seed, same binary: bitwise-identical losses.
 expect_ok train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/run_again" --steps 20
 cmp -s <(grep -o '"loss":[^,]*' "$tmp/run/metrics.jsonl") \
@@ -100,6 +103,10 @@ fp32_loss=$(loss_of)
 expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int8 --kv int8
 awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.01 && d > -0.01) }' ||
   fail "int8 eval loss $(loss_of) vs fp32 $fp32_loss"
+expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights bf16
+awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.01 && d > -0.01) }' ||
+  fail "bf16 eval loss $(loss_of) vs fp32 $fp32_loss"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 20 --weights bf16
 # A model file alone (tokenizer beside it) and int8 formats through generate.
 expect_ok generate --model "$tmp/run/model.bin" --prompt "In the" --max-tokens 20 --seed 3
 cmp -s "$tmp/out" "$tmp/gen1" || fail "generate from the model file differs from the run directory"
@@ -173,6 +180,22 @@ expect_ok bench decode --config "$src/tests/cli/micro.conf" --tokens 8
 tail -1 "$tmp/out" | grep -qE '^\{"tokens_per_s":[0-9.]+,"bound_tokens_per_s":[0-9.]+,"fraction":[0-9.]+\}$' ||
   fail "bench decode: no JSON summary"
 expect_error 2 "--tokens must be in [2, 31], got 32" -- bench decode --config "$src/tests/cli/micro.conf" --tokens 32
+expect_ok bench decode --config "$src/tests/cli/micro.conf" --tokens 8 --weights bf16
+grep -q "^kernels: OpenBLAS .*; ladder's own: " "$tmp/out" || fail "bench decode names no kernel set"
+expect_ok bench matmul --config "$src/tests/cli/micro.conf" --tokens 1,17 --reps 1
+tail -1 "$tmp/out" | grep -q '^\[{"tokens":1,"path":"sgemm",' || fail "bench matmul: no JSON summary"
+grep -c '^ *17  int8 ' "$tmp/out" | grep -q 1 || fail "bench matmul: no int8 prefill row"
+expect_error 2 "--tokens must be a comma-separated list" -- bench matmul --config "$src/tests/cli/micro.conf" --tokens 1,x
+# The training benchmark's fraction of the GEMM ceiling is at most 1, with
+# the BLAS library's kernels or with its oldest ones (a misdetected CPU's).
+for coretype in detected Prescott; do
+  (if [ $coretype != detected ]; then export OPENBLAS_CORETYPE=$coretype; fi
+   exec "$ladder" bench train --config "$src/tests/cli/micro.conf" --steps 3) \
+    >"$tmp/out" 2>"$tmp/err" || fail "bench train (kernels $coretype): $(cat "$tmp/err")"
+  grep -q "^kernels: OpenBLAS .*; ladder's own: " "$tmp/out" || fail "bench train names no kernel set"
+  tail -1 "$tmp/out" | grep -o '"fraction":[0-9.]*' | cut -d: -f2 |
+    awk '{ exit !($1 > 0 && $1 <= 1) }' || fail "bench train fraction above 1: $(tail -1 "$tmp/out")"
+done
 expect_error 2 "'fast'" -- bench fast
 echo "not a model" >"$tmp/run/model.bin"
 expect_error 2 "model.bin" -- generate --model "$tmp/run"
