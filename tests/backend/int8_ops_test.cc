@@ -35,28 +35,15 @@
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
 #include "src/backend/quantize.h"
+#include "tests/backend/cpu_test_inputs.h"
 
 namespace ladder {
 namespace {
 
 using Floats = std::vector<float>;
 
-Floats Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Floats x(n);
-  for (float& v : x) v = u(rng);
-  return x;
-}
-
-// The levels this CPU can run, portable first.
-std::vector<CpuIsa> Levels() {
-  std::vector<CpuIsa> levels;
-  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (isa <= SupportedCpuIsa()) levels.push_back(isa);
-  }
-  return levels;
-}
+using testing_inputs::Levels;
+using testing_inputs::Uniform;
 
 // A random [OC, C] weight quantized in groups of G: row-major for the
 // references, in panels for the ops.

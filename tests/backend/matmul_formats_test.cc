@@ -32,27 +32,15 @@
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
 #include "src/core/bf16.h"
+#include "tests/backend/cpu_test_inputs.h"
 
 namespace ladder {
 namespace {
 
 using Floats = std::vector<float>;
 
-Floats Uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Floats x(n);
-  for (float& v : x) v = u(rng);
-  return x;
-}
-
-std::vector<CpuIsa> Levels() {
-  std::vector<CpuIsa> levels;
-  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (isa <= SupportedCpuIsa()) levels.push_back(isa);
-  }
-  return levels;
-}
+using testing_inputs::Levels;
+using testing_inputs::Uniform;
 
 // A random [OC, C] weight, as fp32 and rounded to bf16.
 struct Weights {
