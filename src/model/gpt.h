@@ -120,6 +120,7 @@ class Gpt {
   // keys and values into `cache` and attending over everything cached for
   // their sequences, and returns each token's next-token logits
   // (tokens.size() x vocab_size floats). Needs the whole model on this rank.
+  // One call at a time per model (it reuses its scratch between calls).
   absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
   // One sequence from position 0 through the cache's first blocks (which it
   // overwrites): the logits after every token of `tokens` (at most the
@@ -177,6 +178,9 @@ class Gpt {
   Int8Matrix q_wte_;
   std::vector<Int8Matrix> q_qkv_, q_proj_, q_fc_, q_fcproj_;
   GptActivations acts_;
+  // ForwardCached's scratch, reused by the next call (grown as needed).
+  DeviceBuffer cached_scratch_;
+  int64_t cached_scratch_floats_ = 0;
   int bound_B_ = 0, bound_T_ = 0;
 };
 

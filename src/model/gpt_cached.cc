@@ -4,7 +4,7 @@
 // keys and values kept in the paged cache from earlier steps. Every op but
 // attention is row-wise over the N tokens, so the layer is the training
 // layer with PagedAttentionForward in place of AttentionForward (and a
-// KvCacheWrite before it). Everything lives in buffers of this call.
+// KvCacheWrite before it). Its scratch is reused from call to call.
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
@@ -46,8 +46,15 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   Backend& be = *backend_;
   const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + 4 * N +
                          static_cast<int64_t>(batch.block_tables.size());
-  ASSIGN_OR_RETURN(DeviceBuffer scratch, be.Allocate(static_cast<size_t>(floats) * 4));
-  float* at = static_cast<float*>(scratch.get());
+  // The scratch is kept between calls and only grows: a decode step is a
+  // few milliseconds, and fresh pages every step (faulted in and zeroed by
+  // the kernel) cost several percent of it.
+  if (floats > cached_scratch_floats_) {
+    cached_scratch_.reset();
+    ASSIGN_OR_RETURN(cached_scratch_, be.Allocate(static_cast<size_t>(floats) * 4));
+    cached_scratch_floats_ = floats;
+  }
+  float* at = static_cast<float*>(cached_scratch_.get());
   auto take = [&at](std::initializer_list<int64_t> dims) {
     Tensor t = Tensor::F32(at, dims);
     at += t.numel();

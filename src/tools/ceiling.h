@@ -61,11 +61,12 @@ class ReadBandwidthProbe {
 
 // A memory-bound piece of work timed against the bandwidth of the same
 // moment: each of `reps` calls of work() (which returns a Status) sits
-// between two probe reads, and its rate, `bytes` over its seconds, is
-// divided by the faster of the two. Medians over the calls:
+// between two probe reads, each about as long as the call, and its rate,
+// `bytes` over its seconds, is divided by their mean (the bandwidth others
+// left while it ran, interpolated). Medians over the calls:
 struct PairedBandwidth {
   double seconds = 0;    // of one call
-  double bandwidth = 0;  // bytes/s, the faster read around a call
+  double bandwidth = 0;  // bytes/s, the mean of the reads around a call
   double fraction = 0;   // of the rate over that bandwidth
 };
 template <typename F>
@@ -78,7 +79,7 @@ absl::Status TimeAgainstBandwidth(ReadBandwidthProbe& probe, int64_t bytes, int 
     if (absl::Status s = work(); !s.ok()) return s;
     seconds.push_back(t.Seconds());
     const double after = probe.Sample();
-    bandwidth.push_back(std::max(before, after));
+    bandwidth.push_back((before + after) / 2);
     fraction.push_back(static_cast<double>(bytes) / seconds.back() / bandwidth.back());
     before = after;
   }

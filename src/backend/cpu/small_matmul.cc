@@ -298,27 +298,32 @@ Kernel<W> KernelFor(CpuIsa isa) {
   return {&StreamPortable<W>, 1, 1, kPortable.data(), kPortable.data()};
 }
 
-// Each thread takes one contiguous run of rows (a multiple of 16, so no two
-// threads write one cache line of y): a long sequential read is what memory
-// serves fastest, and finer dynamic chunks measured slower.
+// Rows go to threads in runs of 16 or more (so no two threads write one
+// cache line of y): a long sequential read is what memory serves fastest,
+// and fine dynamic chunks measured slower.
 template <class W>
 void Run(const Operands<W>& m) {
   const Kernel<W> k = KernelFor<W>(ActiveCpuIsa());
+  if (m.N == 1) {
+    // Blocks of 16 rows in guided chunks: each thread starts with a long
+    // contiguous run, and the shrinking chunks at the end let a thread that
+    // another process slowed finish while the other takes its share.
+    const int64_t blocks = (m.OC + 15) / 16;
+#pragma omp parallel for schedule(guided) if (m.OC * m.C >= kParallelMin)
+    for (int64_t b = 0; b < blocks; ++b) k.stream(m, 16 * b, std::min(m.OC, 16 * b + 16), 0);
+    return;
+  }
 #pragma omp parallel if (m.N * m.OC * m.C >= kParallelMin)
   {
     const Range rows = ThreadRange(m.OC, 16, omp_get_thread_num(), omp_get_num_threads());
-    if (m.N == 1) {
-      k.stream(m, rows.begin, rows.end, 0);
-    } else {
-      for (int64_t o = rows.begin; o < rows.end; o += k.R) {
-        const int64_t R = std::min<int64_t>(k.R, rows.end - o);
-        for (int64_t n = 0; n < m.N; n += k.T) {
-          const int64_t t = std::min<int64_t>(k.T, m.N - n);
-          if (R == k.R) {
-            k.full[t - 1](m, o, n);
-          } else {
-            for (int64_t r = o; r < o + R; ++r) k.one[t - 1](m, r, n);
-          }
+    for (int64_t o = rows.begin; o < rows.end; o += k.R) {
+      const int64_t R = std::min<int64_t>(k.R, rows.end - o);
+      for (int64_t n = 0; n < m.N; n += k.T) {
+        const int64_t t = std::min<int64_t>(k.T, m.N - n);
+        if (R == k.R) {
+          k.full[t - 1](m, o, n);
+        } else {
+          for (int64_t r = o; r < o + R; ++r) k.one[t - 1](m, r, n);
         }
       }
     }
