@@ -71,6 +71,20 @@ inline void TouchChunk(const W* w, int R, int64_t C, int64_t c) {
   }
 }
 
+// The one-token kernels read W in order. For bf16 they ask for the bytes
+// 1.5 KiB ahead of the 64 weights they are about to use (about one row of a
+// 768-wide matrix): measured on a Zen 3, decode went from 0.76-0.88 of the
+// read bound to 0.83-0.97, while for fp32 it only got in the way of the
+// hardware prefetcher (0.73-0.91 without, 0.73-0.87 with, at 0.75 to 6 KiB).
+template <class W>
+inline void PrefetchAhead(const W* w) {
+  if constexpr (sizeof(W) == 2) {
+    constexpr int64_t kAhead = 1536;
+    const char* p = reinterpret_cast<const char*>(w) + kAhead;
+    for (int64_t b = 0; b < kLanes * int64_t{sizeof(W)}; b += 64) __builtin_prefetch(p + b);
+  }
+}
+
 // A tile: rows [o, o + R) by tokens [n, n + T) (R and T fixed by the kernel).
 template <class W>
 using TileFn = void (*)(const Operands<W>& m, int64_t o, int64_t n);
@@ -122,6 +136,7 @@ LADDER_TARGET_AVX2 void StreamAvx2(const Operands<W>& m, int64_t o0, int64_t o1,
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c + kLanes <= m.C; c += kLanes) {
+      PrefetchAhead(w + c);
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         acc[i] = _mm256_fmadd_ps(Load8(w + c + 8 * i), _mm256_loadu_ps(x + c + 8 * i), acc[i]);
@@ -203,6 +218,7 @@ LADDER_TARGET_AVX512 void StreamAvx512(const Operands<W>& m, int64_t o0, int64_t
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t c = 0; c + kLanes <= m.C; c += kLanes) {
+      PrefetchAhead(w + c);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         acc[i] = _mm512_fmadd_ps(Load16(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), acc[i]);
