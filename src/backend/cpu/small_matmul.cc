@@ -90,7 +90,7 @@ template <class W>
 using TileFn = void (*)(const Operands<W>& m, int64_t o, int64_t n);
 // One token through rows [o0, o1).
 template <class W>
-using StreamFn = void (*)(const Operands<W>& m, int64_t o0, int64_t o1, int64_t n);
+using StreamFn = void (*)(const Operands<W>& m, int64_t o0, int64_t o1);
 
 // ---- portable: the definition, one row by one token ---------------------------
 
@@ -128,8 +128,8 @@ LADDER_TARGET_AVX2 inline float FoldAvx2(__m256* acc) {
 // One token (decoding): rows [o0, o1) one after another, each row's 64
 // lanes in eight ymm accumulators, eight independent fma chains.
 template <class W>
-LADDER_TARGET_AVX2 void StreamAvx2(const Operands<W>& m, int64_t o0, int64_t o1, int64_t n) {
-  const float* x = m.x + n * m.C;
+LADDER_TARGET_AVX2 void StreamAvx2(const Operands<W>& m, int64_t o0, int64_t o1) {
+  const float* x = m.x;
   for (int64_t o = o0; o < o1; ++o) {
     const W* w = m.w + o * m.C;
     __m256 acc[8];
@@ -142,7 +142,7 @@ LADDER_TARGET_AVX2 void StreamAvx2(const Operands<W>& m, int64_t o0, int64_t o1,
         acc[i] = _mm256_fmadd_ps(Load8(w + c + 8 * i), _mm256_loadu_ps(x + c + 8 * i), acc[i]);
       }
     }
-    m.y[n * m.OC + o] = Finish(m, FoldAvx2(acc), o, n);
+    m.y[o] = Finish(m, FoldAvx2(acc), o, 0);
   }
 }
 
@@ -210,8 +210,8 @@ LADDER_TARGET_AVX512 inline float FoldAvx512(__m512* acc) {
 }
 
 template <class W>
-LADDER_TARGET_AVX512 void StreamAvx512(const Operands<W>& m, int64_t o0, int64_t o1, int64_t n) {
-  const float* x = m.x + n * m.C;
+LADDER_TARGET_AVX512 void StreamAvx512(const Operands<W>& m, int64_t o0, int64_t o1) {
+  const float* x = m.x;
   for (int64_t o = o0; o < o1; ++o) {
     const W* w = m.w + o * m.C;
     __m512 acc[4];
@@ -224,7 +224,7 @@ LADDER_TARGET_AVX512 void StreamAvx512(const Operands<W>& m, int64_t o0, int64_t
         acc[i] = _mm512_fmadd_ps(Load16(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), acc[i]);
       }
     }
-    m.y[n * m.OC + o] = Finish(m, FoldAvx512(acc), o, n);
+    m.y[o] = Finish(m, FoldAvx512(acc), o, 0);
   }
 }
 
@@ -266,8 +266,8 @@ LADDER_AVX512_END
 // ---- dispatch --------------------------------------------------------------------
 
 template <class W>
-void StreamPortable(const Operands<W>& m, int64_t o0, int64_t o1, int64_t n) {
-  for (int64_t o = o0; o < o1; ++o) TilePortable(m, o, n);
+void StreamPortable(const Operands<W>& m, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) TilePortable(m, o, 0);
 }
 
 // A level's kernels: `stream` for one token, and for several full[t - 1]
@@ -326,7 +326,7 @@ void Run(const Operands<W>& m) {
     // another process slowed finish while the other takes its share.
     const int64_t blocks = (m.OC + 15) / 16;
 #pragma omp parallel for schedule(guided) if (m.OC * m.C >= kParallelMin)
-    for (int64_t b = 0; b < blocks; ++b) k.stream(m, 16 * b, std::min(m.OC, 16 * b + 16), 0);
+    for (int64_t b = 0; b < blocks; ++b) k.stream(m, 16 * b, std::min(m.OC, 16 * b + 16));
     return;
   }
 #pragma omp parallel if (m.N * m.OC * m.C >= kParallelMin)
