@@ -160,7 +160,7 @@ absl::Status Run(const Flags& f) {
 
   std::printf("bench matmul: %s, a block's 4 linear layers (%.2fM weights), %lld layers\n",
               f.config.c_str(), params / 1e6, static_cast<long long>(L));
-  std::printf("blas: %s; ladder kernels: %s\n", BlasSummary().c_str(), CpuIsaName(ActiveCpuIsa()));
+  std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(), CpuIsaName(ActiveCpuIsa()));
   std::printf("%6s  %-6s %10s  %16s  %16s  %8s\n", "tokens", "path", "ms/block", "rate", "ceiling",
               "fraction");
   std::string json;
@@ -220,7 +220,9 @@ int BenchMatmulCommand(int argc, char** argv) {
                 "cblas_sgemm of the same shapes beyond. The last line is JSON.");
   flags.String("config", &f.config, "model config whose shapes to time");
   flags.String("tokens", &f.tokens, "comma-separated token counts per call");
-  flags.Int("reps", &f.reps, "timed repetitions (the best is kept)");
+  flags.Int("reps", &f.reps,
+            "timed repetitions: the median against the bandwidth read around each (up to 16 "
+            "tokens), the best (beyond)");
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 
