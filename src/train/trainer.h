@@ -83,6 +83,8 @@ class Trainer {
   Gpt& model() { return *model_; }
   const Gpt& model() const { return *model_; }
   int64_t step() const { return step_; }
+  // The rate MFU divides by: peak_gflops from Create, raised to any step's.
+  double peak_gflops() const { return peak_gflops_; }
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
