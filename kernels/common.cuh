@@ -4,8 +4,9 @@
 
 #include <cstddef>
 
-namespace ladder {
-namespace kernels {
+#include "kernels/namespace.h"
+
+LADDER_KERNELS_BEGIN
 
 inline constexpr int kWarpSize = 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;
@@ -52,5 +53,4 @@ __device__ __forceinline__ float FromFloat<float>(float x) {
   return x;
 }
 
-}  // namespace kernels
-}  // namespace ladder
+LADDER_KERNELS_END

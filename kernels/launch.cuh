@@ -5,16 +5,17 @@
 // The four rules every file in kernels/ follows:
 //
 //  1. Namespaces: open with LADDER_KERNELS_BEGIN and close with
-//     LADDER_KERNELS_END instead of `namespace ladder { namespace kernels {`.
-//     Under the simulator they add an inline namespace `sim`, so both
-//     compilations can live in one binary (kernels::Foo names the right one in
-//     each) without clashing at link time.
+//     LADDER_KERNELS_END (kernels/namespace.h) instead of
+//     `namespace ladder { namespace kernels {`, in the .cu and in its
+//     launcher header. Under the simulator they add an inline namespace `sim`,
+//     so both compilations live in one binary without clashing at link time.
 //
-//  2. Launches: Launch<Kernel>(grid, block, smem_bytes, stream, args...)
-//     instead of Kernel<<<grid, block, smem_bytes, stream>>>(args...). It
-//     returns the launch error (cudaGetLastError) like the launchers do. Under
-//     the simulator it runs the grid before returning and names the kernel
-//     (with its template arguments) in every error.
+//  2. Launches (this header; only .cu files include it):
+//     Launch<Kernel>(grid, block, smem_bytes, stream, args...) instead of
+//     Kernel<<<grid, block, smem_bytes, stream>>>(args...). It returns the
+//     launch error (cudaGetLastError) like the launchers do. Under the
+//     simulator it runs the grid before returning and names the kernel (with
+//     its template arguments) in every error.
 //
 //  3. Shared memory is dynamic only: DynamicShared<T>() returns the block's
 //     dynamic shared memory (16-byte aligned), sized by the launch's
@@ -38,23 +39,7 @@
 
 #include <cstddef>
 
-#if defined(LADDER_CUDA_SIM)
-#define LADDER_KERNELS_BEGIN \
-  namespace ladder {         \
-  namespace kernels {        \
-  inline namespace sim {
-#define LADDER_KERNELS_END \
-  }                        \
-  }                        \
-  }
-#else
-#define LADDER_KERNELS_BEGIN \
-  namespace ladder {         \
-  namespace kernels {
-#define LADDER_KERNELS_END \
-  }                        \
-  }
-#endif
+#include "kernels/namespace.h"
 
 LADDER_KERNELS_BEGIN
 

@@ -33,16 +33,14 @@
 #include <algorithm>
 
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/residual_layernorm.h"
 
-namespace ladder {
-namespace kernels {
+LADDER_KERNELS_BEGIN
 namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kMaxWarpsPerBlock = 8;
-// Shared memory a block may use without an opt-in (cudaFuncSetAttribute).
-constexpr size_t kDefaultSmem = 48 * 1024;
 // Backward grid cap, in warps: more warps keep more loads in flight, but each
 // block adds a 2*C row of partial sums for the second kernel to reduce. About
 // 16 warps per SM on a 132-SM H100/H200. A tuning knob, fixed (not queried from
@@ -53,7 +51,7 @@ constexpr int kBackwardMaxWarps = 2048;
 constexpr int kReduceGroups = 8;
 
 int WarpsPerBlock(size_t smem_bytes_per_warp) {
-  const size_t w = kDefaultSmem / smem_bytes_per_warp;
+  const size_t w = kDefaultDynamicShared / smem_bytes_per_warp;
   return static_cast<int>(std::clamp<size_t>(w, 1, kMaxWarpsPerBlock));
 }
 
@@ -76,13 +74,12 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
                                    const T* __restrict__ residual_in, const T* __restrict__ branch,
                                    const T* __restrict__ gamma, const T* __restrict__ beta, int N,
                                    int C) {
-  extern __shared__ float4 smem_raw[];  // float4: 16-byte aligned
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * (blockDim.x / kWarpSize) + warp;
   if (row >= N) return;  // whole warps leave together; nothing below syncs the block
 
-  float* xs = reinterpret_cast<float*>(smem_raw) + static_cast<size_t>(warp) * C;
+  float* xs = DynamicShared<float>() + static_cast<size_t>(warp) * C;
   const size_t base = static_cast<size_t>(row) * C;
   // Lane l owns elements [i, i + kVec) for i = l*kVec, l*kVec + 32*kVec, ...:
   // consecutive lanes touch consecutive 16-byte chunks, so each warp-wide load
@@ -158,8 +155,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
                                     const T* __restrict__ dy, const T* __restrict__ x,
                                     const T* __restrict__ gamma, const float* __restrict__ mean,
                                     const float* __restrict__ rstd, int N, int C) {
-  extern __shared__ float4 smem_raw[];
-  float* acc = reinterpret_cast<float*>(smem_raw);
+  float* acc = DynamicShared<float>();
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -240,7 +236,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 __global__ void __launch_bounds__(kWarpSize* kReduceGroups)
     SumPartialsKernel(float* __restrict__ dgamma, float* __restrict__ dbeta,
                       const float* __restrict__ partials, int num_partials, int C) {
-  __shared__ float group_sums[kReduceGroups][kWarpSize];
+  float(*group_sums)[kWarpSize] = reinterpret_cast<float(*)[kWarpSize]>(DynamicShared<float>());
   const int j = blockIdx.x * kWarpSize + threadIdx.x;  // column of [dgamma | dbeta]
   float s = 0.0f;
   if (j < 2 * C) {
@@ -263,28 +259,19 @@ __global__ void __launch_bounds__(kWarpSize* kReduceGroups)
 
 // ---- launch helpers -----------------------------------------------------------
 
-// Raises a kernel's dynamic shared memory limit when it needs more than the
-// default 48 KiB (only for very wide rows: C > 12288 forward, > 6144 backward).
-template <typename Kernel>
-cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
-  if (bytes <= kDefaultSmem) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
-}
-
 template <typename T, int kVec>
 cudaError_t ForwardImpl(T* residual_out, T* y, float* mean, float* rstd, const T* residual_in,
                         const T* branch, const T* gamma, const T* beta, int N, int C,
                         cudaStream_t stream) {
   const int warps = WarpsPerBlock(sizeof(float) * C);
   const size_t smem = sizeof(float) * static_cast<size_t>(warps) * C;
-  auto kernel = ResidualLayerNormForwardKernel<T, kVec>;
-  cudaError_t err = AllowSmem(kernel, smem);
+  // Wide rows (C > 12288) need more than the default 48 KiB.
+  constexpr auto kernel = ResidualLayerNormForwardKernel<T, kVec>;
+  cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
   const int blocks = (N + warps - 1) / warps;
-  kernel<<<blocks, warps * kWarpSize, smem, stream>>>(residual_out, y, mean, rstd, residual_in,
-                                                      branch, gamma, beta, N, C);
-  return cudaGetLastError();
+  return Launch<kernel>(blocks, warps * kWarpSize, smem, stream, residual_out, y, mean, rstd,
+                        residual_in, branch, gamma, beta, N, C);
 }
 
 template <typename T, int kVec>
@@ -294,17 +281,17 @@ cudaError_t BackwardImpl(T* d_residual, float* dgamma, float* dbeta, float* scra
   const int warps = BackwardWarpsPerBlock(C);
   const int blocks = BackwardBlocks(N, C);
   const size_t smem = 2 * sizeof(float) * static_cast<size_t>(warps) * C;
-  auto kernel = ResidualLayerNormBackwardKernel<T, kVec>;
-  cudaError_t err = AllowSmem(kernel, smem);
+  // Wide rows (C > 6144) need more than the default 48 KiB.
+  constexpr auto kernel = ResidualLayerNormBackwardKernel<T, kVec>;
+  cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
-  kernel<<<blocks, warps * kWarpSize, smem, stream>>>(d_residual, scratch, dy, x, gamma, mean, rstd,
-                                                      N, C);
-  err = cudaGetLastError();
+  err = Launch<kernel>(blocks, warps * kWarpSize, smem, stream, d_residual, scratch, dy, x, gamma,
+                       mean, rstd, N, C);
   if (err != cudaSuccess) return err;
   const int reduce_blocks = (2 * C + kWarpSize - 1) / kWarpSize;
-  SumPartialsKernel<<<reduce_blocks, dim3(kWarpSize, kReduceGroups), 0, stream>>>(
-      dgamma, dbeta, scratch, blocks, C);
-  return cudaGetLastError();
+  return Launch<SumPartialsKernel>(reduce_blocks, dim3(kWarpSize, kReduceGroups),
+                                   sizeof(float) * kReduceGroups * kWarpSize, stream, dgamma,
+                                   dbeta, scratch, blocks, C);
 }
 
 // Elements per 16-byte vector of T.
@@ -360,5 +347,4 @@ template cudaError_t LaunchResidualLayerNormBackward<float>(float*, float*, floa
                                                             const float*, const float*,
                                                             const float*, int, int, cudaStream_t);
 
-}  // namespace kernels
-}  // namespace ladder
+LADDER_KERNELS_END

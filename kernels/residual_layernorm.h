@@ -13,8 +13,9 @@
 
 #include <cstddef>
 
-namespace ladder {
-namespace kernels {
+#include "kernels/namespace.h"
+
+LADDER_KERNELS_BEGIN
 
 // residual_out = residual_in + branch; y = (residual_out - mean) * rstd * gamma + beta.
 // Rows: N, channels: C (all [N,C] row-major; gamma, beta [C]; mean, rstd [N]).
@@ -38,5 +39,4 @@ cudaError_t LaunchResidualLayerNormBackward(T* d_residual, float* dgamma, float*
                                             const float* mean, const float* rstd, int N, int C,
                                             cudaStream_t stream);
 
-}  // namespace kernels
-}  // namespace ladder
+LADDER_KERNELS_END

@@ -11,12 +11,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/namespace.h"
 #include "src/backend/shape_check.h"
 #include "src/core/status.h"
 #include "src/core/tensor.h"
 
-namespace ladder {
-namespace cuda {
+LADDER_CUDA_BEGIN
 
 // cudaSuccess -> OK; otherwise Internal "<op>: <cudaErrorName>: <description>".
 inline absl::Status CudaStatus(cudaError_t err, absl::string_view op) {
@@ -46,5 +46,4 @@ inline absl::Status CheckNumel(absl::string_view op, absl::string_view what, con
   return ladder::CheckNumel(Device::kCuda, op, what, t, dtype, n, at_least);
 }
 
-}  // namespace cuda
-}  // namespace ladder
+LADDER_CUDA_END

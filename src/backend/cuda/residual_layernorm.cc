@@ -4,8 +4,7 @@
 #include "kernels/residual_layernorm.h"
 #include "src/backend/cuda/cuda_check.h"
 
-namespace ladder {
-namespace cuda {
+LADDER_CUDA_BEGIN
 namespace {
 
 constexpr char kFwd[] = "ResidualLayerNormForward";
@@ -67,5 +66,4 @@ absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor 
       kBwd);
 }
 
-}  // namespace cuda
-}  // namespace ladder
+LADDER_CUDA_END

@@ -10,10 +10,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/namespace.h"
 #include "src/core/tensor.h"
 
-namespace ladder {
-namespace cuda {
+LADDER_CUDA_BEGIN
 
 absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
                                       Tensor residual_in, Tensor branch, Tensor gamma, Tensor beta,
@@ -29,5 +29,4 @@ absl::Status ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor 
                                        Tensor x, Tensor gamma, Tensor mean, Tensor rstd,
                                        Tensor scratch, cudaStream_t stream = nullptr);
 
-}  // namespace cuda
-}  // namespace ladder
+LADDER_CUDA_END
