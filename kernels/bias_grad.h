@@ -1,0 +1,25 @@
+// Launcher of kernels/bias_grad.cu: the bias gradient of a linear layer,
+// dbias[OC] += column sums of dout [N, OC] (the matmul's backward; the two
+// GEMMs go to cuBLASLt). Raw device pointers; work is enqueued on `stream`
+// and the launch error returned. Shape checks live in the caller
+// (src/backend/cuda/bias_grad.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/namespace.h"
+
+LADDER_KERNELS_BEGIN
+
+// Floats of device scratch LaunchBiasGrad needs for an [N, OC] dout.
+size_t BiasGradScratchFloats(int N, int OC);
+
+// dbias[j] += sum_n dout[n, j]. Deterministic: no atomics, the order of the
+// adds depends only on (N, OC), so the result is bitwise reproducible.
+// scratch: BiasGradScratchFloats(N, OC) floats (overwritten).
+cudaError_t LaunchBiasGrad(float* dbias, const float* dout, float* scratch, int N, int OC,
+                           cudaStream_t stream);
+
+LADDER_KERNELS_END

@@ -1,0 +1,228 @@
+// Softmax cross-entropy over a vocabulary shard: the four steps of
+// Backend::CrossEntropy* (src/backend/backend.h; CPU reference in
+// src/backend/cpu/cross_entropy.cc), one kernel each.
+//
+// The logits are the largest activation of GPT-2 ([N, 50304] fp32: 1.6 GB for
+// 8192 tokens), and every step is a pass over them with a few FLOPs per
+// element, so every step is bound by memory bandwidth. Per row of V columns:
+//   RowMax     reads 4V bytes, V compares
+//   Partials   reads 4V bytes, V subtract + exp + add
+//   Loss       reads 12 bytes, writes 8 (per row only: [N] statistics)
+//   Backward   reads 4V, writes 4V bytes, V subtract + exp + multiply
+// What is fused is the arithmetic into those passes, never a second one:
+// the max, the sum of exponentials and the target's logit each come out of a
+// single read, and the backward turns the logits into their gradient in
+// place (softmax recomputed from the saved lse), so no [N, V] probability
+// tensor ever exists. The steps cannot be merged into fewer passes: under
+// tensor parallelism an all-reduce over ranks sits between RowMax and
+// Partials, and between Partials and Loss. (An online max-and-sum in one pass
+// would save RowMax's read on one GPU; it would not match the CPU op's
+// definition, which exponentiates against the global max.)
+//
+// Launch shape: one block of kThreads = 512 threads per row. A row is long
+// (tens of thousands of columns), so a whole block on it keeps 512 16-byte
+// loads in flight per row and the grid of N rows (hundreds to thousands)
+// fills every SM; the block's reduction costs two warp-shuffle trees and one
+// barrier per row, nothing next to the row's reads. Thread t takes vectors
+// t, t + 512, ... of the row's real columns (16 bytes each when the row
+// starts 16-byte aligned, i.e. vshard % 4 == 0 and an aligned base, which a
+// padded vocabulary always gives), then the < 4 trailing real columns one
+// each. Each thread accumulates its elements in that fixed order; the warp
+// sums use the fixed xor butterfly of WarpSum, and the per-warp sums are
+// added in warp order: the result depends only on the shape, not on timing.
+//
+// Numerics follow the CPU op: exp against the GLOBAL max (every term <= 1),
+// the loss as (max - target_logit) + log(sum) so a confident prediction's
+// small loss keeps its digits, and the backward's target column as
+// exp(x - lse) * dloss - dloss, the same two roundings. Only expf and logf
+// differ from the CPU's (a few ulp).
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/cross_entropy.h"
+#include "kernels/launch.cuh"
+
+LADDER_KERNELS_BEGIN
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kLossThreads = 256;
+
+__device__ __forceinline__ float Max(float a, float b) { return b > a ? b : a; }
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = Max(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+// The block's sum (kMax: max) of v, returned to every thread: a warp tree,
+// the warps' results through shared memory (kWarps floats), then a second
+// tree over them in warp order. Called once per kernel (its shared memory is
+// not reused).
+template <bool kMax>
+__device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  v = kMax ? WarpMax(v) : WarpSum(v);
+  if (lane == 0) warp_results[warp] = v;
+  __syncthreads();
+  const float identity = kMax ? -INFINITY : 0.0f;
+  v = lane < kWarps ? warp_results[lane] : identity;
+  return kMax ? WarpMax(v) : WarpSum(v);
+}
+
+// Calls f(column, value) for every real column of row x, in this thread's
+// fixed order: its vectors, then its trailing element.
+template <int kVec, typename F>
+__device__ __forceinline__ void ForRealColumns(const float* x, int real, F f) {
+  const int nvec = real / kVec;
+  for (int v = threadIdx.x; v < nvec; v += kThreads) {
+    const Vec<float, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) f(v * kVec + k, xv.v[k]);
+  }
+  const int i = nvec * kVec + static_cast<int>(threadIdx.x);
+  if (i < real) f(i, x[i]);
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    RowMaxKernel(float* __restrict__ row_max, const float* __restrict__ logits, int vshard,
+                 int real) {
+  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vshard;
+  float m = -INFINITY;
+  ForRealColumns<kVec>(x, real, [&](int, float xi) { m = Max(m, xi); });
+  m = BlockReduce<true>(m, DynamicShared<float>());
+  // A shard of padding only: the lowest finite float, which a MAX all-reduce
+  // ignores and which never produces an infinity downstream.
+  if (threadIdx.x == 0) row_max[blockIdx.x] = real > 0 ? m : -FLT_MAX;
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    PartialsKernel(float* __restrict__ sum_exp, float* __restrict__ target_logit,
+                   const float* __restrict__ logits, const int32_t* __restrict__ targets,
+                   const float* __restrict__ row_max, int vshard, int real, int64_t vocab_start) {
+  const int n = blockIdx.x;
+  const float* x = logits + static_cast<int64_t>(n) * vshard;
+  const float m = row_max[n];
+  float s = 0.0f;
+  ForRealColumns<kVec>(x, real, [&](int, float xi) { s += expf(xi - m); });
+  s = BlockReduce<false>(s, DynamicShared<float>());
+  if (threadIdx.x == 0) {
+    sum_exp[n] = s;
+    const int64_t j = int64_t{targets[n]} - vocab_start;
+    target_logit[n] = j >= 0 && j < real ? x[j] : 0.0f;
+  }
+}
+
+__global__ void __launch_bounds__(kLossThreads)
+    LossKernel(float* __restrict__ losses, float* __restrict__ lse,
+               const float* __restrict__ row_max, const float* __restrict__ sum_exp,
+               const float* __restrict__ target_logit, int N) {
+  const int n = blockIdx.x * kLossThreads + threadIdx.x;
+  if (n >= N) return;
+  const float m = row_max[n];
+  const float log_s = logf(sum_exp[n]);
+  lse[n] = m + log_s;
+  losses[n] = (m - target_logit[n]) + log_s;
+}
+
+// No __restrict__: dlogits may be logits. Each element is loaded, then stored
+// by the same thread.
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    BackwardKernel(float* dlogits, const float* logits, const int32_t* __restrict__ targets,
+                   const float* __restrict__ lse, int vshard, int real, int64_t vocab_start,
+                   float dloss) {
+  const int n = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(n) * vshard;
+  const float* x = logits + row;
+  float* d = dlogits + row;
+  const float l = lse[n];
+  const int64_t j = int64_t{targets[n]} - vocab_start;  // may be outside the shard
+  auto grad = [&](int i, float xi) {
+    // __fmul_rn: a multiply nvcc may not fuse with the subtraction below
+    // (an FMA would round once where the CPU rounds twice).
+    float g = __fmul_rn(expf(xi - l), dloss);
+    if (i == j) g -= dloss;
+    return g;
+  };
+  const int nvec = real / kVec;
+  for (int v = threadIdx.x; v < nvec; v += kThreads) {
+    Vec<float, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) xv.v[k] = grad(v * kVec + k, xv.v[k]);
+    StoreVec<kVec>(d + static_cast<int64_t>(v) * kVec, xv);
+  }
+  for (int i = nvec * kVec + threadIdx.x; i < vshard; i += kThreads) {
+    d[i] = i < real ? grad(i, x[i]) : 0.0f;  // the trailing real columns, then padding
+  }
+}
+
+// The shard's real columns: max(0, min(vshard, vocab_size - vocab_start)).
+int RealColumns(int vshard, int64_t vocab_start, int vocab_size) {
+  const int64_t r = int64_t{vocab_size} - vocab_start;
+  return r <= 0 ? 0 : (r < vshard ? static_cast<int>(r) : vshard);
+}
+
+bool RowsAligned(int vshard, const float* a, const float* b = nullptr) {
+  return vshard % 4 == 0 && Aligned16(a) && (b == nullptr || Aligned16(b));
+}
+
+constexpr size_t kReduceSmem = sizeof(float) * kWarps;
+
+}  // namespace
+
+cudaError_t LaunchCrossEntropyRowMax(float* row_max, const float* logits, int N, int vshard,
+                                     int64_t vocab_start, int vocab_size, cudaStream_t stream) {
+  if (N <= 0 || vshard <= 0) return cudaSuccess;
+  const int real = RealColumns(vshard, vocab_start, vocab_size);
+  if (RowsAligned(vshard, logits)) {
+    return Launch<RowMaxKernel<4>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard, real);
+  }
+  return Launch<RowMaxKernel<1>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard, real);
+}
+
+cudaError_t LaunchCrossEntropyPartials(float* sum_exp, float* target_logit, const float* logits,
+                                       const int32_t* targets, const float* row_max, int N,
+                                       int vshard, int64_t vocab_start, int vocab_size,
+                                       cudaStream_t stream) {
+  if (N <= 0 || vshard <= 0) return cudaSuccess;
+  const int real = RealColumns(vshard, vocab_start, vocab_size);
+  if (RowsAligned(vshard, logits)) {
+    return Launch<PartialsKernel<4>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit,
+                                     logits, targets, row_max, vshard, real, vocab_start);
+  }
+  return Launch<PartialsKernel<1>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit, logits,
+                                   targets, row_max, vshard, real, vocab_start);
+}
+
+cudaError_t LaunchCrossEntropyLoss(float* losses, float* lse, const float* row_max,
+                                   const float* sum_exp, const float* target_logit, int N,
+                                   cudaStream_t stream) {
+  if (N <= 0) return cudaSuccess;
+  return Launch<LossKernel>((N + kLossThreads - 1) / kLossThreads, kLossThreads, 0, stream, losses,
+                            lse, row_max, sum_exp, target_logit, N);
+}
+
+cudaError_t LaunchCrossEntropyBackward(float* dlogits, const float* logits,
+                                       const int32_t* targets, const float* lse, int N,
+                                       int vshard, int64_t vocab_start, int vocab_size,
+                                       float dloss, cudaStream_t stream) {
+  if (N <= 0 || vshard <= 0) return cudaSuccess;
+  const int real = RealColumns(vshard, vocab_start, vocab_size);
+  if (RowsAligned(vshard, logits, dlogits)) {
+    return Launch<BackwardKernel<4>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
+                                     real, vocab_start, dloss);
+  }
+  return Launch<BackwardKernel<1>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
+                                   real, vocab_start, dloss);
+}
+
+LADDER_KERNELS_END

@@ -1,0 +1,133 @@
+// Elementwise kernels: GELU forward and backward, and the residual add.
+//
+// What they fuse: nothing across ops; each is one pass that reads its inputs
+// once and writes its output once. GELU's polynomial, exp and reciprocal are
+// computed in registers between the load and the store, so the op costs
+// exactly its bytes:
+//   GeluForward    reads 4n, writes 4n bytes; ~12 FLOPs + 1 exp per element
+//   GeluBackward   reads 8n, writes 4n bytes; ~20 FLOPs + 1 exp per element
+//   ResidualAdd    reads 8n, writes 4n bytes; 1 FLOP per element
+// At ~1.5-2.5 FLOPs per byte all three are bound by memory bandwidth (an
+// H100/H200 needs ~20 FLOPs per byte of HBM traffic to be compute bound), so
+// the only thing that matters is moving the bytes efficiently: wide accesses
+// (one 16-byte LDG.128/STG.128 per thread instead of four 4-byte ones, so a
+// warp moves 512 contiguous bytes per instruction), enough of them in flight,
+// and no second pass. The MLP's hidden activation (N x 4C) is the largest
+// tensor of a block, so GELU's pass over it is worth getting right.
+//
+// The GELU formula is the CPU backend's (src/backend/cpu/gelu.cc), in the same
+// order of operations: gelu(x) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3),
+// and gelu'(x) = sig + 2 x sig (1 - sig) sqrt(2/pi)(1 + 3 * 0.044715 x^2). Only
+// the exp differs (CUDA's expf vs the CPU's polynomial ExpF), and nvcc may
+// contract a multiply and an add into one FMA; both move the result by a few
+// ulp. The residual add is a single fp32 add: bitwise the CPU's.
+//
+// Launch shape: 256 threads per block, each thread handling one 16-byte vector
+// (kVec = 4 floats) per trip of a grid-stride loop, and at most kMaxBlocks
+// blocks (enough to fill every SM of an H100/H200 several times over; a larger
+// tensor loops). The kVec = 4 path needs every pointer 16-byte aligned; it
+// handles the n % 4 trailing elements with scalar accesses in the same launch.
+// Misaligned views (an offset of 1-3 floats) take the kVec = 1 instantiation.
+// No element depends on another, so aliasing an output with an input is safe:
+// each thread loads its element (vector) before storing to the same place.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/elementwise.h"
+#include "kernels/launch.cuh"
+
+LADDER_KERNELS_BEGIN
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 8192;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kCubic = 0.044715f;
+
+// sigmoid(2u) = 0.5 (1 + tanh(u)), without tanh's cancellation for x << 0.
+__device__ __forceinline__ float GeluSigmoid(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 1.0f / (1.0f + expf(-2.0f * u));
+}
+
+struct GeluForwardOp {
+  __device__ __forceinline__ float operator()(float x) const { return x * GeluSigmoid(x); }
+};
+
+struct GeluBackwardOp {  // (dout, inp) -> dinp
+  __device__ __forceinline__ float operator()(float d, float x) const {
+    const float sig = GeluSigmoid(x);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    return d * (sig + 2.0f * x * sig * (1.0f - sig) * du);
+  }
+};
+
+struct AddOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+// out[i] = op(a[i]) or op(a[i], b[i]) (kInputs = 1 or 2). No __restrict__: out
+// may alias an input.
+template <typename Op, int kInputs, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    MapKernel(float* out, const float* a, const float* b, int64_t n) {
+  const Op op;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t nvec = n / kVec;
+  for (int64_t v = tid; v < nvec; v += stride) {
+    const int64_t i = v * kVec;
+    Vec<float, kVec> x = LoadVec<kVec>(a + i);
+    if constexpr (kInputs == 2) {
+      const Vec<float, kVec> y = LoadVec<kVec>(b + i);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) x.v[k] = op(x.v[k], y.v[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) x.v[k] = op(x.v[k]);
+    }
+    StoreVec<kVec>(out + i, x);
+  }
+  // The n % kVec trailing elements (none when kVec == 1), one per thread.
+  const int64_t i = nvec * kVec + tid;
+  if (i < n) {
+    if constexpr (kInputs == 2) {
+      out[i] = op(a[i], b[i]);
+    } else {
+      out[i] = op(a[i]);
+    }
+  }
+}
+
+template <typename Op, int kInputs>
+cudaError_t LaunchMap(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const bool vec = Aligned16(out) && Aligned16(a) && (kInputs == 1 || Aligned16(b));
+  const int kVec = vec ? 4 : 1;
+  // At least one thread per trailing element, at least one vector per thread.
+  const int64_t work = std::max<int64_t>(n / kVec, 1);
+  const int blocks = static_cast<int>(std::min((work + kThreads - 1) / kThreads, kMaxBlocks));
+  if (vec) {
+    return Launch<MapKernel<Op, kInputs, 4>>(blocks, kThreads, 0, stream, out, a, b, n);
+  }
+  return Launch<MapKernel<Op, kInputs, 1>>(blocks, kThreads, 0, stream, out, a, b, n);
+}
+
+}  // namespace
+
+cudaError_t LaunchGeluForward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  return LaunchMap<GeluForwardOp, 1>(out, inp, nullptr, n, stream);
+}
+
+cudaError_t LaunchGeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                               cudaStream_t stream) {
+  return LaunchMap<GeluBackwardOp, 2>(dinp, dout, inp, n, stream);
+}
+
+cudaError_t LaunchResidualAdd(float* out, const float* a, const float* b, int64_t n,
+                              cudaStream_t stream) {
+  return LaunchMap<AddOp, 2>(out, a, b, n, stream);
+}
+
+LADDER_KERNELS_END

@@ -1,0 +1,69 @@
+// Launchers of kernels/optimizer.cu: the gradient norm's sum of squares and a
+// multi-tensor AdamW. Raw device pointers; work is enqueued on `stream` and
+// the launch error returned. Shape checks live in the callers
+// (src/backend/cuda/optimizer.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/namespace.h"
+
+LADDER_KERNELS_BEGIN
+
+// ---- sum of squares ---------------------------------------------------------------
+
+// Doubles of device scratch LaunchSumOfSquares needs for n elements (8-byte
+// aligned).
+size_t SumOfSquaresScratchDoubles(int64_t n);
+
+// *out = sum_i x[i]^2 (one float on the device, overwritten; 0 for n == 0),
+// accumulated in double and rounded to float once. Deterministic: the order
+// of the adds depends only on n. scratch: SumOfSquaresScratchDoubles(n)
+// doubles (overwritten).
+cudaError_t LaunchSumOfSquares(float* out, const float* x, int64_t n, double* scratch,
+                               cudaStream_t stream);
+
+// ---- multi-tensor AdamW -------------------------------------------------------------
+
+// One parameter tensor of n floats with its gradient and moments, all
+// contiguous on the device. chunk_begin is filled by PlanAdamWChunks.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  int64_t n;
+  float weight_decay;   // decoupled; 0 for biases and LayerNorm weights
+  int64_t chunk_begin;  // index of the tensor's first chunk in the concatenation
+};
+
+// The step's hyper-parameters shared by all tensors, in the form the kernel
+// uses: AdamWParams (src/backend/backend.h) with the bias corrections
+// 1 / (1 - beta^step) computed on the host in double, as the CPU backend does.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, grad_scale;
+  float inv_bc1, inv_bc2;
+};
+
+// Elements per chunk: the unit of work a block takes at a time. A tensor's
+// chunks never cross into the next tensor.
+inline constexpr int64_t kAdamWChunk = 16384;
+
+// Fills chunk_begin of tensors[0, count) (host memory) and returns the total
+// number of chunks.
+int64_t PlanAdamWChunks(AdamWTensor* tensors, int count);
+
+// One launch updates every tensor, per element (the CPU backend's formula and
+// order of operations, src/backend/cpu/optimizer.cc):
+//   g = grad * grad_scale
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + ((1 - beta2) g) g
+//   param -= lr * ((m * inv_bc1) / (sqrt(v * inv_bc2) + eps) + weight_decay * param)
+// tensors: `count` descriptors in DEVICE memory, planned by PlanAdamWChunks
+// (total_chunks is its result). Tensors must not overlap one another.
+cudaError_t LaunchAdamW(const AdamWTensor* tensors, int count, int64_t total_chunks,
+                        const AdamWStep& step, cudaStream_t stream);
+
+LADDER_KERNELS_END

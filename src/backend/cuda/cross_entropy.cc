@@ -1,0 +1,93 @@
+// Validates shapes, dtypes and devices, then calls the kernel launchers.
+#include "src/backend/cuda/cross_entropy.h"
+
+#include "kernels/cross_entropy.h"
+#include "src/backend/cuda/cuda_check.h"
+
+LADDER_CUDA_BEGIN
+namespace {
+
+constexpr char kMax[] = "CrossEntropyRowMax";
+constexpr char kPartials[] = "CrossEntropyPartials";
+constexpr char kLoss[] = "CrossEntropyLoss";
+constexpr char kBwd[] = "CrossEntropyBackward";
+
+// The row view [N, Vshard] of the logits, and the scalar arguments.
+absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
+                        int vocab_size, int64_t* N, int64_t* Vs) {
+  RETURN_IF_ERROR(RowView(op, "logits", logits, DType::kF32, N, Vs));
+  if (vocab_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));
+  }
+  if (vocab_start < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size,
+                                cudaStream_t stream) {
+  int64_t N = 0, Vs = 0;
+  RETURN_IF_ERROR(CheckShard(kMax, logits, vocab_start, vocab_size, &N, &Vs));
+  RETURN_IF_ERROR(CheckNumel(kMax, "row_max", row_max, DType::kF32, N));
+  return CudaStatus(
+      kernels::LaunchCrossEntropyRowMax(row_max.f32(), logits.f32(), static_cast<int>(N),
+                                        static_cast<int>(Vs), vocab_start, vocab_size, stream),
+      kMax);
+}
+
+absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                  Tensor targets, Tensor row_max, int64_t vocab_start,
+                                  int vocab_size, cudaStream_t stream) {
+  int64_t N = 0, Vs = 0;
+  RETURN_IF_ERROR(CheckShard(kPartials, logits, vocab_start, vocab_size, &N, &Vs));
+  RETURN_IF_ERROR(CheckNumel(kPartials, "targets", targets, DType::kI32, N));
+  RETURN_IF_ERROR(CheckNumel(kPartials, "row_max", row_max, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kPartials, "sum_exp", sum_exp, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kPartials, "target_logit", target_logit, DType::kF32, N));
+  return CudaStatus(kernels::LaunchCrossEntropyPartials(
+                        sum_exp.f32(), target_logit.f32(), logits.f32(), targets.i32(),
+                        row_max.f32(), static_cast<int>(N), static_cast<int>(Vs), vocab_start,
+                        vocab_size, stream),
+                    kPartials);
+}
+
+absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
+                              Tensor target_logit, cudaStream_t stream) {
+  // Every tensor holds N = losses.numel() elements (any shape: [N] or [B,T]).
+  if (losses.empty() || !DimsValid(losses) || losses.numel() > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kLoss, ": losses has shape ", losses.ShapeString()));
+  }
+  const int64_t N = losses.numel();
+  RETURN_IF_ERROR(CheckNumel(kLoss, "losses", losses, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kLoss, "lse", lse, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kLoss, "row_max", row_max, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kLoss, "sum_exp", sum_exp, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kLoss, "target_logit", target_logit, DType::kF32, N));
+  return CudaStatus(kernels::LaunchCrossEntropyLoss(losses.f32(), lse.f32(), row_max.f32(),
+                                                    sum_exp.f32(), target_logit.f32(),
+                                                    static_cast<int>(N), stream),
+                    kLoss);
+}
+
+absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
+                                  int64_t vocab_start, int vocab_size, float dloss,
+                                  cudaStream_t stream) {
+  int64_t N = 0, Vs = 0;
+  RETURN_IF_ERROR(CheckShard(kBwd, logits, vocab_start, vocab_size, &N, &Vs));
+  RETURN_IF_ERROR(CheckNumel(kBwd, "targets", targets, DType::kI32, N));
+  RETURN_IF_ERROR(CheckNumel(kBwd, "lse", lse, DType::kF32, N));
+  RETURN_IF_ERROR(CheckRows(kBwd, "dlogits", dlogits, DType::kF32, N, Vs));
+  return CudaStatus(kernels::LaunchCrossEntropyBackward(
+                        dlogits.f32(), logits.f32(), targets.i32(), lse.f32(),
+                        static_cast<int>(N), static_cast<int>(Vs), vocab_start, vocab_size,
+                        dloss, stream),
+                    kBwd);
+}
+
+LADDER_CUDA_END

@@ -1,0 +1,35 @@
+// Vocabulary-parallel softmax cross-entropy on the GPU: the Tensor/Status
+// face of kernels/cross_entropy.cu, with exactly the semantics of
+// Backend::CrossEntropyRowMax / Partials / Loss / Backward
+// (src/backend/backend.h): row-wise [N, Vshard] views of the shard's logits,
+// targets [N] i32, statistics [N] f32. Tensors on the GPU (Device::kCuda);
+// work is enqueued on `stream` and not waited for.
+//
+// Targets live on the GPU and are not range-checked here (the caller
+// validates them on the host before staging); a target outside [0, V) is
+// treated as "not in this shard" and nothing is read out of bounds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/namespace.h"
+#include "src/core/tensor.h"
+
+LADDER_CUDA_BEGIN
+
+absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size,
+                                cudaStream_t stream = nullptr);
+absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                  Tensor targets, Tensor row_max, int64_t vocab_start,
+                                  int vocab_size, cudaStream_t stream = nullptr);
+absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
+                              Tensor target_logit, cudaStream_t stream = nullptr);
+// dlogits may alias logits (in place).
+absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
+                                  int64_t vocab_start, int vocab_size, float dloss,
+                                  cudaStream_t stream = nullptr);
+
+LADDER_CUDA_END

@@ -1,0 +1,52 @@
+// The optimizer's ops on the GPU: the Tensor/Status face of
+// kernels/optimizer.cu. Tensors on the GPU (Device::kCuda); work is enqueued
+// on `stream` and not waited for.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/namespace.h"
+#include "src/backend/backend.h"
+#include "src/core/tensor.h"
+
+LADDER_CUDA_BEGIN
+
+// ---- sum of squares -----------------------------------------------------------------
+
+// f32 elements of GPU scratch SumOfSquares needs for a tensor of n elements.
+int64_t SumOfSquaresScratchFloats(int64_t n);
+
+// out (one f32 element on the GPU, overwritten) = sum of x's squares,
+// accumulated in double in an order fixed by x.numel(), rounded to float
+// once. Backend::SumOfSquares returns the double; here the result stays on
+// the device so the clip scale can be computed there without a round trip.
+// scratch: f32, at least SumOfSquaresScratchFloats(x.numel()) elements,
+// 8-byte aligned (it holds doubles; overwritten).
+absl::Status SumOfSquares(Tensor out, Tensor x, Tensor scratch, cudaStream_t stream = nullptr);
+
+// ---- multi-tensor AdamW ---------------------------------------------------------------
+
+// One parameter tensor and its state: grad, m, v have param's shape.
+struct AdamWSlot {
+  Tensor param, grad, m, v;
+  float weight_decay = 0.0f;  // decoupled; 0 for biases and LayerNorm weights
+};
+
+// Bytes of GPU memory the descriptors of `count` tensors take.
+int64_t AdamWDescriptorBytes(int count);
+
+// Backend::AdamWUpdate's formula applied to every slot in ONE kernel launch,
+// with each slot's own weight_decay (p.weight_decay is not read; every other
+// field of p is). descriptors: a GPU tensor of any dtype with at least
+// AdamWDescriptorBytes(slots.size()) bytes, 8-byte aligned; the slots'
+// descriptors are copied into it (from pageable memory: the copy is staged
+// before this returns, so nothing here needs to outlive the call) and the
+// kernel reads them from there. Slots must not overlap one another.
+absl::Status AdamWUpdate(const std::vector<AdamWSlot>& slots, const AdamWParams& p,
+                         Tensor descriptors, cudaStream_t stream = nullptr);
+
+LADDER_CUDA_END
