@@ -1,6 +1,9 @@
 // Device helpers shared by the kernels: warp reductions, vectorized loads and
-// stores, element-type conversions. Only nvcc sees this file.
+// stores, element-type conversions. Only kernel files (.cu) include it, for
+// nvcc and for the simulator (kernels/launch.cuh).
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstddef>
 

@@ -30,81 +30,22 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
-#include "src/backend/cuda/cuda_device.h"
-#include "src/core/philox.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace ladder {
 namespace {
 
-constexpr float kActTol = 1e-5f;
-constexpr float kParamGradTol = 1e-4f;
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
 
-uint64_t Seed() {
-  const char* s = std::getenv("LADDER_GPU_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20240607u;
-}
-
-#define ASSERT_CUDA_OK(expr)                                                   \
-  do {                                                                         \
-    const cudaError_t _err = (expr);                                           \
-    ASSERT_EQ(_err, cudaSuccess) << #expr << ": " << cudaGetErrorString(_err); \
-  } while (0)
-
-// A GPU allocation of n floats (plus `offset` floats in front, to test views
-// that are not 16-byte aligned).
-class GpuFloats {
- public:
-  explicit GpuFloats(int64_t n, int64_t offset = 0) : n_(n), offset_(offset) {
-    if (cudaMalloc(&base_, sizeof(float) * static_cast<size_t>(n + offset + 1)) != cudaSuccess) {
-      base_ = nullptr;
-    }
-  }
-  GpuFloats(const GpuFloats&) = delete;
-  GpuFloats& operator=(const GpuFloats&) = delete;
-  ~GpuFloats() { cudaFree(base_); }
-
-  bool ok() const { return base_ != nullptr; }
-  float* data() const { return base_ == nullptr ? nullptr : base_ + offset_; }
-  Tensor T(std::initializer_list<int64_t> dims) const {
-    return Tensor(data(), DType::kF32, dims, Device::kCuda);
-  }
-  void Upload(const std::vector<float>& host) const {
-    cudaMemcpy(data(), host.data(), sizeof(float) * host.size(), cudaMemcpyHostToDevice);
-  }
-  std::vector<float> Download() const {
-    std::vector<float> host(static_cast<size_t>(n_));
-    cudaMemcpy(host.data(), data(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost);
-    return host;
-  }
-
- private:
-  float* base_ = nullptr;
-  int64_t n_, offset_;
-};
-
-std::vector<float> Normal(int64_t n, uint64_t stream, float mean, float stddev) {
-  std::vector<float> v(static_cast<size_t>(n));
-  FillNormal(v.data(), 0, n, Seed(), stream, mean, stddev);
-  return v;
-}
-
-// Counts elements outside tol * (scale + |want|) and reports the worst one.
+// |got - want| <= tol * (scale + |want|).
 void ExpectClose(const char* what, const std::vector<float>& got, const std::vector<float>& want,
                  float tol, double scale = 1.0) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, worst = 0;
-  double worst_excess = -1.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    const double bound = tol * (scale + std::fabs(static_cast<double>(want[i])));
-    if (!(err <= bound)) ++bad;  // NaN counts as bad
-    const double excess = std::isnan(err) ? 1e30 : err / bound;
-    if (excess > worst_excess) worst_excess = excess, worst = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
-                     << " elements outside tolerance " << tol << "; worst at " << worst << ": gpu "
-                     << got[worst] << " cpu " << want[worst];
+  gpu_test::ExpectClose(what, got, want, tol, tol * scale);
 }
+
+constexpr float kActTol = 1e-5f;
+constexpr float kParamGradTol = 1e-4f;
 
 struct Case {
   int64_t N, C;
@@ -115,13 +56,11 @@ std::string CaseName(const testing::TestParamInfo<Case>& info) {
   return absl::StrCat("N", info.param.N, "_C", info.param.C, info.param.branch ? "_add" : "_noadd");
 }
 
-bool SkipWithoutGpu(std::string* why) { return CudaDeviceCount(why) == 0; }
-
 class ResidualLayerNormGpuTest : public testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     std::string why;
-    if (SkipWithoutGpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+    if (gpu_test::NoGpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   }
 };
 
@@ -175,8 +114,8 @@ void CompareWithCpu(const Case& c, int64_t offset) {
   gamma_g.Upload(gamma);
   beta_g.Upload(beta);
   absl::Status st = cuda::ResidualLayerNormForward(
-      c.branch ? res_g.T({N, C}) : Tensor(), y_g.T({N, C}), mean_g.T({N}), rstd_g.T({N}),
-      in_g.T({N, C}), c.branch ? br_g.T({N, C}) : Tensor(), gamma_g.T({C}), beta_g.T({C}));
+      c.branch ? res_g.View({N, C}) : Tensor(), y_g.View({N, C}), mean_g.View({N}), rstd_g.View({N}),
+      in_g.View({N, C}), c.branch ? br_g.View({N, C}) : Tensor(), gamma_g.View({C}), beta_g.View({C}));
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   if (c.branch) {
@@ -201,9 +140,9 @@ void CompareWithCpu(const Case& c, int64_t offset) {
     dg_g.Upload(dgamma0);
     db_g.Upload(dbeta0);
     return cuda::ResidualLayerNormBackward(
-        dres_g.T({N, C}), dg_g.T({C}), db_g.T({C}), dy_g.T({N, C}), x_g.T({N, C}), gamma_g.T({C}),
-        mean_g.T({N}), rstd_g.T({N}),
-        scratch.T({cuda::ResidualLayerNormBackwardScratchFloats(N, C)}));
+        dres_g.View({N, C}), dg_g.View({C}), db_g.View({C}), dy_g.View({N, C}), x_g.View({N, C}), gamma_g.View({C}),
+        mean_g.View({N}), rstd_g.View({N}),
+        scratch.View({cuda::ResidualLayerNormBackwardScratchFloats(N, C)}));
   };
   st = run_backward();
   ASSERT_TRUE(st.ok()) << st;

@@ -1,0 +1,470 @@
+// Launches: runs a grid block by block, each block's threads as fibers
+// (fiber.h), with __syncthreads and the warp collectives of device.h resolved
+// when every thread of the block is waiting. Faults inside a kernel (a guard
+// page, a wild pointer, a fiber's stack overflow, abort()) are caught by a
+// signal handler that jumps back to the launch, which fails with the kernel's
+// name and the faulting thread's indices.
+#include <signal.h>
+#include <sys/ucontext.h>
+
+#include <csetjmp>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/backend/cuda_sim/device.h"
+#include "src/backend/cuda_sim/errors.h"
+#include "src/backend/cuda_sim/fiber.h"
+#include "src/backend/cuda_sim/memory.h"
+#include "src/backend/cuda_sim/runtime.h"
+
+namespace ladder {
+namespace cuda_sim {
+namespace internal {
+namespace {
+
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxGridYZ = 65535;
+constexpr size_t kDefaultShared = 48 * 1024;
+constexpr size_t kMaxShared = 227 * 1024;
+
+enum class Wait : uint8_t { kRunnable, kBarrier, kWarp, kDone };
+
+// One simulated thread of the running block.
+struct SimThread {
+  FiberSp sp = nullptr;
+  Wait wait = Wait::kRunnable;
+  uint3 idx{0, 0, 0};
+  // At a warp collective: what, with which mask, and the lane's operand.
+  WarpOp op = WarpOp::kSync;
+  unsigned mask = 0;
+  int arg = 0;
+  int width = 32;
+  uint64_t value = 0;
+  uint64_t result = 0;
+};
+
+// The launch running on this host thread.
+struct Run {
+  const LaunchRequest* request = nullptr;
+  std::vector<SimThread> threads;
+  std::vector<float4> shared;  // the block's dynamic shared memory (16-byte aligned)
+  FiberStacks stacks;
+  FiberSp scheduler_sp = nullptr;
+  int current = -1;  // index of the running thread, -1 in the scheduler
+  sigjmp_buf fault_jump;
+  std::string failure;  // set when the block fails
+  cudaError_t failure_code = cudaSuccess;
+};
+
+thread_local Run* run = nullptr;
+// Per host thread, reused by its launches (fiber stacks are costly to map).
+thread_local Run* run_storage = nullptr;
+
+std::mutex attr_mu;
+std::map<const void*, size_t>* max_shared = new std::map<const void*, size_t>;
+
+std::string Dim(uint3 d) { return absl::StrCat("(", d.x, ",", d.y, ",", d.z, ")"); }
+std::string Dim(dim3 d) { return absl::StrCat("(", d.x, ",", d.y, ",", d.z, ")"); }
+
+// "kernel Foo<float, 4> block (3,0,0) thread (17,0,0)"
+std::string Where(const Run& r, int t) {
+  std::string s = absl::StrCat("kernel ", r.request->kernel_name, " block ", Dim(blockIdx));
+  if (t >= 0) absl::StrAppend(&s, " thread ", Dim(r.threads[static_cast<size_t>(t)].idx));
+  return s;
+}
+
+const char* OpName(WarpOp op) {
+  switch (op) {
+    case WarpOp::kShfl: return "__shfl_sync";
+    case WarpOp::kShflUp: return "__shfl_up_sync";
+    case WarpOp::kShflDown: return "__shfl_down_sync";
+    case WarpOp::kShflXor: return "__shfl_xor_sync";
+    case WarpOp::kBallot: return "__ballot_sync";
+    case WarpOp::kAny: return "__any_sync";
+    case WarpOp::kAll: return "__all_sync";
+    case WarpOp::kSync: return "__syncwarp";
+  }
+  return "?";
+}
+
+std::string Doing(const SimThread& t) {
+  switch (t.wait) {
+    case Wait::kDone: return "had exited";
+    case Wait::kBarrier: return "was waiting at __syncthreads";
+    case Wait::kWarp:
+      return absl::StrFormat("was waiting at %s with mask 0x%08x", OpName(t.op), t.mask);
+    case Wait::kRunnable: return "was running";
+  }
+  return "?";
+}
+
+// Ends the running block with an error: back to the scheduler, for good.
+[[noreturn]] void FailBlock(cudaError_t code, std::string message) {
+  Run& r = *run;
+  r.failure_code = code;
+  r.failure = std::move(message);
+  siglongjmp(r.fault_jump, 1);
+}
+
+// Switches from the running simulated thread back to the scheduler.
+void Suspend(Wait why) {
+  Run& r = *run;
+  SimThread& t = r.threads[static_cast<size_t>(r.current)];
+  t.wait = why;
+  ladder_cuda_sim_switch(&t.sp, r.scheduler_sp);
+}
+
+void FiberMain(void* /*unused*/) {
+  Run& r = *run;
+  r.request->run(r.request->args);
+  Suspend(Wait::kDone);
+  __builtin_unreachable();  // the scheduler never resumes a finished thread
+}
+
+// ---- faults --------------------------------------------------------------------
+
+void OnFault(int sig, siginfo_t* info, void* context);
+
+struct sigaction previous_segv, previous_bus, previous_abrt;
+
+void InstallHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = OnFault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+    sigaction(SIGBUS, &sa, &previous_bus);
+    sigaction(SIGABRT, &sa, &previous_abrt);
+  });
+  // A fault on a fiber's exhausted stack needs a stack of its own.
+  thread_local std::vector<char> alt_stack;
+  if (alt_stack.empty()) {
+    alt_stack.resize(64 * 1024);
+    stack_t ss;
+    ss.ss_sp = alt_stack.data();
+    ss.ss_size = alt_stack.size();
+    ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);
+  }
+}
+
+void OnFault(int sig, siginfo_t* info, void* context) {
+  Run* r = run;
+  if (r == nullptr || r->current < 0) {
+    // Not inside a simulated thread: not ours. Hand it to whoever was there
+    // before (usually the default action: the process dies as it would have).
+    struct sigaction* prev = sig == SIGSEGV ? &previous_segv
+                             : sig == SIGBUS ? &previous_bus
+                                             : &previous_abrt;
+    sigaction(sig, prev, nullptr);
+    raise(sig);
+    return;
+  }
+  std::string what;
+  cudaError_t code = cudaErrorIllegalAddress;
+  if (sig == SIGABRT) {
+    code = cudaErrorAssert;
+    what = "abort() (a failed assert?)";
+  } else if (r->stacks.InGuard(info->si_addr)) {
+    code = cudaErrorLaunchFailure;
+    what = "stack overflow (more than 256 KiB of locals in one thread)";
+  } else {
+    const auto* uc = static_cast<const ucontext_t*>(context);
+    const bool write = (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    what = absl::StrCat("out-of-bounds ", write ? "write" : "read", ": ",
+                        DescribeFault(info->si_addr));
+  }
+  // The message is built here, in the handler: the launch's state is intact
+  // (the faulting thread was running ordinary code) and the process goes on.
+  r->failure_code = code;
+  r->failure = absl::StrCat(Where(*r, r->current), ": ", what);
+  siglongjmp(r->fault_jump, 1);
+}
+
+// ---- warps and barriers ---------------------------------------------------------
+
+// Resolves the collectives waiting in warp `w` whose lanes have all arrived.
+// A collective that can never complete fails the block. True if any resolved.
+bool ResolveWarp(Run& r, int w) {
+  const int n = static_cast<int>(r.threads.size());
+  const int first = w * warpSize;
+  const int lanes = std::min(warpSize, n - first);
+  bool progress = false;
+  for (int l = 0; l < lanes; ++l) {
+    SimThread& t = r.threads[static_cast<size_t>(first + l)];
+    if (t.wait != Wait::kWarp) continue;
+    const unsigned mask = t.mask;
+    const std::string where = absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(t.op),
+                                           absl::StrFormat(" with mask 0x%08x", mask));
+    if ((mask & (1u << l)) == 0) {
+      FailBlock(cudaErrorIllegalInstruction, absl::StrCat(where, ": the lane is not in its mask"));
+    }
+    if (lanes < warpSize && (mask >> lanes) != 0) {
+      FailBlock(cudaErrorIllegalInstruction,
+                absl::StrCat(where, ": the mask names lanes beyond the block's ", lanes,
+                             " threads in this warp"));
+    }
+    if (t.width <= 0 || t.width > warpSize || (t.width & (t.width - 1)) != 0) {
+      FailBlock(cudaErrorIllegalInstruction,
+                absl::StrCat(where, ": width ", t.width, " is not a power of two <= 32"));
+    }
+    for (int j = 0; j < lanes; ++j) {
+      if ((mask & (1u << j)) == 0) continue;
+      const SimThread& o = r.threads[static_cast<size_t>(first + j)];
+      if (o.wait != Wait::kWarp || o.op != t.op || o.mask != mask) {
+        FailBlock(cudaErrorIllegalInstruction,
+                  absl::StrCat(where, ": lane ", j, " of the mask never arrives (it ", Doing(o),
+                               ")"));
+      }
+    }
+    // Every lane of the mask is here: compute each one's result.
+    uint64_t votes = 0;
+    for (int j = 0; j < lanes; ++j) {
+      if ((mask & (1u << j)) != 0 && r.threads[static_cast<size_t>(first + j)].value != 0) {
+        votes |= 1ull << j;
+      }
+    }
+    for (int j = 0; j < lanes; ++j) {
+      if ((mask & (1u << j)) == 0) continue;
+      SimThread& o = r.threads[static_cast<size_t>(first + j)];
+      const int seg = j & ~(o.width - 1);  // first lane of j's segment
+      int src = j;
+      switch (o.op) {
+        case WarpOp::kShfl: src = seg + (o.arg & (o.width - 1)); break;
+        case WarpOp::kShflUp: src = j - seg >= o.arg ? j - o.arg : j; break;
+        case WarpOp::kShflDown: src = j - seg + o.arg < o.width ? j + o.arg : j; break;
+        case WarpOp::kShflXor: {
+          const int x = j ^ o.arg;
+          src = x < seg + o.width ? x : j;  // later segments are not visible
+          break;
+        }
+        default: break;
+      }
+      switch (o.op) {
+        case WarpOp::kShfl:
+        case WarpOp::kShflUp:
+        case WarpOp::kShflDown:
+        case WarpOp::kShflXor:
+          if (src < 0 || src >= lanes || (mask & (1u << src)) == 0) {
+            FailBlock(cudaErrorIllegalInstruction,
+                      absl::StrCat(Where(r, first + j), " (lane ", j, "): ", OpName(o.op),
+                                   absl::StrFormat(" with mask 0x%08x", mask), " reads lane ",
+                                   src, ", which is not in the mask"));
+          }
+          o.result = r.threads[static_cast<size_t>(first + src)].value;
+          break;
+        case WarpOp::kBallot: o.result = votes; break;
+        case WarpOp::kAny: o.result = votes != 0; break;
+        case WarpOp::kAll: o.result = votes == (mask & 0xffffffffull); break;
+        case WarpOp::kSync: o.result = 0; break;
+      }
+    }
+    for (int j = 0; j < lanes; ++j) {
+      if ((mask & (1u << j)) != 0) r.threads[static_cast<size_t>(first + j)].wait = Wait::kRunnable;
+    }
+    progress = true;
+  }
+  return progress;
+}
+
+// Called when no thread can run: releases warps, then the barrier, or fails.
+void Resolve(Run& r) {
+  const int n = static_cast<int>(r.threads.size());
+  bool progress = false;
+  for (int w = 0; w * warpSize < n; ++w) progress |= ResolveWarp(r, w);
+  if (progress) return;
+  // Only barrier waiters (and finished threads) are left.
+  int done = -1;
+  for (int t = 0; t < n && done < 0; ++t) {
+    if (r.threads[static_cast<size_t>(t)].wait == Wait::kDone) done = t;
+  }
+  if (done >= 0) {
+    int waiter = 0;
+    while (r.threads[static_cast<size_t>(waiter)].wait != Wait::kBarrier) ++waiter;
+    FailBlock(cudaErrorIllegalInstruction,
+              absl::StrCat(Where(r, waiter), ": __syncthreads is not reached by every thread "
+                           "of the block: thread ", Dim(r.threads[static_cast<size_t>(done)].idx),
+                           " had exited"));
+  }
+  for (SimThread& t : r.threads) t.wait = Wait::kRunnable;
+}
+
+// Runs one block to completion (or to a failure: then false).
+bool RunBlock(Run& r) {
+  // Poison the dynamic shared memory: a read before a write is NaN.
+  std::memset(r.shared.data(), kPoisonByte, r.shared.size() * sizeof(float4));
+  const int n = static_cast<int>(r.threads.size());
+  for (int t = 0; t < n; ++t) {
+    SimThread& th = r.threads[static_cast<size_t>(t)];
+    th.wait = Wait::kRunnable;
+    th.sp = r.stacks.Prepare(t, FiberMain, nullptr);
+  }
+  if (sigsetjmp(r.fault_jump, 0) != 0) {
+    r.current = -1;
+    return false;
+  }
+  for (;;) {
+    int finished = 0;
+    for (int t = 0; t < n; ++t) {
+      SimThread& th = r.threads[static_cast<size_t>(t)];
+      if (th.wait == Wait::kRunnable) {
+        r.current = t;
+        threadIdx = th.idx;
+        ladder_cuda_sim_switch(&r.scheduler_sp, th.sp);
+        r.current = -1;
+      }
+      if (th.wait == Wait::kDone) ++finished;
+    }
+    if (finished == n) return true;
+    Resolve(r);
+  }
+}
+
+}  // namespace
+
+void SyncThreads() {
+  if (run == nullptr || run->current < 0) Trap("__syncthreads outside a kernel");
+  Suspend(Wait::kBarrier);
+}
+
+uint64_t WarpCollective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+  if (run == nullptr || run->current < 0) Trap("warp collective outside a kernel");
+  SimThread& t = run->threads[static_cast<size_t>(run->current)];
+  t.op = op;
+  t.mask = mask;
+  t.value = value;
+  t.arg = arg;
+  t.width = width;
+  Suspend(Wait::kWarp);
+  return run->threads[static_cast<size_t>(run->current)].result;
+}
+
+void Trap(const char* what) {
+  if (run == nullptr || run->current < 0) {
+    std::fprintf(stderr, "cuda-sim: %s outside a kernel\n", what);
+    std::abort();
+  }
+  FailBlock(cudaErrorAssert, absl::StrCat(Where(*run, run->current), ": ", what));
+}
+
+std::string KernelNameFromSignature(const char* pretty) {
+  // g++: "... LaunchKernel(...) [with auto kKernel = <name>; Args = {...}]"
+  std::string s(pretty);
+  const std::string key = "kKernel = ";
+  size_t b = s.find(key);
+  if (b == std::string::npos) return s;
+  b += key.size();
+  size_t e = s.find("; ", b);
+  if (e == std::string::npos) e = s.find(']', b);
+  std::string name = s.substr(b, e - b);
+  // Drop the namespaces of the name (not of its template arguments).
+  int depth = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (depth == 0 && name.compare(i, 2, "::") == 0) last = i + 2;
+  }
+  return name.substr(last);
+}
+
+cudaError_t SetMaxDynamicShared(const void* kernel, int bytes) {
+  if (StickyError() != cudaSuccess) return StickyError();
+  if (bytes < 0 || static_cast<size_t>(bytes) > kMaxShared) {
+    return Fail(cudaErrorInvalidValue,
+                absl::StrCat("cudaFuncSetAttribute: ", bytes,
+                             " bytes of dynamic shared memory is more than the 227 KiB a block "
+                             "can have"));
+  }
+  std::lock_guard<std::mutex> lock(attr_mu);
+  (*max_shared)[kernel] = static_cast<size_t>(bytes);
+  return cudaSuccess;
+}
+
+cudaError_t Launch(const LaunchRequest& q) {
+  if (StickyError() != cudaSuccess) return Fail(StickyError(), cudaGetErrorString(StickyError()));
+  const std::string kernel = absl::StrCat("kernel ", q.kernel_name);
+  const uint64_t threads = uint64_t{q.block.x} * q.block.y * q.block.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || q.block.z > 64 || q.grid.x == 0 ||
+      q.grid.y == 0 || q.grid.z == 0 || q.grid.y > kMaxGridYZ || q.grid.z > kMaxGridYZ) {
+    return Fail(cudaErrorInvalidConfiguration,
+                absl::StrCat(kernel, ": invalid launch configuration: grid ", Dim(q.grid),
+                             ", block ", Dim(q.block), " (at most 1024 threads per block)"));
+  }
+  size_t limit = kDefaultShared;
+  {
+    std::lock_guard<std::mutex> lock(attr_mu);
+    auto it = max_shared->find(q.kernel);
+    if (it != max_shared->end()) limit = std::max(limit, it->second);
+  }
+  if (q.shared_bytes > limit) {
+    return Fail(cudaErrorInvalidValue,
+                absl::StrCat(kernel, ": ", q.shared_bytes,
+                             " bytes of dynamic shared memory, more than its limit of ", limit,
+                             " (raise it with cudaFuncSetAttribute, at most 227 KiB)"));
+  }
+  for (int i = 0; i < q.num_pointer_args; ++i) {
+    const void* p = q.pointer_args[i];
+    if (p != nullptr && !IsDeviceRange(p, 0)) {
+      return Fail(cudaErrorInvalidValue,
+                  absl::StrFormat("%s: argument %d (%p) is not device memory", kernel,
+                                  q.pointer_arg_index[i], p));
+    }
+  }
+
+  InstallHandlers();
+  if (run_storage == nullptr) run_storage = new Run;  // kept for the thread's life
+  Run& r = *run_storage;
+  if (!r.stacks.Reserve(static_cast<int>(threads))) {
+    return Fail(cudaErrorMemoryAllocation, absl::StrCat(kernel, ": no memory for fiber stacks"));
+  }
+  r.request = &q;
+  r.threads.assign(threads, SimThread{});
+  for (unsigned z = 0, t = 0; z < q.block.z; ++z) {
+    for (unsigned y = 0; y < q.block.y; ++y) {
+      for (unsigned x = 0; x < q.block.x; ++x, ++t) r.threads[t].idx = {x, y, z};
+    }
+  }
+  r.shared.assign((q.shared_bytes + sizeof(float4) - 1) / sizeof(float4), float4{});
+  r.failure.clear();
+  r.current = -1;
+
+  run = &r;
+  blockDim = q.block;
+  gridDim = q.grid;
+  bool ok = true;
+  for (unsigned z = 0; ok && z < q.grid.z; ++z) {
+    for (unsigned y = 0; ok && y < q.grid.y; ++y) {
+      for (unsigned x = 0; ok && x < q.grid.x; ++x) {
+        blockIdx = {x, y, z};
+        ok = RunBlock(r);
+      }
+    }
+  }
+  run = nullptr;
+  if (!ok) return Fail(r.failure_code, r.failure, /*sticky=*/true);
+  const std::string slack = CheckSlack();
+  if (!slack.empty()) {
+    return Fail(cudaErrorIllegalAddress, absl::StrCat(kernel, ": ", slack), /*sticky=*/true);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace internal
+
+void* DynamicSharedMemory() {
+  using internal::run;
+  return run == nullptr || run->shared.empty() ? nullptr : run->shared.data();
+}
+
+}  // namespace cuda_sim
+}  // namespace ladder
