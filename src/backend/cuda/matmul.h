@@ -1,0 +1,58 @@
+// The CUDA backend's matmuls (Backend::MatmulForward/Backward semantics, fp32)
+// through cuBLASLt: the forward with the bias added by cuBLASLt's epilogue,
+// the backward's two products (dweight accumulated through beta = 1) and the
+// bias gradient as a kernel (kernels/bias_grad.cu). Under the simulator the
+// same code runs against its cuBLASLt stand-in (a host GEMM).
+//
+// Row-major to cuBLASLt's column-major: a row-major [R, K] matrix is a
+// column-major [K, R] one with leading dimension K, so out = inp @ W^T
+// becomes out^T (OC x N) = W^T-as-stored (op T of the C x OC matrix W) times
+// inp^T (C x N), and so on for the backward (matmul.cc spells each out).
+//
+// Thread safety: one Matmuls per stream and host thread; calls enqueue on the
+// stream given at creation and return without waiting.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/namespace.h"
+#include "src/core/tensor.h"
+
+LADDER_CUDA_BEGIN
+
+class Matmuls {
+ public:
+  // A cuBLASLt handle and one workspace (kWorkspaceBytes of device memory).
+  static absl::StatusOr<std::unique_ptr<Matmuls>> Create(cudaStream_t stream);
+  ~Matmuls();
+  Matmuls(const Matmuls&) = delete;
+  Matmuls& operator=(const Matmuls&) = delete;
+
+  // out [N,OC] = inp [N,C] @ weight[OC,C]^T + bias[OC] (bias may be empty).
+  absl::Status Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+  // dinp [N,C] = dout @ weight (overwritten; skipped if empty);
+  // dweight [OC,C] += dout^T @ inp; dbias [OC] += column sums of dout (if
+  // non-empty; then scratch needs BiasGradScratchFloats(N, OC) floats).
+  absl::Status Backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                        Tensor weight, Tensor scratch);
+
+  static constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's advice for Hopper
+
+ private:
+  struct Impl;
+  explicit Matmuls(std::unique_ptr<Impl> impl);
+  // D (m x n, column-major, ldd = m) = alpha op(A) op(B) + beta D (+ bias[m]).
+  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* d,
+                    const float* bias);
+  std::unique_ptr<Impl> impl_;
+};
+
+LADDER_CUDA_END

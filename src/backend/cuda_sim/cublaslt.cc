@@ -1,0 +1,194 @@
+// The simulator's cuBLASLt (include/cublasLt.h): descriptors that remember
+// their attributes, and a host GEMM with cuBLASLt's column-major semantics.
+#include <cublasLt.h>
+
+#include <cstring>
+#include <vector>
+
+#include "src/backend/cuda_sim/errors.h"
+#include "src/backend/cuda_sim/memory.h"
+
+namespace ladder {
+namespace cuda_sim {
+
+struct SimLtHandle {};
+struct SimLtMatmulDesc {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct SimLtLayout {
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct SimLtPreference {
+  uint64_t max_workspace = 0;
+};
+
+namespace {
+
+template <typename T>
+cublasStatus_t SetFrom(T* field, const void* buf, size_t bytes) {
+  if (buf == nullptr || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(field, buf, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Element (r, c) of a column-major matrix, or of its transpose.
+float At(const float* m, const SimLtLayout& l, cublasOperation_t op, uint64_t r, uint64_t c) {
+  return op == CUBLAS_OP_N ? m[r + c * static_cast<uint64_t>(l.ld)]
+                           : m[c + r * static_cast<uint64_t>(l.ld)];
+}
+
+// The bytes a column-major layout spans.
+size_t Span(const SimLtLayout& l) {
+  return l.cols == 0 ? 0 : ((l.cols - 1) * static_cast<uint64_t>(l.ld) + l.rows) * sizeof(float);
+}
+
+bool ValidLayout(const SimLtLayout* l) {
+  return l != nullptr && l->ld >= static_cast<int64_t>(l->rows) && l->ld >= 1;
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = new SimLtHandle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = new SimLtMatmulDesc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t bytes) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return SetFrom(&desc->trans_a, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return SetFrom(&desc->trans_b, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      const cublasStatus_t s = SetFrom(&desc->epilogue, buf, bytes);
+      if (s == CUBLAS_STATUS_SUCCESS && desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+          desc->epilogue != CUBLASLT_EPILOGUE_BIAS) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+      }
+      return s;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return SetFrom(&desc->bias, buf, bytes);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *layout = new SimLtLayout{rows, cols, ld};
+  return ValidLayout(*layout) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new SimLtPreference;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t bytes) {
+  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_INVALID_VALUE;
+  return SetFrom(&pref->max_workspace, buf, bytes);
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* returned) {
+  if (handle == nullptr || desc == nullptr || pref == nullptr || requested < 1 ||
+      !ValidLayout(a) || !ValidLayout(b) || !ValidLayout(c) || !ValidLayout(d)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  results[0] = {};  // the one "algorithm": the host GEMM, no workspace
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void* alpha_p, const void* a_p, cublasLtMatrixLayout_t al,
+                              const void* b_p, cublasLtMatrixLayout_t bl, const void* beta_p,
+                              const void* c_p, cublasLtMatrixLayout_t cl, void* d_p,
+                              cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t* /*algo*/,
+                              void* /*workspace*/, size_t /*workspace_bytes*/,
+                              cudaStream_t /*stream*/) {
+  if (internal::StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (handle == nullptr || desc == nullptr || !ValidLayout(al) || !ValidLayout(bl) ||
+      !ValidLayout(cl) || !ValidLayout(dl)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  // op(A) is m x k, op(B) is k x n, C and D are m x n.
+  const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
+  const uint64_t m = ta ? al->cols : al->rows, k = ta ? al->rows : al->cols;
+  const uint64_t kb = tb ? bl->cols : bl->rows, n = tb ? bl->rows : bl->cols;
+  if (kb != k || cl->rows != m || cl->cols != n || dl->rows != m || dl->cols != n ||
+      cl->ld != dl->ld) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const auto* a = static_cast<const float*>(a_p);
+  const auto* b = static_cast<const float*>(b_p);
+  const auto* c = static_cast<const float*>(c_p);
+  auto* d = static_cast<float*>(d_p);
+  const float alpha = *static_cast<const float*>(alpha_p);
+  const float beta = *static_cast<const float*>(beta_p);
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  // Every operand must be device memory (a GPU would fault on a host pointer).
+  if (!internal::IsDeviceRange(a, Span(*al)) || !internal::IsDeviceRange(b, Span(*bl)) ||
+      !internal::IsDeviceRange(d, Span(*dl)) ||
+      (beta != 0.0f && !internal::IsDeviceRange(c, Span(*cl))) ||
+      (bias && !internal::IsDeviceRange(desc->bias, m * sizeof(float)))) {
+    internal::Fail(cudaErrorIllegalAddress,
+                   "cublasLtMatmul: an operand is not inside device memory", /*sticky=*/true);
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  // op(A) copied row by row (m x k, row-major) so the inner loop is contiguous.
+  std::vector<float> a_rows(m * k);
+  for (uint64_t i = 0; i < m; ++i) {
+    for (uint64_t p = 0; p < k; ++p) a_rows[i * k + p] = At(a, *al, desc->trans_a, i, p);
+  }
+  std::vector<float> b_col(k);
+  for (uint64_t j = 0; j < n; ++j) {
+    for (uint64_t p = 0; p < k; ++p) b_col[p] = At(b, *bl, desc->trans_b, p, j);
+    for (uint64_t i = 0; i < m; ++i) {
+      double acc = 0.0;  // the reference: a double-precision dot product
+      const float* ar = &a_rows[i * k];
+      for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(ar[p]) * b_col[p];
+      const uint64_t at = i + j * static_cast<uint64_t>(dl->ld);
+      float v = alpha * static_cast<float>(acc);
+      if (beta != 0.0f) v += beta * c[i + j * static_cast<uint64_t>(cl->ld)];
+      if (bias) v += desc->bias[i];
+      d[at] = v;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace cuda_sim
+}  // namespace ladder

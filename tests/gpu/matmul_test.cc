@@ -1,0 +1,119 @@
+// The CUDA backend's matmuls (src/backend/cuda/matmul.h: cuBLASLt with the
+// bias epilogue, the backward's two products and the bias-gradient kernel)
+// against the CPU backend on random inputs: shapes from one row to GPT-2's,
+// and odd ones (N, C, OC not multiples of any tile), with and without bias,
+// dinp skipped or not; dweight and dbias accumulate onto non-zero values.
+// Under the simulator this checks the operand layouts and transposes (its
+// cuBLASLt is a host GEMM); on a GPU, cuBLASLt itself.
+//
+// Tolerance, per element: |dev - cpu| <= 1e-5 * |cpu| + 2e-6 * sqrt(K), with
+// K the length of the dot products: both sides sum K products of unit-size
+// terms in different orders (OpenBLAS's blocking, cuBLASLt's tiles), so the
+// rounding difference grows like sqrt(K).
+#include "src/backend/cuda/matmul.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cuda/bias_grad.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ladder {
+namespace {
+
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
+
+void ExpectMatches(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, int64_t K) {
+  gpu_test::ExpectClose(what, got, want, 1e-5, 2e-6 * std::sqrt(static_cast<double>(K)));
+}
+
+struct Case {
+  int64_t N, C, OC;
+  bool bias, dinp;
+};
+
+class MatmulGpuTest : public gpu_test::GpuTest, public testing::WithParamInterface<Case> {};
+
+TEST_P(MatmulGpuTest, MatchesCpu) {
+  const Case c = GetParam();
+  const int64_t N = c.N, C = c.C, OC = c.OC;
+  const uint64_t s = static_cast<uint64_t>(N * 7919 + C * 104729 + OC) * 8;
+  std::vector<float> inp = Normal(N * C, s), w = Normal(OC * C, s + 1, 0.0f, 0.05f);
+  std::vector<float> b = Normal(OC, s + 2), dout = Normal(N * OC, s + 3);
+  std::vector<float> dw0 = Normal(OC * C, s + 4), db0 = Normal(OC, s + 5);
+
+  CpuBackend cpu;
+  std::vector<float> out_c(N * OC), dinp_c(N * C), dw_c = dw0, db_c = db0;
+  ASSERT_TRUE(cpu.MatmulForward(Tensor::F32(out_c.data(), {N, OC}),
+                                Tensor::F32(inp.data(), {N, C}), Tensor::F32(w.data(), {OC, C}),
+                                c.bias ? Tensor::F32(b.data(), {OC}) : Tensor())
+                  .ok());
+  ASSERT_TRUE(cpu.MatmulBackward(c.dinp ? Tensor::F32(dinp_c.data(), {N, C}) : Tensor(),
+                                 Tensor::F32(dw_c.data(), {OC, C}),
+                                 c.bias ? Tensor::F32(db_c.data(), {OC}) : Tensor(),
+                                 Tensor::F32(dout.data(), {N, OC}),
+                                 Tensor::F32(inp.data(), {N, C}), Tensor::F32(w.data(), {OC, C}))
+                  .ok());
+
+  cudaStream_t stream = nullptr;
+  ASSERT_CUDA_OK(cudaStreamCreate(&stream));
+  auto mm = cuda::Matmuls::Create(stream);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  GpuFloats inp_g(inp), w_g(w), b_g(b), dout_g(dout), dw_g(dw0), db_g(db0);
+  GpuFloats out_g(N * OC), dinp_g(N * C);
+  GpuFloats scratch(std::max<int64_t>(1, cuda::BiasGradScratchFloats(N, OC)));
+  absl::Status st = (*mm)->Forward(out_g.View({N, OC}), inp_g.View({N, C}), w_g.View({OC, C}),
+                                   c.bias ? b_g.View({OC}) : Tensor());
+  ASSERT_TRUE(st.ok()) << st;
+  st = (*mm)->Backward(c.dinp ? dinp_g.View({N, C}) : Tensor(), dw_g.View({OC, C}),
+                       c.bias ? db_g.View({OC}) : Tensor(), dout_g.View({N, OC}),
+                       inp_g.View({N, C}), w_g.View({OC, C}), scratch.View({scratch.size()}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+  ExpectMatches("out", out_g.Download(), out_c, C);
+  if (c.dinp) ExpectMatches("dinp", dinp_g.Download(), dinp_c, OC);
+  ExpectMatches("dweight", dw_g.Download(), dw_c, N);
+  if (c.bias) {
+    ExpectMatches("dbias", db_g.Download(), db_c, N);
+  } else {
+    gpu_test::ExpectBitwise("dbias untouched", db_g.Download(), db0);
+  }
+  mm->reset();
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+std::string CaseName(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return absl::StrCat("N", c.N, "_C", c.C, "_OC", c.OC, c.bias ? "_bias" : "",
+                      c.dinp ? "" : "_nodinp");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulGpuTest,
+                         testing::Values(Case{1, 1, 1, true, true}, Case{1, 64, 3, true, true},
+                                         Case{7, 13, 5, true, true}, Case{33, 65, 17, false, true},
+                                         Case{64, 96, 288, true, false},
+                                         Case{129, 100, 257, true, true},
+                                         Case{256, 768, 96, false, true}),
+                         CaseName);
+
+class MatmulGpuArgs : public gpu_test::GpuTest {};
+
+TEST_F(MatmulGpuArgs, RejectsMismatchedShapes) {
+  auto mm = cuda::Matmuls::Create(nullptr);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  GpuFloats a(4 * 8), w(3 * 7), out(4 * 3);
+  const absl::Status st =
+      (*mm)->Forward(out.View({4, 3}), a.View({4, 8}), w.View({3, 7}), Tensor());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("weight"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace ladder
