@@ -1,0 +1,692 @@
+// Causal multi-head self-attention, forward and backward: a flash kernel set
+// (the default) and a naive one (for teaching, and as a plain cross-check).
+//
+// Per (batch b, head h), with Q, K, V the [T, HS] slices of qkv and
+// scale = 1/sqrt(HS):
+//     S = scale * Q K^T     (S[i,j] masked to -inf for keys j later than query i)
+//     P = softmax(S)        row by row; lse[i] = log sum_j exp(S[i,j]) is saved
+//     O = P V
+// Backward (FlashAttention-2), from dO and the saved lse, with P recomputed:
+//     D[i] = sum_c dO[i,c] O[i,c]       (= sum_j P[i,j] dP[i,j])
+//     dP = dO V^T       dS = P * (dP - D)
+//     dV = P^T dO       dQ = scale * dS K       dK = scale * dS^T Q
+//
+// ---- flash: what it fuses -------------------------------------------------
+// The naive kernels write S to memory, read it back for the softmax, write P,
+// read P for the product with V: four trips of B*NH*T*T floats through HBM,
+// which at T = 1024 is 16x the bytes of qkv itself. The flash forward fuses
+// all three steps: a block owns a tile of 32 queries, walks the key tiles up
+// to the diagonal, computes a 32 x 32 block of S in registers, turns it into
+// P with an *online softmax* (a running row max m and sum l; when a tile
+// raises the max from m to m', what was accumulated so far was scaled by
+// exp(-m) instead of exp(-m'), so O and l are multiplied by exp(m - m')) and
+// multiplies P into the output accumulator at once. O = O / l and
+// lse = m + log(l) at the end. Nothing T x T ever leaves the chip.
+//
+// Bytes (HBM, fp32): the forward reads qkv once, 12*B*T*C bytes, and writes
+// out and lse, 4*B*T*(C + NH) bytes; the K/V tiles that several query tiles
+// read again come from L2 (a head's K and V are 2*T*HS floats: 512 KiB at
+// T = 1024, HS = 64). The backward reads qkv, out, dout and lse (plus L2
+// re-reads) and writes dqkv once: ~28*B*T*C bytes.
+// FLOPs: each product over the causal half of the T x T square is T^2 * HS
+// FLOPs per head (T^2/2 multiply-adds per channel). The forward does two
+// (Q K^T, P V): 2*B*NH*T^2*HS. The backward does seven: its key-tile kernel
+// recomputes Q K^T and dO V^T and forms P^T dO and dS^T Q, its query-tile
+// kernel recomputes Q K^T and dO V^T and forms dS K. The minimum is five;
+// the two recomputed products are the price of writing every gradient
+// element from exactly one block (below) instead of adding dQ with atomics.
+//
+// ---- flash: launch shape, and why -----------------------------------------
+// A block is 4 warps (128 threads) and owns one 32-row tile of one (b, h):
+// grid (B*NH, tiles). A tile of 32 keys is one warp wide, so in every score
+// block lane = key (or lane = query, in the backward's key-tile kernel) and
+// warp w owns 8 rows: a thread computes 8 scores, their row max and row sum
+// are warp shuffles (no shared-memory reductions, no __syncthreads), and
+// 8 rows x 32 columns stay in registers. The Q/K/V/dO tiles sit in shared
+// memory with an odd row stride (HS | 1): lanes reading 32 different rows of
+// the same column then hit 32 different banks. The output accumulators
+// (O, dQ, dK, dV: 32 x HS per block) live in shared memory too, a warp only
+// touching its own 8 rows, so HS is any size up to kMaxFlashHeadSize with
+// one compiled kernel; each lane owns columns lane, lane+32, ... of them and
+// adds 32 keys' worth of products in registers before storing back.
+// Causal work is uneven: the last query tile sees every key tile, the first
+// only one. The forward and the dQ kernel therefore take their tiles last
+// to first (blockIdx.y = 0 is the longest), and the dK/dV kernel first to
+// last (key tile 0 is seen by every query tile), so the longest blocks start
+// first and the short ones fill in at the end.
+//
+// ---- flash: determinism ---------------------------------------------------
+// The backward's usual GPU form adds each (query tile, key tile)'s dQ share
+// with float atomics, whose order changes from run to run. Here one kernel
+// runs over key tiles (a block owns dK and dV of its 32 keys, walking the
+// query tiles in increasing order) and another over query tiles (a block
+// owns dQ of its 32 queries, walking key tiles in increasing order). Every
+// gradient element is summed by one thread in an order fixed by the shape:
+// the result is bitwise reproducible. D is recomputed where it is needed
+// (32 dot products of length HS per query tile, a 1/(4*32) fraction of the
+// tile's work), so the op needs no scratch.
+//
+// ---- naive ----------------------------------------------------------------
+// One thread per score, one warp per softmax row, one thread per output
+// element: the definitions above written out, with B*NH*T*T floats of
+// scratch for S/P (and dS in the backward). Slow and memory-hungry on
+// purpose; it takes any head size.
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+#include "kernels/launch.cuh"
+
+LADDER_KERNELS_BEGIN
+namespace {
+
+constexpr int kTile = 32;              // queries and keys per tile (= the warp size)
+constexpr int kWarps = 4;              // warps per flash block
+constexpr int kRows = kTile / kWarps;  // rows of a tile per warp
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kNaiveThreads = 256;
+
+static_assert(kTile == kWarpSize, "a tile row is one warp wide");
+
+// min of two ints (CUDA's integer min() is not in the simulator's subset).
+__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+// Shared-memory row stride of a tile read with lane = row: odd, so the 32
+// lanes' words of one column fall into 32 different banks.
+__host__ __device__ __forceinline__ int TileStride(int HS) { return HS | 1; }
+
+// Copies rows [t0, t0 + kTile) of a [T, HS] head slice (row stride ld_src
+// floats in global memory) into a tile of stride ld; rows at or past T are
+// zero. Consecutive threads read consecutive channels of a row (coalesced).
+__device__ __forceinline__ void LoadTile(float* __restrict__ tile, int ld,
+                                         const float* __restrict__ src, size_t ld_src, int t0,
+                                         int T, int HS) {
+  for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+    const int r = idx / HS, c = idx % HS;
+    const int t = t0 + r;
+    tile[r * ld + c] = t < T ? src[static_cast<size_t>(t) * ld_src + c] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void ZeroRows(float* __restrict__ p, int n) {
+  for (int idx = threadIdx.x; idx < n; idx += blockDim.x) p[idx] = 0.0f;
+}
+
+// ---- flash forward ------------------------------------------------------------
+
+// Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
+// Q, K [kTile][ld] | V, O [kTile][HS] | P [kWarps][kRows][kTile].
+__global__ void __launch_bounds__(kThreads)
+    FlashForwardKernel(float* __restrict__ out, float* __restrict__ lse,
+                       const float* __restrict__ qkv, int T, int NH, int HS, float scale) {
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
+  const int i0 = tile * kTile;
+  const int C = NH * HS;
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;  // q; k at +C, v at +2C
+  const int ld = TileStride(HS);
+  float* sQ = DynamicShared<float>();
+  float* sK = sQ + kTile * ld;
+  float* sV = sK + kTile * ld;
+  float* sO = sV + kTile * HS;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  float* sP = sO + kTile * HS + warp * kRows * kTile;  // this warp's 8 rows of P
+
+  LoadTile(sQ, ld, base, C3, i0, T, HS);
+  ZeroRows(sO, kTile * HS);
+
+  // Row statistics of the warp's 8 query rows, the same in every lane.
+  float m[kRows], l[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+  // Rows past T compute as if they were row T-1 (finite, never stored), so
+  // every warp runs the same loop and reaches every barrier.
+  const int row0 = i0 + warp * kRows;
+  const int last_query = MinInt(i0 + kTile, T) - 1;
+
+  for (int j0 = 0; j0 <= last_query; j0 += kTile) {
+    __syncthreads();  // the previous tile's K/V are no longer read
+    LoadTile(sK, ld, base + C, C3, j0, T, HS);
+    LoadTile(sV, HS, base + 2 * C, C3, j0, T, HS);
+    __syncthreads();
+
+    // S = Q K^T for the warp's 8 rows; lane = key. sQ is read at one address
+    // per warp (a broadcast), sK at 32 rows of one column (odd stride: no
+    // bank conflicts).
+    float s[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] = 0.0f;
+    const float* q_row = sQ + warp * kRows * ld;
+    const float* k_row = sK + lane * ld;
+    for (int d = 0; d < HS; ++d) {
+      const float kd = k_row[d];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) s[i] += q_row[i * ld + d] * kd;
+    }
+
+    // Online softmax, one row per step, the row spread over the warp.
+    const int key = j0 + lane;
+    float corr[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const bool valid = key <= MinInt(row0 + i, T - 1);  // causal (and key < T)
+      const float sc = valid ? s[i] * scale : -INFINITY;
+      // Every tile holds a valid key for every row (tiles are aligned and
+      // j0 <= i0), so the new max is finite and exp(-inf) = 0 on the first tile.
+      const float m_new = fmaxf(m[i], WarpMax(sc));
+      corr[i] = expf(m[i] - m_new);
+      const float p = valid ? expf(sc - m_new) : 0.0f;
+      l[i] = l[i] * corr[i] + WarpSum(p);
+      m[i] = m_new;
+      sP[i * kTile + lane] = p;
+    }
+    __syncwarp();
+
+    // O = O * corr + P V for the warp's rows; lane owns columns lane + 32k.
+    for (int col = lane; col < HS; col += kWarpSize) {
+      float acc[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[i] = sO[(warp * kRows + i) * HS + col] * corr[i];
+      for (int k = 0; k < kTile; ++k) {
+        const float v = sV[k * HS + col];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) acc[i] += sP[i * kTile + k] * v;
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) sO[(warp * kRows + i) * HS + col] = acc[i];
+    }
+    __syncwarp();  // P is rewritten by the next tile
+  }
+
+  // out = O / l, lse = m + log(l). The warp wrote its rows of O itself.
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = row0 + i;
+    if (row >= T) continue;
+    const float inv = 1.0f / l[i];
+    float* dst = out + (static_cast<size_t>(b) * T + row) * C + h * HS;
+    for (int col = lane; col < HS; col += kWarpSize) {
+      dst[col] = sO[(warp * kRows + i) * HS + col] * inv;
+    }
+    if (lane == 0) lse[static_cast<size_t>(bh) * T + row] = m[i] + logf(l[i]);
+  }
+}
+
+// ---- flash backward: dQ over query tiles ----------------------------------------
+
+// Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
+// Q, dO, K, V [kTile][ld] | dQ [kTile][HS] | dS [kWarps][kRows][kTile].
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardDqKernel(float* __restrict__ dqkv, const float* __restrict__ dout,
+                          const float* __restrict__ qkv, const float* __restrict__ out,
+                          const float* __restrict__ lse, int T, int NH, int HS, float scale) {
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
+  const int i0 = tile * kTile;
+  const int C = NH * HS;
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
+  const float* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
+  const float* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
+  const int ld = TileStride(HS);
+  float* sQ = DynamicShared<float>();
+  float* sdO = sQ + kTile * ld;
+  float* sK = sdO + kTile * ld;
+  float* sV = sK + kTile * ld;
+  float* sdQ = sV + kTile * ld;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  float* sS = sdQ + kTile * HS + warp * kRows * kTile;
+
+  LoadTile(sQ, ld, base, C3, i0, T, HS);
+  LoadTile(sdO, ld, dout_base, C, i0, T, HS);
+  ZeroRows(sdQ, kTile * HS);
+
+  // D and lse of the warp's rows (rows past T: zero dO, so D = 0 and dS = 0).
+  const int row0 = i0 + warp * kRows;
+  float D[kRows], L[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = row0 + i;
+    float part = 0.0f;
+    if (row < T) {
+      for (int col = lane; col < HS; col += kWarpSize) {
+        part += dout_base[static_cast<size_t>(row) * C + col] *
+                out_base[static_cast<size_t>(row) * C + col];
+      }
+    }
+    D[i] = WarpSum(part);
+    L[i] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;
+  }
+  const int last_query = MinInt(i0 + kTile, T) - 1;
+
+  for (int j0 = 0; j0 <= last_query; j0 += kTile) {
+    __syncthreads();  // Q/dO loaded (first tile); the previous K/V no longer read
+    LoadTile(sK, ld, base + C, C3, j0, T, HS);
+    LoadTile(sV, ld, base + 2 * C, C3, j0, T, HS);
+    __syncthreads();
+
+    // S = Q K^T and dP = dO V^T for the warp's 8 rows; lane = key.
+    float s[kRows], dp[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
+    const float* q_row = sQ + warp * kRows * ld;
+    const float* do_row = sdO + warp * kRows * ld;
+    for (int d = 0; d < HS; ++d) {
+      const float kd = sK[lane * ld + d], vd = sV[lane * ld + d];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        s[i] += q_row[i * ld + d] * kd;
+        dp[i] += do_row[i * ld + d] * vd;
+      }
+    }
+    const int key = j0 + lane;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const bool valid = key <= MinInt(row0 + i, T - 1);
+      const float p = valid ? expf(s[i] * scale - L[i]) : 0.0f;
+      sS[i * kTile + lane] = p * (dp[i] - D[i]) * scale;  // scale * dS
+    }
+    __syncwarp();
+
+    // dQ += (scale * dS) K for the warp's rows; lane owns columns lane + 32k.
+    for (int col = lane; col < HS; col += kWarpSize) {
+      float acc[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[i] = sdQ[(warp * kRows + i) * HS + col];
+      for (int k = 0; k < kTile; ++k) {
+        const float kv = sK[k * ld + col];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) acc[i] += sS[i * kTile + k] * kv;
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) sdQ[(warp * kRows + i) * HS + col] = acc[i];
+    }
+    __syncwarp();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = row0 + i;
+    if (row >= T) continue;
+    float* dst = dqkv + (static_cast<size_t>(b) * T + row) * C3 + h * HS;
+    for (int col = lane; col < HS; col += kWarpSize) {
+      dst[col] = sdQ[(warp * kRows + i) * HS + col];
+    }
+  }
+}
+
+// ---- flash backward: dK, dV over key tiles --------------------------------------
+
+// Grid (B*NH, key tiles), kThreads threads; warp w owns keys j0 + 8w .. + 7,
+// lane = query of the current query tile. Shared memory (floats):
+// K, V, Q, dO [kTile][ld] | dK, dV [kTile][HS] | P, dS [kWarps][kRows][kTile] |
+// D, lse [kTile].
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardDkDvKernel(float* __restrict__ dqkv, const float* __restrict__ dout,
+                            const float* __restrict__ qkv, const float* __restrict__ out,
+                            const float* __restrict__ lse, int T, int NH, int HS, float scale) {
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int j0 = blockIdx.y * kTile;  // key tile 0 is seen by every query tile: first
+  const int C = NH * HS;
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
+  const float* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
+  const float* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
+  const int ld = TileStride(HS);
+  float* sK = DynamicShared<float>();
+  float* sV = sK + kTile * ld;
+  float* sQ = sV + kTile * ld;
+  float* sdO = sQ + kTile * ld;
+  float* sdK = sdO + kTile * ld;
+  float* sdV = sdK + kTile * HS;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  float* sP = sdV + kTile * HS + warp * kRows * kTile;
+  float* sS = sdV + kTile * HS + kTile * kTile + warp * kRows * kTile;
+  float* sD = sdV + kTile * HS + 2 * kTile * kTile;
+  float* sL = sD + kTile;
+
+  LoadTile(sK, ld, base + C, C3, j0, T, HS);
+  LoadTile(sV, ld, base + 2 * C, C3, j0, T, HS);
+  ZeroRows(sdK, 2 * kTile * HS);  // dK and dV
+
+  const int key0 = j0 + warp * kRows;  // the warp's first key
+  for (int i0 = j0; i0 < T; i0 += kTile) {
+    __syncthreads();  // the previous query tile is no longer read
+    LoadTile(sQ, ld, base, C3, i0, T, HS);
+    LoadTile(sdO, ld, dout_base, C, i0, T, HS);
+    // D and lse of the tile's queries: warp w computes rows 8w .. 8w + 7.
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = warp * kRows + i, row = i0 + r;
+      float part = 0.0f;
+      if (row < T) {
+        for (int col = lane; col < HS; col += kWarpSize) {
+          part += dout_base[static_cast<size_t>(row) * C + col] *
+                  out_base[static_cast<size_t>(row) * C + col];
+        }
+      }
+      const float D = WarpSum(part);
+      if (lane == 0) {
+        sD[r] = D;
+        sL[r] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;
+      }
+    }
+    __syncthreads();
+
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 8 keys; lane = query.
+    float s[kRows], dp[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
+    const float* k_row = sK + warp * kRows * ld;
+    const float* v_row = sV + warp * kRows * ld;
+    for (int d = 0; d < HS; ++d) {
+      const float qd = sQ[lane * ld + d], dod = sdO[lane * ld + d];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        s[i] += k_row[i * ld + d] * qd;
+        dp[i] += v_row[i * ld + d] * dod;
+      }
+    }
+    const int query = i0 + lane;
+    const float Dq = sD[lane], Lq = sL[lane];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const bool valid = key0 + i <= query && query < T;  // (key < T follows)
+      const float p = valid ? expf(s[i] * scale - Lq) : 0.0f;
+      sP[i * kTile + lane] = p;
+      sS[i * kTile + lane] = p * (dp[i] - Dq) * scale;  // scale * dS
+    }
+    __syncwarp();
+
+    // dV += P^T dO and dK += (scale * dS)^T Q for the warp's keys; lane owns
+    // columns lane + 32k; the sums run over the tile's 32 queries in order.
+    for (int col = lane; col < HS; col += kWarpSize) {
+      float acc_v[kRows], acc_k[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        acc_v[i] = sdV[(warp * kRows + i) * HS + col];
+        acc_k[i] = sdK[(warp * kRows + i) * HS + col];
+      }
+      for (int q = 0; q < kTile; ++q) {
+        const float dov = sdO[q * ld + col], qv = sQ[q * ld + col];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          acc_v[i] += sP[i * kTile + q] * dov;
+          acc_k[i] += sS[i * kTile + q] * qv;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        sdV[(warp * kRows + i) * HS + col] = acc_v[i];
+        sdK[(warp * kRows + i) * HS + col] = acc_k[i];
+      }
+    }
+    __syncwarp();
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int key = key0 + i;
+    if (key >= T) continue;
+    float* dst = dqkv + (static_cast<size_t>(b) * T + key) * C3 + h * HS;
+    for (int col = lane; col < HS; col += kWarpSize) {
+      dst[C + col] = sdK[(warp * kRows + i) * HS + col];
+      dst[2 * C + col] = sdV[(warp * kRows + i) * HS + col];
+    }
+  }
+}
+
+size_t FlashForwardSmem(int HS) {
+  return sizeof(float) * (2 * kTile * TileStride(HS) + 2 * kTile * HS + kTile * kTile);
+}
+size_t FlashBackwardDqSmem(int HS) {
+  return sizeof(float) * (4 * kTile * TileStride(HS) + kTile * HS + kTile * kTile);
+}
+size_t FlashBackwardDkDvSmem(int HS) {
+  return sizeof(float) *
+         (4 * kTile * TileStride(HS) + 2 * kTile * HS + 2 * kTile * kTile + 2 * kTile);
+}
+
+// ---- naive -----------------------------------------------------------------------
+
+struct Shape {
+  int B, T, NH, HS;
+  __host__ __device__ int C() const { return NH * HS; }
+};
+
+// The q (k, v: part 1, 2) row of token t of head h in batch b.
+__device__ __forceinline__ const float* QkvRow(const float* qkv, const Shape& s, int b, int t,
+                                               int part, int h) {
+  const size_t C = s.C();
+  return qkv + (static_cast<size_t>(b) * s.T + t) * 3 * C + part * C + h * s.HS;
+}
+
+__device__ __forceinline__ float Dot(const float* x, const float* y, int n) {
+  float acc = 0.0f;
+  for (int c = 0; c < n; ++c) acc += x[c] * y[c];
+  return acc;
+}
+
+// att[bh][i][j] = scale * q_i . k_j for j <= i, -inf above the diagonal.
+// One thread per score.
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveScoresKernel(float* __restrict__ att, const float* __restrict__ qkv, Shape s,
+                      float scale) {
+  const size_t TT = static_cast<size_t>(s.T) * s.T;
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= TT * s.B * s.NH) return;
+  const int bh = static_cast<int>(idx / TT);
+  const int i = static_cast<int>(idx % TT / s.T), j = static_cast<int>(idx % s.T);
+  const int b = bh / s.NH, h = bh % s.NH;
+  att[idx] = j <= i ? Dot(QkvRow(qkv, s, b, i, 0, h), QkvRow(qkv, s, b, j, 1, h), s.HS) * scale
+                    : -INFINITY;
+}
+
+// Softmax of each row in place (masked entries become 0) and its lse.
+// One warp per row (bh, i).
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveSoftmaxKernel(float* __restrict__ att, float* __restrict__ lse, Shape s) {
+  const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
+  const size_t row = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  const int i = static_cast<int>(row % s.T);
+  float* a = att + row * s.T;
+  float mx = -INFINITY;
+  for (int j = lane; j <= i; j += kWarpSize) mx = fmaxf(mx, a[j]);
+  mx = WarpMax(mx);
+  float sum = 0.0f;
+  for (int j = lane; j <= i; j += kWarpSize) {
+    a[j] = expf(a[j] - mx);
+    sum += a[j];
+  }
+  sum = WarpSum(sum);
+  const float inv = 1.0f / sum;
+  for (int j = lane; j < s.T; j += kWarpSize) a[j] = j <= i ? a[j] * inv : 0.0f;
+  if (lane == 0) lse[row] = mx + logf(sum);
+}
+
+// out[b,i,h*HS + c] = sum_{j <= i} P[i][j] v_j[c]. One thread per output element.
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveOutKernel(float* __restrict__ out, const float* __restrict__ att,
+                   const float* __restrict__ qkv, Shape s) {
+  const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int c = static_cast<int>(idx % s.HS), h = static_cast<int>(idx / s.HS % s.NH);
+  const int i = static_cast<int>(idx / s.C() % s.T), b = static_cast<int>(idx / s.C() / s.T);
+  const float* p = att + ((static_cast<size_t>(b) * s.NH + h) * s.T + i) * s.T;
+  float acc = 0.0f;
+  for (int j = 0; j <= i; ++j) acc += p[j] * QkvRow(qkv, s, b, j, 2, h)[c];
+  out[idx] = acc;
+}
+
+// att[bh][i][j] = P = exp(scale * q_i . k_j - lse_i) for j <= i, else 0.
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveProbsKernel(float* __restrict__ att, const float* __restrict__ qkv,
+                     const float* __restrict__ lse, Shape s, float scale) {
+  const size_t TT = static_cast<size_t>(s.T) * s.T;
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= TT * s.B * s.NH) return;
+  const int bh = static_cast<int>(idx / TT);
+  const int i = static_cast<int>(idx % TT / s.T), j = static_cast<int>(idx % s.T);
+  const int b = bh / s.NH, h = bh % s.NH;
+  float p = 0.0f;
+  if (j <= i) {
+    const float sc = Dot(QkvRow(qkv, s, b, i, 0, h), QkvRow(qkv, s, b, j, 1, h), s.HS) * scale;
+    p = expf(sc - lse[static_cast<size_t>(bh) * s.T + i]);
+  }
+  att[idx] = p;
+}
+
+// dV[j][c] = sum_{i >= j} P[i][j] dO[i][c]. One thread per element of dV.
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveDvKernel(float* __restrict__ dqkv, const float* __restrict__ att,
+                  const float* __restrict__ dout, Shape s) {
+  const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int C = s.C();
+  const int c = static_cast<int>(idx % s.HS), h = static_cast<int>(idx / s.HS % s.NH);
+  const int j = static_cast<int>(idx / C % s.T), b = static_cast<int>(idx / C / s.T);
+  const float* p = att + (static_cast<size_t>(b) * s.NH + h) * s.T * s.T;
+  float acc = 0.0f;
+  for (int i = j; i < s.T; ++i) {
+    acc += p[static_cast<size_t>(i) * s.T + j] *
+           dout[(static_cast<size_t>(b) * s.T + i) * C + h * s.HS + c];
+  }
+  dqkv[(static_cast<size_t>(b) * s.T + j) * 3 * C + 2 * C + h * s.HS + c] = acc;
+}
+
+// att = scale * dS = scale * P * (dO_i . v_j - D_i), in place, with
+// D_i = dO_i . O_i recomputed by each thread (the naive kernels keep no
+// buffer of their own).
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveDsKernel(float* __restrict__ att, const float* __restrict__ qkv,
+                  const float* __restrict__ dout, const float* __restrict__ out, Shape s,
+                  float scale) {
+  const size_t TT = static_cast<size_t>(s.T) * s.T;
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= TT * s.B * s.NH) return;
+  const int bh = static_cast<int>(idx / TT);
+  const int i = static_cast<int>(idx % TT / s.T), j = static_cast<int>(idx % s.T);
+  if (j > i) return;  // P = 0 there, and so is dS
+  const int b = bh / s.NH, h = bh % s.NH;
+  const size_t orow = (static_cast<size_t>(b) * s.T + i) * s.C() + h * s.HS;
+  const float D = Dot(dout + orow, out + orow, s.HS);
+  const float dp = Dot(dout + orow, QkvRow(qkv, s, b, j, 2, h), s.HS);
+  att[idx] = att[idx] * (dp - D) * scale;
+}
+
+// dQ[i][c] = sum_{j <= i} dS[i][j] k_j[c] and dK[t][c] = sum_{i >= t} dS[i][t] q_i[c].
+// One thread per (b, t, h, c), writing dQ of token t and dK of token t.
+__global__ void __launch_bounds__(kNaiveThreads)
+    NaiveDqDkKernel(float* __restrict__ dqkv, const float* __restrict__ att,
+                    const float* __restrict__ qkv, Shape s) {
+  const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
+  const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int C = s.C();
+  const int c = static_cast<int>(idx % s.HS), h = static_cast<int>(idx / s.HS % s.NH);
+  const int t = static_cast<int>(idx / C % s.T), b = static_cast<int>(idx / C / s.T);
+  const float* ds = att + (static_cast<size_t>(b) * s.NH + h) * s.T * s.T;
+  float dq = 0.0f, dk = 0.0f;
+  for (int j = 0; j <= t; ++j) {
+    dq += ds[static_cast<size_t>(t) * s.T + j] * QkvRow(qkv, s, b, j, 1, h)[c];
+  }
+  for (int i = t; i < s.T; ++i) {
+    dk += ds[static_cast<size_t>(i) * s.T + t] * QkvRow(qkv, s, b, i, 0, h)[c];
+  }
+  float* dst = dqkv + (static_cast<size_t>(b) * s.T + t) * 3 * C + h * s.HS + c;
+  dst[0] = dq;
+  dst[C] = dk;
+}
+
+unsigned Blocks(size_t threads) {
+  return static_cast<unsigned>((threads + kNaiveThreads - 1) / kNaiveThreads);
+}
+
+bool Empty(int B, int T, int NH, int HS) { return B <= 0 || T <= 0 || NH <= 0 || HS <= 0; }
+
+}  // namespace
+
+cudaError_t LaunchFlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T,
+                                        int NH, int HS, cudaStream_t stream) {
+  if (Empty(B, T, NH, HS)) return cudaSuccess;
+  if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
+  const size_t smem = FlashForwardSmem(HS);
+  cudaError_t err = AllowDynamicShared<FlashForwardKernel>(smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(B * NH, (T + kTile - 1) / kTile);
+  return Launch<FlashForwardKernel>(grid, kThreads, smem, stream, out, lse, qkv, T, NH, HS,
+                                    1.0f / sqrtf(static_cast<float>(HS)));
+}
+
+cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                         const float* out, const float* lse, int B, int T, int NH,
+                                         int HS, cudaStream_t stream) {
+  if (Empty(B, T, NH, HS)) return cudaSuccess;
+  if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  const dim3 grid(B * NH, (T + kTile - 1) / kTile);
+  const size_t smem_kv = FlashBackwardDkDvSmem(HS);
+  cudaError_t err = AllowDynamicShared<FlashBackwardDkDvKernel>(smem_kv);
+  if (err != cudaSuccess) return err;
+  err = Launch<FlashBackwardDkDvKernel>(grid, kThreads, smem_kv, stream, dqkv, dout, qkv, out, lse,
+                                        T, NH, HS, scale);
+  if (err != cudaSuccess) return err;
+  const size_t smem_q = FlashBackwardDqSmem(HS);
+  err = AllowDynamicShared<FlashBackwardDqKernel>(smem_q);
+  if (err != cudaSuccess) return err;
+  return Launch<FlashBackwardDqKernel>(grid, kThreads, smem_q, stream, dqkv, dout, qkv, out, lse, T,
+                                       NH, HS, scale);
+}
+
+cudaError_t LaunchNaiveAttentionForward(float* out, float* lse, float* scratch, const float* qkv,
+                                        int B, int T, int NH, int HS, cudaStream_t stream) {
+  if (Empty(B, T, NH, HS)) return cudaSuccess;
+  const Shape s{B, T, NH, HS};
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  const size_t scores = static_cast<size_t>(B) * NH * T * T;
+  cudaError_t err =
+      Launch<NaiveScoresKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv, s, scale);
+  if (err != cudaSuccess) return err;
+  const size_t rows = static_cast<size_t>(B) * NH * T;
+  err = Launch<NaiveSoftmaxKernel>(Blocks(rows * kWarpSize), kNaiveThreads, 0, stream, scratch, lse,
+                                   s);
+  if (err != cudaSuccess) return err;
+  const size_t outs = static_cast<size_t>(B) * T * NH * HS;
+  return Launch<NaiveOutKernel>(Blocks(outs), kNaiveThreads, 0, stream, out,
+                                static_cast<const float*>(scratch), qkv, s);
+}
+
+cudaError_t LaunchNaiveAttentionBackward(float* dqkv, float* scratch, const float* dout,
+                                         const float* qkv, const float* out, const float* lse,
+                                         int B, int T, int NH, int HS, cudaStream_t stream) {
+  if (Empty(B, T, NH, HS)) return cudaSuccess;
+  const Shape s{B, T, NH, HS};
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  const size_t scores = static_cast<size_t>(B) * NH * T * T;
+  const size_t elems = static_cast<size_t>(B) * T * NH * HS;
+  cudaError_t err = Launch<NaiveProbsKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv,
+                                             lse, s, scale);
+  if (err != cudaSuccess) return err;
+  err = Launch<NaiveDvKernel>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
+                              static_cast<const float*>(scratch), dout, s);
+  if (err != cudaSuccess) return err;
+  err = Launch<NaiveDsKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv, dout, out, s,
+                              scale);
+  if (err != cudaSuccess) return err;
+  return Launch<NaiveDqDkKernel>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
+                                 static_cast<const float*>(scratch), qkv, s);
+}
+
+LADDER_KERNELS_END

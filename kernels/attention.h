@@ -1,0 +1,50 @@
+// Launchers of kernels/attention.cu: causal multi-head self-attention, forward
+// and backward, callable from host C++ (g++). Raw device pointers, work
+// enqueued on `stream`, the launch error returned (faults inside a kernel
+// surface at the next synchronization). Shape checks live in the callers
+// (src/backend/cuda/attention.h), which speak Tensor and Status.
+//
+// The contract is Backend::AttentionForward/AttentionBackward
+// (src/backend/backend.h), for one head size HS and C = NH * HS:
+//   qkv [B,T,3C]: per token q of all heads, then k, then v; head h uses
+//                 channels [h*HS, (h+1)*HS) of each.
+//   out [B,T,C] = softmax(q k^T / sqrt(HS) + causal mask) v, heads concatenated.
+//   lse [B,NH,T] = each row's log-sum-exp of the scaled scores.
+//   dqkv [B,T,3C] (overwritten) from dout [B,T,C], qkv, out and lse.
+// out must not alias qkv; dqkv aliases none of the inputs.
+//
+// Flash kernels keep nothing T x T in device memory and take no scratch. They
+// hold a few 32 x HS tiles in shared memory, so HS is limited to
+// kMaxFlashHeadSize (beyond it the launchers return cudaErrorInvalidValue).
+// Naive kernels need `scratch` of B*NH*T*T floats (AttentionScratchFloats) and
+// take any HS. Every kernel is deterministic: each output element is written
+// by one thread, its sums in an order fixed by the shape (no atomics).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/namespace.h"
+
+LADDER_KERNELS_BEGIN
+
+// Largest head size the flash kernels accept (shared memory of the backward's
+// key-tile kernel: ~205 KiB at HS = 256, within the 227 KiB an H100 allows).
+inline constexpr int kMaxFlashHeadSize = 256;
+
+cudaError_t LaunchFlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T,
+                                        int NH, int HS, cudaStream_t stream);
+
+cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                         const float* out, const float* lse, int B, int T, int NH,
+                                         int HS, cudaStream_t stream);
+
+// scratch: B*NH*T*T floats (overwritten: the probabilities P of every head).
+cudaError_t LaunchNaiveAttentionForward(float* out, float* lse, float* scratch, const float* qkv,
+                                        int B, int T, int NH, int HS, cudaStream_t stream);
+
+// scratch: B*NH*T*T floats (overwritten: P, then dS in place).
+cudaError_t LaunchNaiveAttentionBackward(float* dqkv, float* scratch, const float* dout,
+                                         const float* qkv, const float* out, const float* lse,
+                                         int B, int T, int NH, int HS, cudaStream_t stream);
+
+LADDER_KERNELS_END

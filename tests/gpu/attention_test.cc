@@ -1,0 +1,221 @@
+// The CUDA attention kernels (kernels/attention.cu) against the CPU reference
+// (CpuBackend), both kinds (kFlash against the CPU's kFlash, kNaive against
+// its kNaive), on random qkv of several shapes: head sizes 24, 25 (odd), 32,
+// 48, 64, 128, 256, T from 1 to 161 (never a multiple of the 32-row tile
+// except T = 64), B = 1 and NH = 1 among them. Forward: out and lse. Backward: dqkv,
+// on the CPU's out and lse (both sides get identical inputs). Every GPU
+// output is poisoned with NaN first, so an element no kernel wrote fails.
+// Then bitwise run-to-run determinism of both passes, and the argument checks.
+//
+// Tolerances, per element, with ref the CPU value:
+//   out, lse:  |gpu - ref| <= 2e-5 * (1 + |ref|)
+//   dqkv:      |gpu - ref| <= 1e-4 * (1 + |ref|)
+// The two sides sum the same dot products and softmax rows in different
+// orders and use different exp implementations (the CPU's flash kernel a
+// Cephes polynomial, ~1 ulp; CUDA's expf, ~2 ulp), so they agree to a few
+// float ulps of each score; the outputs are weighted means of V (well
+// conditioned, so the error stays near float epsilon times the row length),
+// and the gradients are sums over up to T such terms of both signs (dS =
+// P * (dP - D) subtracts nearly equal numbers), hence the looser bound.
+//
+// Without a GPU every test that needs one skips with the reason; the argument
+// checks still run. Inputs come from Philox (seed 20240607, or
+// LADDER_GPU_TEST_SEED), so a failure reproduces.
+#include "src/backend/cuda/attention.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ladder {
+namespace {
+
+using gpu_test::ExpectBitwise;
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
+using gpu_test::Poison;
+
+constexpr double kOutTol = 2e-5;
+constexpr double kGradTol = 1e-4;
+
+// |got - want| <= tol * (1 + |want|).
+void ExpectClose(const std::string& what, const std::vector<float>& got,
+                 const std::vector<float>& want, double tol) {
+  gpu_test::ExpectClose(what, got, want, tol, tol);
+}
+
+struct Case {
+  int64_t B, T, NH, HS;
+  AttentionKind kind;
+  float stddev;  // of q, k, v: larger values make peakier softmax rows
+};
+
+std::string CaseName(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return absl::StrCat(c.kind == AttentionKind::kFlash ? "flash" : "naive", "_B", c.B, "_T", c.T,
+                      "_NH", c.NH, "_HS", c.HS, c.stddev > 1.0f ? "_peaky" : "");
+}
+
+class AttentionGpuTest : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (gpu_test::NoGpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+};
+
+TEST_P(AttentionGpuTest, MatchesCpu) {
+  const Case c = GetParam();
+  const int64_t B = c.B, T = c.T, NH = c.NH, C = c.NH * c.HS;
+  const int nh = static_cast<int>(NH);
+  const uint64_t s = static_cast<uint64_t>(((B * 131 + T) * 17 + NH) * 257 + c.HS) * 4;
+  const std::vector<float> qkv = Normal(B * T * 3 * C, s + 0, 0.0f, c.stddev);
+  const std::vector<float> dout = Normal(B * T * C, s + 1);
+  const int64_t scratch_n = AttentionScratchFloats(c.kind, B, T, NH);
+
+  // ---- CPU reference ----
+  CpuBackend cpu;
+  std::vector<float> qkv_c = qkv, dout_c = dout, out_c(B * T * C), lse_c(B * NH * T),
+                     dqkv_c(B * T * 3 * C), scratch_c(scratch_n);
+  const Tensor cpu_scratch = scratch_n > 0 ? Tensor::F32(scratch_c.data(), {scratch_n}) : Tensor();
+  ASSERT_TRUE(cpu.AttentionForward(
+                     Tensor::F32(out_c.data(), {B, T, C}), Tensor::F32(lse_c.data(), {B, NH, T}),
+                     Tensor::F32(qkv_c.data(), {B, T, 3 * C}), nh, c.kind, cpu_scratch)
+                  .ok());
+  ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}),
+                                    Tensor::F32(dout_c.data(), {B, T, C}),
+                                    Tensor::F32(qkv_c.data(), {B, T, 3 * C}),
+                                    Tensor::F32(out_c.data(), {B, T, C}),
+                                    Tensor::F32(lse_c.data(), {B, NH, T}), nh, c.kind, cpu_scratch)
+                  .ok());
+
+  // ---- GPU forward ----
+  GpuFloats qkv_g(B * T * 3 * C), out_g(B * T * C), lse_g(B * NH * T), dout_g(B * T * C),
+      dqkv_g(B * T * 3 * C), scratch_g(scratch_n);
+  for (const GpuFloats* b : {&qkv_g, &out_g, &lse_g, &dout_g, &dqkv_g, &scratch_g}) {
+    ASSERT_TRUE(b->ok()) << "cudaMalloc failed";
+  }
+  const Tensor gpu_scratch = scratch_n > 0 ? scratch_g.View({scratch_n}) : Tensor();
+  qkv_g.Upload(qkv);
+  dout_g.Upload(dout);
+  auto forward = [&]() {
+    out_g.Upload(Poison(B * T * C));
+    lse_g.Upload(Poison(B * NH * T));
+    scratch_g.Upload(Poison(scratch_n));
+    return cuda::AttentionForward(out_g.View({B, T, C}), lse_g.View({B, NH, T}),
+                                  qkv_g.View({B, T, 3 * C}), nh, c.kind, gpu_scratch);
+  };
+  absl::Status st = forward();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> out = out_g.Download(), lse = lse_g.Download();
+  ExpectClose("out", out, out_c, kOutTol);
+  ExpectClose("lse", lse, lse_c, kOutTol);
+
+  // ---- GPU backward, on the CPU's out and lse ----
+  GpuFloats out_ref(B * T * C), lse_ref(B * NH * T);
+  out_ref.Upload(out_c);
+  lse_ref.Upload(lse_c);
+  auto backward = [&]() {
+    dqkv_g.Upload(Poison(B * T * 3 * C));
+    scratch_g.Upload(Poison(scratch_n));
+    return cuda::AttentionBackward(dqkv_g.View({B, T, 3 * C}), dout_g.View({B, T, C}),
+                                   qkv_g.View({B, T, 3 * C}), out_ref.View({B, T, C}),
+                                   lse_ref.View({B, NH, T}), nh, c.kind, gpu_scratch);
+  };
+  st = backward();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> dqkv = dqkv_g.Download();
+  // dq, dk, dv separately, so a failure names the part.
+  const char* part_name[3] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> got, want;
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      for (int64_t ch = 0; ch < C; ++ch) {
+        got.push_back(dqkv[bt * 3 * C + part * C + ch]);
+        want.push_back(dqkv_c[bt * 3 * C + part * C + ch]);
+      }
+    }
+    ExpectClose(part_name[part], got, want, kGradTol);
+  }
+
+  // ---- determinism: the same bits again ----
+  st = forward();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("out, second run", out_g.Download(), out);
+  ExpectBitwise("lse, second run", lse_g.Download(), lse);
+  st = backward();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("dqkv, second run", dqkv_g.Download(), dqkv);
+}
+
+// GPT-2's head size (64) and its neighbours; 24 and 48 (not multiples of
+// 32: a lane's last column chunk is partial), 25 (odd), 128 (the flash
+// kernels' shared memory above the default 48 KiB), 256 (their limit, ~205
+// KiB). T = 1 (a single key), T < 32, T = 64 (whole tiles) and T = 33, 70,
+// 97, 161 (a partial last tile).
+// The naive kind is O(T^2) per thread group and slow on the simulator, so it
+// gets fewer, smaller cases.
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGpuTest, testing::ValuesIn([] {
+                           constexpr AttentionKind kF = AttentionKind::kFlash;
+                           constexpr AttentionKind kN = AttentionKind::kNaive;
+                           return std::vector<Case>{
+                               {1, 1, 1, 32, kF, 1.0f},   {2, 70, 2, 32, kF, 1.0f},
+                               {1, 33, 1, 64, kF, 1.0f},  {2, 64, 3, 64, kF, 1.0f},
+                               {3, 17, 3, 24, kF, 1.0f},  {1, 97, 2, 48, kF, 1.0f},
+                               {2, 40, 2, 25, kF, 1.0f},  {1, 45, 2, 128, kF, 1.0f},
+                               {1, 70, 2, 32, kF, 3.0f},  {2, 161, 2, 64, kF, 1.0f},
+                               {1, 35, 1, 256, kF, 1.0f}, {1, 1, 1, 32, kN, 1.0f},
+                               {2, 37, 2, 32, kN, 1.0f},  {1, 33, 3, 24, kN, 1.0f},
+                               {1, 20, 1, 25, kN, 3.0f},
+                           };
+                         }()),
+                         CaseName);
+
+// Argument checks run before anything touches the GPU, so they run everywhere.
+TEST(AttentionGpuArgs, RejectsBadArguments) {
+  float fake[4];  // never dereferenced: every call below fails validation
+  auto gpu = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(fake, DType::kF32, dims, Device::kCuda);
+  };
+  constexpr AttentionKind kF = AttentionKind::kFlash;
+  constexpr AttentionKind kN = AttentionKind::kNaive;
+
+  absl::Status s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}),
+                                          Tensor::F32(fake, {2, 5, 192}), 2, kF, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
+
+  s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 3, 5}), gpu({2, 5, 192}), 3, kF, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "3 heads do not divide C=64";
+
+  s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 4}), gpu({2, 5, 192}), 2, kF, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "lse of the wrong shape";
+
+  s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}), gpu({2, 5, 192}), 2, kN,
+                             gpu({2 * 2 * 5 * 5 - 1}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "naive scratch too small";
+  EXPECT_NE(s.message().find("scratch"), std::string::npos) << s;
+
+  s = cuda::AttentionForward(gpu({1, 5, 512}), gpu({1, 1, 5}), gpu({1, 5, 1536}), 1, kF, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "flash head size 512";
+  EXPECT_NE(s.message().find("head size"), std::string::npos) << s;
+
+  s = cuda::AttentionBackward(gpu({2, 5, 192}), gpu({2, 5, 64}), gpu({2, 5, 192}), gpu({2, 4, 64}),
+                              gpu({2, 2, 5}), 2, kF, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of the wrong shape";
+}
+
+}  // namespace
+}  // namespace ladder
