@@ -34,8 +34,8 @@
 // Numerics follow the CPU op: exp against the GLOBAL max (every term <= 1),
 // the loss as (max - target_logit) + log(sum) so a confident prediction's
 // small loss keeps its digits, and the backward's target column as
-// exp(x - lse) * dloss - dloss, the same two roundings. Only expf and logf
-// differ from the CPU's (a few ulp).
+// exp(x - lse) * dloss - dloss. expf and logf differ from the CPU's by a few
+// ulp, and either compiler may fuse that multiply and subtraction into an FMA.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -147,9 +147,7 @@ __global__ void __launch_bounds__(kThreads)
   const float l = lse[n];
   const int64_t j = int64_t{targets[n]} - vocab_start;  // may be outside the shard
   auto grad = [&](int i, float xi) {
-    // __fmul_rn: a multiply nvcc may not fuse with the subtraction below
-    // (an FMA would round once where the CPU rounds twice).
-    float g = __fmul_rn(expf(xi - l), dloss);
+    float g = expf(xi - l) * dloss;
     if (i == j) g -= dloss;
     return g;
   };

@@ -1,0 +1,106 @@
+// The CUDA bias gradient (kernels/bias_grad.cu) against the CPU reference:
+// CpuBackend::MatmulBackward's dbias (column sums of dout, accumulated onto a
+// non-zero start), for N from 1 to several chunks of rows, OC = 1, odd OC
+// (scalar loads), OC multiples of 4 (16-byte loads) with a partial last
+// column block, GPT-2 widths, and a misaligned dout; plus bitwise
+// determinism, and the same bits from an aligned and a misaligned dout (the
+// order of the adds depends only on the shape).
+//
+// Tolerance: |gpu - ref| <= 1e-5 (sqrt(N) + |ref|). Both sides sum N terms
+// of size ~1 in different orders (the CPU row by row, the GPU in chunks and
+// subsets); the rounding of such sums grows like sqrt(N) (the CPU's
+// sequential sum has an rms error ~ 6e-8 N / 1.4, inside 1e-5 sqrt(N) up to
+// N ~ 50000) whatever the sum's value, which can be ~0.
+#include "src/backend/cuda/bias_grad.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ladder {
+namespace {
+
+using gpu_test::ExpectBitwise;
+using gpu_test::ExpectClose;
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
+
+constexpr double kTol = 1e-5;
+
+struct Case {
+  int64_t N, OC;
+};
+
+class BiasGradGpuTest : public gpu_test::GpuTest, public testing::WithParamInterface<Case> {};
+
+TEST_P(BiasGradGpuTest, MatchesCpu) {
+  const auto [N, OC] = GetParam();
+  const uint64_t s = static_cast<uint64_t>(N * 7907 + OC) * 4;
+  const std::vector<float> dout = Normal(N * OC, s);
+  const std::vector<float> dbias0 = Normal(OC, s + 1);
+
+  // CPU: MatmulBackward with C = 1 and no dinp; only dbias is compared.
+  CpuBackend cpu;
+  std::vector<float> dout_c = dout, inp(N, 0.0f), weight(OC, 0.0f), dweight(OC, 0.0f);
+  std::vector<float> ref = dbias0;
+  absl::Status st = cpu.MatmulBackward(Tensor(), Tensor::F32(dweight.data(), {OC, 1}),
+                                       Tensor::F32(ref.data(), {OC}),
+                                       Tensor::F32(dout_c.data(), {N, OC}),
+                                       Tensor::F32(inp.data(), {N, 1}),
+                                       Tensor::F32(weight.data(), {OC, 1}));
+  ASSERT_TRUE(st.ok()) << st;
+
+  const int64_t scratch_n = std::max<int64_t>(1, cuda::BiasGradScratchFloats(N, OC));
+  GpuFloats dout_g(dout), dout_mis(dout, 1), db_g(OC), scratch(scratch_n);
+  ASSERT_TRUE(dout_g.ok() && dout_mis.ok() && db_g.ok() && scratch.ok());
+  auto run = [&](const GpuFloats& d) {
+    db_g.Upload(dbias0);
+    scratch.Upload(gpu_test::Poison(scratch_n));
+    return cuda::BiasGrad(db_g.View({OC}), d.View({N, OC}), scratch.View({scratch_n}));
+  };
+  ASSERT_TRUE((st = run(dout_g)).ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> db = db_g.Download();
+  ExpectClose("dbias", db, ref, kTol, kTol * std::sqrt(static_cast<double>(N)));
+
+  ASSERT_TRUE((st = run(dout_g)).ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("dbias, second run", db_g.Download(), db);
+
+  ASSERT_TRUE((st = run(dout_mis)).ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("dbias from a misaligned dout", db_g.Download(), db);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BiasGradGpuTest,
+                         testing::Values(Case{1, 1}, Case{1, 768}, Case{5, 1}, Case{3, 7},
+                                         Case{64, 33}, Case{65, 100}, Case{200, 132},
+                                         Case{1000, 768}, Case{777, 99}, Case{4100, 64},
+                                         Case{300, 3072}),
+                         [](const testing::TestParamInfo<Case>& info) {
+                           return absl::StrCat("N", info.param.N, "_OC", info.param.OC);
+                         });
+
+// Argument checks run before anything touches the GPU, so they run everywhere.
+TEST(BiasGradGpuArgs, RejectsBadArguments) {
+  float f[64];
+  auto gf = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(f, DType::kF32, dims, Device::kCuda);
+  };
+  absl::Status s = cuda::BiasGrad(gf({8}), Tensor::F32(f, {4, 8}), gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dout on the host";
+  s = cuda::BiasGrad(gf({7}), gf({4, 8}), gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dbias of the wrong size";
+  s = cuda::BiasGrad(gf({8}), gf({4, 8}), Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "missing scratch";
+  EXPECT_NE(s.message().find("scratch"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace ladder

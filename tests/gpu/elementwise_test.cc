@@ -1,0 +1,155 @@
+// The CUDA elementwise kernels (kernels/elementwise.cu) against the CPU
+// reference (CpuBackend): GeluForward, GeluBackward (also in place, dinp
+// aliasing dout) and ResidualAdd (also in place, out aliasing a and b), on
+// fresh Philox inputs of many sizes: n = 1, 3, 5, odd sizes that leave a
+// scalar tail after the 16-byte vectors, multiples of 4 and of the block,
+// GPT-2 shapes, and views shifted by one float (misaligned: scalar kernels).
+// Outputs are poisoned with NaN first, so a skipped element fails.
+//
+// Tolerances, per element, with ref the CPU value:
+//   GELU forward and backward: |gpu - ref| <= 1e-6 + 2e-6 |ref|. Same formula
+//     in the same order; the exp differs (CUDA's expf and the CPU's
+//     polynomial ExpF are each within ~2 ulp) and nvcc may fuse a multiply
+//     and an add, so a few ulp, plus a little absolute slack where gelu'
+//     crosses zero (x ~ -0.75) and the relative error of a difference grows.
+//   ResidualAdd: bitwise (one fp32 add on both sides).
+// Determinism: elementwise ops have no reduction; a second run is compared
+// bitwise anyway.
+#include "src/backend/cuda/elementwise.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ladder {
+namespace {
+
+using gpu_test::ExpectBitwise;
+using gpu_test::ExpectClose;
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
+using gpu_test::Poison;
+
+constexpr double kGeluRel = 2e-6;
+constexpr double kGeluAbs = 1e-6;
+
+struct Shape {
+  int64_t N, C;
+};
+
+class ElementwiseGpuTest : public gpu_test::GpuTest,
+                           public testing::WithParamInterface<std::tuple<Shape, int64_t>> {
+ protected:
+  // offset 0: aligned buffers (vector kernels when n allows); 1: misaligned.
+  int64_t N() const { return std::get<0>(GetParam()).N; }
+  int64_t C() const { return std::get<0>(GetParam()).C; }
+  int64_t offset() const { return std::get<1>(GetParam()); }
+  uint64_t stream(int k) const { return static_cast<uint64_t>(N() * 7919 + C()) * 8 + k; }
+};
+
+TEST_P(ElementwiseGpuTest, GeluMatchesCpu) {
+  const int64_t N = this->N(), C = this->C(), n = N * C;
+  // Inputs spread over GELU's whole shape: N(0, 2) reaches |x| ~ 8.
+  std::vector<float> x = Normal(n, stream(0), 0.0f, 2.0f);
+  std::vector<float> dout = Normal(n, stream(1));
+  CpuBackend cpu;
+  std::vector<float> y_ref(n), dx_ref(n);
+  ASSERT_TRUE(cpu.GeluForward(Tensor::F32(y_ref.data(), {N, C}), Tensor::F32(x.data(), {N, C})).ok());
+  ASSERT_TRUE(cpu.GeluBackward(Tensor::F32(dx_ref.data(), {N, C}), Tensor::F32(dout.data(), {N, C}),
+                               Tensor::F32(x.data(), {N, C}))
+                  .ok());
+
+  GpuFloats x_g(x, offset()), y_g(Poison(n), offset()), d_g(dout, offset()),
+      dx_g(Poison(n), offset());
+  ASSERT_TRUE(x_g.ok() && y_g.ok() && d_g.ok() && dx_g.ok());
+  absl::Status st = cuda::GeluForward(y_g.View({N, C}), x_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  st = cuda::GeluBackward(dx_g.View({N, C}), d_g.View({N, C}), x_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> y = y_g.Download(), dx = dx_g.Download();
+  ExpectClose("gelu", y, y_ref, kGeluRel, kGeluAbs);
+  ExpectClose("dinp", dx, dx_ref, kGeluRel, kGeluAbs);
+
+  // In place: dinp aliases dout. Same bits as the out-of-place run.
+  st = cuda::GeluBackward(d_g.View({N, C}), d_g.View({N, C}), x_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  // And a second forward into the same output: deterministic.
+  y_g.Upload(Poison(n));
+  st = cuda::GeluForward(y_g.View({N, C}), x_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("dinp in place (aliasing dout)", d_g.Download(), dx);
+  ExpectBitwise("gelu, second run", y_g.Download(), y);
+}
+
+TEST_P(ElementwiseGpuTest, ResidualAddMatchesCpu) {
+  const int64_t N = this->N(), C = this->C(), n = N * C;
+  const std::vector<float> a = Normal(n, stream(2), 0.5f, 2.0f);
+  const std::vector<float> b = Normal(n, stream(3));
+  std::vector<float> a_c = a, b_c = b, ref(n);
+  CpuBackend cpu;
+  ASSERT_TRUE(cpu.ResidualAdd(Tensor::F32(ref.data(), {N, C}), Tensor::F32(a_c.data(), {N, C}),
+                              Tensor::F32(b_c.data(), {N, C}))
+                  .ok());
+
+  GpuFloats a_g(a, offset()), b_g(b, offset()), out_g(Poison(n), offset());
+  ASSERT_TRUE(a_g.ok() && b_g.ok() && out_g.ok());
+  absl::Status st = cuda::ResidualAdd(out_g.View({N, C}), a_g.View({N, C}), b_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("out", out_g.Download(), ref);
+
+  // out aliasing a, then (on fresh copies) out aliasing b.
+  st = cuda::ResidualAdd(a_g.View({N, C}), a_g.View({N, C}), b_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("out aliasing a", a_g.Download(), ref);
+  a_g.Upload(a);
+  st = cuda::ResidualAdd(b_g.View({N, C}), a_g.View({N, C}), b_g.View({N, C}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("out aliasing b", b_g.Download(), ref);
+}
+
+// n = N*C: 1, 3 (tail only), 5 and 99 and 1001 (vectors + tail), 4, 128 and
+// 256*4 (no tail), GPT-2's MLP width (768*4 = 3072) over odd row counts, and
+// one size past a block's 256 vectors with a tail.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ElementwiseGpuTest,
+    testing::Combine(testing::Values(Shape{1, 1}, Shape{1, 3}, Shape{5, 1}, Shape{3, 33},
+                                     Shape{1, 4}, Shape{4, 32}, Shape{1, 1024}, Shape{7, 143},
+                                     Shape{13, 3072}, Shape{3, 1027}),
+                     testing::Values(int64_t{0}, int64_t{1})),
+    [](const testing::TestParamInfo<std::tuple<Shape, int64_t>>& info) {
+      const Shape s = std::get<0>(info.param);
+      return absl::StrCat("N", s.N, "_C", s.C, std::get<1>(info.param) ? "_misaligned" : "");
+    });
+
+// Argument checks run before anything touches the GPU, so they run everywhere.
+TEST(ElementwiseGpuArgs, RejectsBadArguments) {
+  float fake[8];  // never dereferenced: every call below fails validation
+  auto gpu = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(fake, DType::kF32, dims, Device::kCuda);
+  };
+  const Tensor host = Tensor::F32(fake, {2, 4});
+  absl::Status s = cuda::GeluForward(gpu({2, 4}), host);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
+  s = cuda::GeluForward(gpu({2, 3}), gpu({2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of the wrong shape";
+  s = cuda::GeluBackward(gpu({2, 4}), gpu({4, 2}), gpu({2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dout of the wrong shape";
+  s = cuda::ResidualAdd(gpu({2, 4}), gpu({2, 4}), Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "missing b";
+  s = cuda::ResidualAdd(gpu({8}), gpu({2, 4}), gpu({2, 4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out with another last dim";
+}
+
+}  // namespace
+}  // namespace ladder

@@ -1,0 +1,246 @@
+// The CUDA optimizer kernels (kernels/optimizer.cu) against the CPU
+// reference (CpuBackend):
+//  - SumOfSquares for n = 0, 1, odd sizes, sizes around a block's work and
+//    a large one (many blocks); aligned and misaligned x must give the same
+//    bits (the order of the adds depends only on n), and a second run too.
+//  - AdamW over a list of tensors in ONE launch: sizes 1, 3, 0 (empty, in the
+//    middle and at the end), one chunk exactly, one chunk plus one element,
+//    several chunks with a tail, a misaligned tensor (scalar path), each with
+//    its own weight decay; two steps (bias corrections of step 1 and 2),
+//    each compared with CpuBackend::AdamWUpdate on every tensor.
+// Outputs are poisoned with NaN first (the sum's output float).
+//
+// Tolerances:
+//   SumOfSquares: |gpu - ref| <= 1e-6 |ref|, ref the CPU's double result.
+//     Both accumulate in double (in different orders), and the GPU rounds to
+//     float once: the float is the correctly rounded sum or its neighbour.
+//   AdamW: a few ulp of the terms, per element. Both sides perform the same
+//     operations in the same order (sqrt and division IEEE-rounded on both),
+//     but each compiler may fuse a multiply and an add into an FMA wherever
+//     it likes (g++ does with -march=native), and where beta1 m and
+//     (1 - beta1) g nearly cancel, that changes the small result's low bits
+//     by far more than an ulp of the result. So each element's tolerance is
+//     4 eps times the magnitudes that went into it (eps = 2^-23):
+//       m:     4 eps (|beta1 m0| + |(1 - beta1) g|)                 = tol_m
+//       v:     4 eps (|beta2 v0| + |(1 - beta2) g^2|)
+//       param: 4 eps |w0| + lr (tol_m bc1 / d + 8 eps (|u| + |wd w0|)),
+//              u = mhat / d, d = sqrt(vhat) + eps_adam
+//     with g the scaled gradient and m0, v0, w0 the values before the step.
+//     (Measured on the simulator: most elements agree bitwise.)
+#include "src/backend/cuda/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ladder {
+namespace {
+
+using gpu_test::ExpectBitwise;
+using gpu_test::ExpectClose;
+using gpu_test::GpuFloats;
+using gpu_test::Normal;
+using gpu_test::Poison;
+
+constexpr double kSumRel = 1e-6;
+constexpr double kEps = 1.0 / (1 << 23);
+
+class SumOfSquaresGpuTest : public gpu_test::GpuTest,
+                            public testing::WithParamInterface<int64_t> {};
+
+TEST_P(SumOfSquaresGpuTest, MatchesCpu) {
+  const int64_t n = GetParam();
+  // A view [n, 1] (n = 0 still needs a non-null pointer: one spare float).
+  std::vector<float> x = Normal(std::max<int64_t>(n, 1), static_cast<uint64_t>(n) * 2 + 1, 0.3f, 2.0f);
+  CpuBackend cpu;
+  double ref = -1.0;
+  ASSERT_TRUE(cpu.SumOfSquares(Tensor::F32(x.data(), {n, 1}), &ref).ok());
+
+  const int64_t scratch_n = cuda::SumOfSquaresScratchFloats(n);
+  GpuFloats x_g(x), x_mis(x, 1), out(Poison(1)), scratch(scratch_n);
+  ASSERT_TRUE(x_g.ok() && x_mis.ok() && out.ok() && scratch.ok());
+  absl::Status st = cuda::SumOfSquares(out.View({1}), x_g.View({n, 1}), scratch.View({scratch_n}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> got = out.Download();
+  ExpectClose("sum of squares", got, {static_cast<float>(ref)}, kSumRel, 0.0);
+  if (n == 0) {
+    EXPECT_EQ(got[0], 0.0f);
+  }
+
+  out.Upload(Poison(1));
+  ASSERT_TRUE((st = cuda::SumOfSquares(out.View({1}), x_g.View({n, 1}), scratch.View({scratch_n})))
+                  .ok())
+      << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("second run", out.Download(), got);
+  out.Upload(Poison(1));
+  ASSERT_TRUE(
+      (st = cuda::SumOfSquares(out.View({1}), x_mis.View({n, 1}), scratch.View({scratch_n}))).ok())
+      << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  ExpectBitwise("misaligned x", out.Download(), got);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SumOfSquaresGpuTest,
+                         testing::Values(int64_t{0}, int64_t{1}, int64_t{3}, int64_t{4},
+                                         int64_t{7}, int64_t{1000}, int64_t{8191},
+                                         int64_t{8192}, int64_t{8193}, int64_t{100003},
+                                         int64_t{1} << 20));
+
+// One parameter tensor on both sides.
+struct Param {
+  int64_t rows, cols;
+  float weight_decay;
+  int64_t offset;  // float offset of the GPU buffers (1: misaligned)
+  std::vector<float> w, g, m, v;  // CPU copies (updated by the CPU op)
+};
+
+// Compares one tensor's GPU state after a step with the CPU's, within the
+// term-based tolerances of the header comment. w0, g, m0, v0: before the step.
+void ExpectAdamWClose(const std::string& what, const AdamWParams& hp, float wd,
+                      const std::vector<float>& w0, const std::vector<float>& g,
+                      const std::vector<float>& m0, const std::vector<float>& v0,
+                      const std::vector<float>& w, const std::vector<float>& m,
+                      const std::vector<float>& v, const std::vector<float>& w_ref,
+                      const std::vector<float>& m_ref, const std::vector<float>& v_ref) {
+  const double bc1 = 1.0 / (1.0 - std::pow(double{hp.beta1}, hp.step));
+  const double bc2 = 1.0 / (1.0 - std::pow(double{hp.beta2}, hp.step));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < w0.size(); ++i) {
+    const double gi = double{g[i]} * hp.grad_scale;
+    const double tol_m = 4 * kEps * (std::fabs(hp.beta1 * m0[i]) + std::fabs((1 - hp.beta1) * gi));
+    const double tol_v = 4 * kEps * (std::fabs(hp.beta2 * v0[i]) + (1 - hp.beta2) * gi * gi);
+    const double d = std::sqrt(v_ref[i] * bc2) + hp.eps;
+    const double u = m_ref[i] * bc1 / d;
+    const double tol_w = 4 * kEps * std::fabs(w0[i]) +
+                         hp.lr * (tol_m * bc1 / d + 8 * kEps * (std::fabs(u) + std::fabs(wd * w0[i])));
+    const bool ok = std::fabs(double{m[i]} - m_ref[i]) <= tol_m &&
+                    std::fabs(double{v[i]} - v_ref[i]) <= tol_v &&
+                    std::fabs(double{w[i]} - w_ref[i]) <= tol_w;
+    if (!ok && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << w0.size()
+                     << " elements outside tolerance; first at " << first << ": param gpu "
+                     << w[first] << " cpu " << w_ref[first] << ", m gpu " << m[first] << " cpu "
+                     << m_ref[first] << ", v gpu " << v[first] << " cpu " << v_ref[first];
+}
+
+TEST(AdamWGpuTest, MultiTensorMatchesCpu) {
+  std::string why;
+  if (gpu_test::NoGpu(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  // rows x cols, weight decay, offset.
+  std::vector<Param> params = {
+      {1, 1, 0.1f, 0, {}, {}, {}, {}},          {3, 1, 0.0f, 0, {}, {}, {}, {}},
+      {0, 4, 0.1f, 0, {}, {}, {}, {}},          {1, 16384, 0.1f, 0, {}, {}, {}, {}},
+      {7, 33, 0.0f, 1, {}, {}, {}, {}},         {16385, 1, 0.05f, 0, {}, {}, {}, {}},
+      {65, 768, 0.1f, 0, {}, {}, {}, {}},       {99, 101, 0.0f, 1, {}, {}, {}, {}},
+      {0, 1, 0.0f, 0, {}, {}, {}, {}},
+  };
+  std::vector<cuda::AdamWSlot> slots;
+  std::vector<std::unique_ptr<GpuFloats>> buffers;
+  for (size_t k = 0; k < params.size(); ++k) {
+    Param& p = params[k];
+    const int64_t n = p.rows * p.cols, alloc = std::max<int64_t>(n, 1);
+    const uint64_t s = 1000 + 8 * k;
+    p.w = Normal(alloc, s, 0.0f, 0.5f);
+    p.g = Normal(alloc, s + 1, 0.0f, 0.1f);
+    p.m = Normal(alloc, s + 2, 0.0f, 0.01f);
+    p.v = Normal(alloc, s + 3, 0.0f, 0.01f);
+    for (float& x : p.v) x *= x;  // second moments are non-negative
+    cuda::AdamWSlot slot;
+    for (const std::vector<float>* h : {&p.w, &p.g, &p.m, &p.v}) {
+      buffers.push_back(std::make_unique<GpuFloats>(*h, p.offset));
+      ASSERT_TRUE(buffers.back()->ok());
+    }
+    const size_t b = buffers.size() - 4;
+    slot.param = buffers[b]->View({p.rows, p.cols});
+    slot.grad = buffers[b + 1]->View({p.rows, p.cols});
+    slot.m = buffers[b + 2]->View({p.rows, p.cols});
+    slot.v = buffers[b + 3]->View({p.rows, p.cols});
+    slot.weight_decay = p.weight_decay;
+    slots.push_back(slot);
+  }
+  const int64_t desc_bytes = cuda::AdamWDescriptorBytes(static_cast<int>(slots.size()));
+  GpuFloats descriptors((desc_bytes + 3) / 4);
+  ASSERT_TRUE(descriptors.ok());
+
+  CpuBackend cpu;
+  AdamWParams hp;
+  hp.lr = 0.01f;
+  hp.grad_scale = 0.5f;
+  hp.weight_decay = 123.0f;  // must be ignored by the multi-tensor op
+  for (int step = 1; step <= 2; ++step) {
+    hp.step = step;
+    std::vector<Param> before = params;
+    for (Param& p : params) {
+      AdamWParams cp = hp;
+      cp.weight_decay = p.weight_decay;
+      const Tensor w = Tensor::F32(p.w.data(), {p.rows, p.cols});
+      ASSERT_TRUE(cpu.AdamWUpdate(w, Tensor::F32(p.g.data(), {p.rows, p.cols}),
+                                  Tensor::F32(p.m.data(), {p.rows, p.cols}),
+                                  Tensor::F32(p.v.data(), {p.rows, p.cols}), cp)
+                      .ok());
+    }
+    const absl::Status st = cuda::AdamWUpdate(slots, hp, descriptors.View({descriptors.size()}));
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    size_t same = 0, total = 0;
+    for (size_t k = 0; k < params.size(); ++k) {
+      const Param& p = params[k];
+      const Param& b = before[k];
+      const std::vector<float> w = buffers[4 * k]->Download(), m = buffers[4 * k + 2]->Download(),
+                               v = buffers[4 * k + 3]->Download();
+      ExpectAdamWClose(absl::StrCat("step ", step, " tensor ", k), hp, p.weight_decay, b.w, b.g,
+                       b.m, b.v, w, m, v, p.w, p.m, p.v);
+      ExpectBitwise(absl::StrCat("step ", step, " tensor ", k, " grad (read only)"),
+                    buffers[4 * k + 1]->Download(), p.g);
+      for (size_t i = 0; i < w.size(); ++i) same += w[i] == p.w[i] ? 1 : 0;
+      total += w.size();
+      // The next step starts both sides from the CPU's state, so each step
+      // is compared on identical inputs.
+      buffers[4 * k]->Upload(p.w);
+      buffers[4 * k + 2]->Upload(p.m);
+      buffers[4 * k + 3]->Upload(p.v);
+    }
+    std::printf("step %d: %zu of %zu parameters bitwise equal to the CPU's\n", step, same, total);
+  }
+}
+
+// Argument checks run before anything touches the GPU, so they run everywhere.
+TEST(OptimizerGpuArgs, RejectsBadArguments) {
+  float f[64];
+  auto gf = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(f, DType::kF32, dims, Device::kCuda);
+  };
+  absl::Status s = cuda::SumOfSquares(gf({1}), Tensor::F32(f, {8}), gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "x on the host";
+  s = cuda::SumOfSquares(gf({2}), gf({8}), gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of two elements";
+  s = cuda::SumOfSquares(gf({1}), gf({8}), Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "missing scratch";
+
+  cuda::AdamWSlot slot{gf({2, 4}), gf({2, 4}), gf({2, 4}), gf({4, 2}), 0.0f};
+  AdamWParams hp;
+  s = cuda::AdamWUpdate({slot}, hp, gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "v of the wrong shape";
+  EXPECT_NE(s.message().find("v[0]"), std::string::npos) << s;
+  slot.v = gf({2, 4});
+  s = cuda::AdamWUpdate({slot}, hp, gf({2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "descriptors too small";
+  hp.step = 0;
+  s = cuda::AdamWUpdate({slot}, hp, gf({64}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "step 0";
+}
+
+}  // namespace
+}  // namespace ladder
