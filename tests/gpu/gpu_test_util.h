@@ -158,6 +158,25 @@ inline void ExpectClose(const std::string& what, const std::vector<float>& got,
                      << want[worst];
 }
 
+// Expects |got[i] - want[i]| <= bound[i] everywhere (NaN fails), for
+// tolerances that vary per element; reports the count and the worst element.
+inline void ExpectWithin(const std::string& what, const std::vector<float>& got,
+                         const std::vector<float>& want, const std::vector<double>& bound) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(bound.size(), want.size()) << what;
+  size_t bad = 0, worst = 0;
+  double worst_excess = -1.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= bound[i])) ++bad;
+    const double excess = std::isnan(err) ? 1e300 : err / bound[i];
+    if (excess > worst_excess) worst_excess = excess, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
+                     << " elements outside tolerance; worst at " << worst << ": gpu "
+                     << got[worst] << " cpu " << want[worst] << " bound " << bound[worst];
+}
+
 // Expects the same bits everywhere, reporting the count and the first difference.
 inline void ExpectBitwise(const std::string& what, const std::vector<float>& got,
                           const std::vector<float>& want) {
