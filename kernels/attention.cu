@@ -85,6 +85,7 @@ constexpr int kWarps = 4;              // warps per flash block
 constexpr int kRows = kTile / kWarps;  // rows of a tile per warp
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kNaiveThreads = 256;
+constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y (tiles: T < 2 million)
 
 static_assert(kTile == kWarpSize, "a tile row is one warp wide");
 
@@ -626,6 +627,7 @@ cudaError_t LaunchFlashAttentionForward(float* out, float* lse, const float* qkv
   cudaError_t err = AllowDynamicShared<FlashForwardKernel>(smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
+  if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
   return Launch<FlashForwardKernel>(grid, kThreads, smem, stream, out, lse, qkv, T, NH, HS,
                                     1.0f / sqrtf(static_cast<float>(HS)));
 }
@@ -637,6 +639,7 @@ cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const f
   if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
+  if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
   const size_t smem_kv = FlashBackwardDkDvSmem(HS);
   cudaError_t err = AllowDynamicShared<FlashBackwardDkDvKernel>(smem_kv);
   if (err != cudaSuccess) return err;

@@ -15,7 +15,8 @@
 //
 // Flash kernels keep nothing T x T in device memory and take no scratch. They
 // hold a few 32 x HS tiles in shared memory, so HS is limited to
-// kMaxFlashHeadSize (beyond it the launchers return cudaErrorInvalidValue).
+// kMaxFlashHeadSize, and T to 32 * 65535 query tiles (beyond either the
+// launchers return cudaErrorInvalidValue).
 // Naive kernels need `scratch` of B*NH*T*T floats (AttentionScratchFloats) and
 // take any HS. Every kernel is deterministic: each output element is written
 // by one thread, its sums in an order fixed by the shape (no atomics).

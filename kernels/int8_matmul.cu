@@ -26,13 +26,16 @@
 // Each block quantizes the tokens it serves again (N * C work per block,
 // against 32 * N * C multiply-adds of matmul per block: ~3%).
 //
-// Bytes: OC*C weight bytes + 4*OC*C/G scale bytes per token tile of 8 (the
-// later tiles mostly hit L2), 4*N*C activation bytes per block (L2), 4*N*OC
-// written. FLOPs: 2*N*OC*C integer multiply-adds' worth, plus one fma per
-// 32 channels. At decode sizes (N <= 8) the weights are nearly all the bytes.
+// Bytes: OC*C weight bytes + 4*OC*C/G scale bytes from HBM (the token
+// tiles of one row block run side by side and share them through L2),
+// 4*N*C activation bytes per row block (L2), 4*N*OC written. FLOPs: 2*N*OC*C integer multiply-adds'
+// worth, plus one fma per 32 channels. At decode sizes (N <= 8) the weights are nearly all the
+// bytes.
 //
 // Launch shape: a block of 8 warps serves 32 output rows (two panels) and a
-// tile of 8 tokens; grid (OC / 32, ceil(N / 8)). Lane = row: the 32 lanes
+// tile of 8 tokens; grid (ceil(N / 8), OC / 32): token tiles in x, so the
+// blocks that read the same weights are launched together (and x, unlike
+// y, has room for any N). Lane = row: the 32 lanes
 // read a row's 4 channels as one 32-bit word each, which in the panel layout
 // is two runs of 64 contiguous bytes per warp-wide load. Per chunk of 16
 // blocks (512 channels):
@@ -72,6 +75,7 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kChunkBlocks = 16;  // activation blocks per shared-memory chunk
 constexpr int kWordsPerBlock = kQBlock / 4;
 constexpr int kDequantThreads = 256;
+constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 
 static_assert(kWarps == kTokens, "warp t owns token t's accumulators");
 static_assert(kChunkBlocks % kWarps == 0, "every warp gets the same number of blocks");
@@ -115,16 +119,16 @@ struct Chunk {
   int32_t dot[kTokens][kChunkBlocks][kRowsPerBlock];
 };
 
-// Grid (ceil(OC / 32), ceil(N / 8)), kThreads threads, sizeof(Chunk) bytes.
+// Grid (ceil(N / 8), ceil(OC / 32)), kThreads threads, sizeof(Chunk) bytes.
 __global__ void __launch_bounds__(kThreads)
     MatmulInt8Kernel(float* __restrict__ out, const float* __restrict__ inp,
                      const int8_t* __restrict__ q, const float* __restrict__ scales,
                      const float* __restrict__ bias, int N, int C, int OC, int G) {
   Chunk& sh = *DynamicShared<Chunk>();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * kRowsPerBlock + lane;  // this lane's output row
+  const int row = blockIdx.y * kRowsPerBlock + lane;  // this lane's output row
   const bool row_ok = row < OC;                       // OC is a multiple of 16, not of 32
-  const int n0 = blockIdx.y * kTokens;
+  const int n0 = blockIdx.x * kTokens;
   const int blocks = C / kQBlock, groups = C / G, blocks_per_group = G / kQBlock;
   // A row's words: panel base plus 64 bytes per 4 channels.
   const int8_t* q_row = q + PanelIndex(row_ok ? row : 0, 0, C);
@@ -211,7 +215,8 @@ cudaError_t LaunchMatmulInt8Forward(float* out, const float* inp, const int8_t* 
       OC % kPanelRows != 0 || reinterpret_cast<uintptr_t>(q) % 4 != 0) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid((OC + kRowsPerBlock - 1) / kRowsPerBlock, (N + kTokens - 1) / kTokens);
+  const dim3 grid((N + kTokens - 1) / kTokens, (OC + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (grid.y > kMaxGridY) return cudaErrorInvalidValue;  // OC above 2 million
   return Launch<MatmulInt8Kernel>(grid, kThreads, sizeof(Chunk), stream, out, inp, q, scales, bias,
                                   N, C, OC, G);
 }

@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ struct Case {
   AttentionKind kind;
   float stddev;  // of q, k, v: larger values make peakier softmax rows
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.kind == AttentionKind::kFlash ? "flash" : "naive") << " B=" << c.B << " T=" << c.T
+      << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev;
+}
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;

@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -89,6 +90,10 @@ struct Case {
   int64_t N, C, OC, G;
   bool bias;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "N=" << c.N << " C=" << c.C << " OC=" << c.OC << " G=" << c.G << (c.bias ? " bias" : "");
+}
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -91,6 +92,12 @@ struct Case {
   int64_t chunk;                 // query tokens of sequence 0 (its last positions)
   bool int8;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << (c.int8 ? "int8" : "fp32") << " NH=" << c.NH << " HS=" << c.HS << " lengths=";
+  for (int64_t l : c.lengths) *os << l << " ";
+  *os << "chunk=" << c.chunk;
+}
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
