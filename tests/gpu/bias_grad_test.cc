@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ constexpr double kTol = 1e-5;
 struct Case {
   int64_t N, OC;
 };
+
+// How gtest prints a failing case.
+void PrintTo(const Case& c, std::ostream* os) { *os << "N" << c.N << "_OC" << c.OC; }
 
 class BiasGradGpuTest : public gpu_test::GpuTest, public testing::WithParamInterface<Case> {};
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,12 @@ struct Case {
   int64_t vshard;
   int64_t offset;  // float offset of the GPU views (1: misaligned)
 };
+
+// How gtest prints a failing case: its name.
+std::string CaseName(const testing::TestParamInfo<Case>& info);
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << CaseName(testing::TestParamInfo<Case>(c, 0));
+}
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;

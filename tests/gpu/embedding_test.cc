@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ struct Case {
   int64_t max_t;  // wpe rows (>= T); 0: no wpe
   int64_t offset;  // float offset of the GPU views (1: misaligned)
 };
+
+// How gtest prints a failing case: its name.
+std::string CaseName(const testing::TestParamInfo<Case>& info);
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << CaseName(testing::TestParamInfo<Case>(c, 0));
+}
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
