@@ -35,11 +35,14 @@
 //      rows of dout in sorted order, which is row order, and stores it.
 // The result is bitwise the CPU's loop over rows n = 0..N-1 (old value, then
 // each row's gradient in order), on any GPU and any run. Cost: the sort
-// touches ~40 bytes per row per pass (negligible next to the 4C bytes of each
-// dout row); the sum reads each dout row once and each touched table row once.
-// A token repeated in many rows is summed by one block serially: for GPT-2
-// batches (tens of thousands of rows, 50k vocabulary) that is a few hundred
-// rows at worst, and the other blocks run alongside.
+// moves a few tens of bytes per row per pass (small next to the 4C bytes of
+// each dout row); the sum reads each dout row once and each touched table row
+// once. The price of summing in row order is that a token found in many rows
+// is summed by one block: a frequent token (a few percent of a batch of tens
+// of thousands of rows) makes that block the long pole. Its rows are loaded
+// kRowsInFlight at a time so their latencies overlap; splitting a long run
+// across blocks would be faster still but would add a second level of partial
+// sums, giving up the bitwise equality with the CPU's sequential sum.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -58,6 +61,8 @@ constexpr int kRadixBits = 8;
 constexpr int kRadix = 1 << kRadixBits;
 constexpr int kTile = kRadix;
 constexpr int kScanThreads = 1024;
+// Rows of one run whose loads the segment sum issues together.
+constexpr int kRowsInFlight = 4;
 
 int Tiles(int N) { return (N + kTile - 1) / kTile; }
 
@@ -207,7 +212,23 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   if (c >= C) return;
   float* g = grad + static_cast<int64_t>(key) * C + c;
   Vec<float, kVec> acc = LoadVec<kVec>(g);
-  for (int q = p; q < N && keys[q] == key; ++q) {
+  int q = p;
+  // Keys are sorted, so keys[q + kRowsInFlight - 1] == key means the whole
+  // group belongs to the run: its loads are independent and go out together;
+  // the adds still happen one row at a time, in order.
+  for (; q + kRowsInFlight <= N && keys[q + kRowsInFlight - 1] == key; q += kRowsInFlight) {
+    Vec<float, kVec> d[kRowsInFlight];
+#pragma unroll
+    for (int r = 0; r < kRowsInFlight; ++r) {
+      d[r] = LoadVec<kVec>(dout + static_cast<int64_t>(rows[q + r]) * C + c);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsInFlight; ++r) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc.v[k] += d[r].v[k];
+    }
+  }
+  for (; q < N && keys[q] == key; ++q) {
     const Vec<float, kVec> d = LoadVec<kVec>(dout + static_cast<int64_t>(rows[q]) * C + c);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) acc.v[k] += d.v[k];
