@@ -7,9 +7,10 @@
 //   GeluForward    reads 4n, writes 4n bytes; ~12 FLOPs + 1 exp per element
 //   GeluBackward   reads 8n, writes 4n bytes; ~20 FLOPs + 1 exp per element
 //   ResidualAdd    reads 8n, writes 4n bytes; 1 FLOP per element
-// At ~1.5-2.5 FLOPs per byte all three are bound by memory bandwidth (an
-// H100/H200 needs ~20 FLOPs per byte of HBM traffic to be compute bound), so
-// the only thing that matters is moving the bytes efficiently: wide accesses
+// At most ~2 FLOPs per byte (the add: 1 per 12), all three are bound by
+// memory bandwidth: an H100/H200 needs ~15-20 fp32 FLOPs per byte of HBM
+// traffic to be compute bound (67 TFLOPS over 3.4-4.8 TB/s). So the only
+// thing that matters is moving the bytes efficiently: wide accesses
 // (one 16-byte LDG.128/STG.128 per thread instead of four 4-byte ones, so a
 // warp moves 512 contiguous bytes per instruction), enough of them in flight,
 // and no second pass. The MLP's hidden activation (N x 4C) is the largest
@@ -18,9 +19,11 @@
 // The GELU formula is the CPU backend's (src/backend/cpu/gelu.cc), in the same
 // order of operations: gelu(x) = x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3),
 // and gelu'(x) = sig + 2 x sig (1 - sig) sqrt(2/pi)(1 + 3 * 0.044715 x^2). Only
-// the exp differs (CUDA's expf vs the CPU's polynomial ExpF), and nvcc may
-// contract a multiply and an add into one FMA; both move the result by a few
-// ulp. The residual add is a single fp32 add: bitwise the CPU's.
+// the exp differs (CUDA's expf vs the CPU's polynomial ExpF), and either
+// compiler may contract a multiply and an add into one FMA; both move the
+// result by a few ulp (more, in absolute terms, where gelu' computes
+// 1 - sigmoid for large x: see tests/gpu/elementwise_test.cc). The residual
+// add is a single fp32 add: bitwise the CPU's.
 //
 // Launch shape: 256 threads per block, each thread handling one 16-byte vector
 // (kVec = 4 floats) per trip of a grid-stride loop, and at most kMaxBlocks
