@@ -25,7 +25,8 @@
 // (biases, LayerNorm weights). One launch per tensor would be ~150 launches
 // of a few microseconds each, many too small to fill the GPU. Instead the
 // host writes one descriptor per tensor {param, grad, m, v, n, weight_decay,
-// chunk_begin} into a device array once, and one launch walks the
+// chunk_begin} into a device array (56 bytes each; the Tensor face copies
+// them before each launch, a few KB), and one launch walks the
 // concatenation of all tensors in chunks of kAdamWChunk elements: block b
 // takes chunks b, b + gridDim.x, ...; a chunk lies inside one tensor, found
 // by a binary search of chunk_begin (a few reads that stay in L1/L2).
