@@ -27,9 +27,10 @@
 // t, t + 512, ... of the row's real columns (16 bytes each when the row
 // starts 16-byte aligned, i.e. vshard % 4 == 0 and an aligned base, which a
 // padded vocabulary always gives), then the < 4 trailing real columns one
-// each. Each thread accumulates its elements in that fixed order; the warp
-// sums use the fixed xor butterfly of WarpSum, and the per-warp sums are
-// added in warp order: the result depends only on the shape, not on timing.
+// each. Each thread accumulates its elements in that fixed order; each warp
+// combines its lanes with the fixed xor butterfly of WarpSum, and the 16
+// warps' results go through the same butterfly once more: every add's order
+// depends only on the shape, not on timing.
 //
 // Numerics follow the CPU op: exp against the GLOBAL max (every term <= 1),
 // the loss as (max - target_logit) + log(sum) so a confident prediction's
