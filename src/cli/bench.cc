@@ -59,7 +59,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
   const GemmCeiling ceiling = MeasureGemmCeiling();
   float rate = static_cast<float>(ceiling.gflops);
-  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}), ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
   double gemm = rate;
   CpuBackend backend;
   ASSIGN_OR_RETURN(auto trainer,
@@ -101,7 +102,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   if (world > 1) {
     std::vector<float> all(static_cast<size_t>(world) * kRankFields);
     RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
-        Tensor::F32(mine, {kRankFields}), Tensor::F32(all.data(), {world * kRankFields})));
+        Tensor::F32(mine, {kRankFields}, Device::kCpu),
+        Tensor::F32(all.data(), {world * kRankFields}, Device::kCpu)));
     if (lead) {
       std::printf(
           "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  embed comm ms"
@@ -136,8 +138,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // so the fraction, as MFU, stays at most 1.
   if (trainer->peak_gflops() > gemm) {
     gemm = trainer->peak_gflops();
-    std::printf("a step outran the GEMM ceiling measured at start: ceiling raised to %.1f\n",
-                gemm);
+    std::printf("a step outran the GEMM ceiling measured at start: ceiling raised to %.1f\n", gemm);
   }
   std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
               1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,

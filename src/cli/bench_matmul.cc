@@ -103,8 +103,9 @@ int64_t WeightBytes(const Matrix& m, Path p) {
 
 absl::Status Multiply(CpuBackend& be, Path p, Matrix& m, std::vector<float>& x,
                       std::vector<float>& y, int64_t N) {
-  Tensor in = Tensor::F32(x.data(), {N, m.C}), out = Tensor::F32(y.data(), {N, m.OC});
-  Tensor bias = Tensor::F32(m.bias.data(), {m.OC});
+  Tensor in = Tensor::F32(x.data(), {N, m.C}, Device::kCpu),
+         out = Tensor::F32(y.data(), {N, m.OC}, Device::kCpu);
+  Tensor bias = Tensor::F32(m.bias.data(), {m.OC}, Device::kCpu);
   switch (p) {
     case Path::kBlas:
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N),
@@ -113,12 +114,13 @@ absl::Status Multiply(CpuBackend& be, Path p, Matrix& m, std::vector<float>& x,
                   static_cast<int>(m.OC));
       return absl::OkStatus();
     case Path::kF32:
-      return be.MatmulForward(out, in, Tensor::F32(m.f32.data(), {m.OC, m.C}), bias);
+      return be.MatmulForward(out, in, Tensor::F32(m.f32.data(), {m.OC, m.C}, Device::kCpu), bias);
     case Path::kBF16:
-      return be.MatmulForward(out, in, Tensor::BF16(m.b16.data(), {m.OC, m.C}), bias);
+      return be.MatmulForward(out, in, Tensor::BF16(m.b16.data(), {m.OC, m.C}, Device::kCpu), bias);
     case Path::kInt8:
-      return be.MatmulInt8Forward(out, in, Tensor::I8(m.q.data(), {m.OC, m.C}),
-                                  Tensor::F32(m.scales.data(), {m.OC, m.C / 32}), bias);
+      return be.MatmulInt8Forward(out, in, Tensor::I8(m.q.data(), {m.OC, m.C}, Device::kCpu),
+                                  Tensor::F32(m.scales.data(), {m.OC, m.C / 32}, Device::kCpu),
+                                  bias);
   }
   return absl::OkStatus();
 }

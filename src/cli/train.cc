@@ -75,9 +75,9 @@ absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Tr
   const int world = par.grid.world_size();
   std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
   // Moved as bytes: the communicators reduce 32-bit types only.
-  RETURN_IF_ERROR(
-      par.comms[Axis::kWorld].AllGather(Tensor(mine, DType::kI8, {kFields * 8}),
-                                        Tensor(all.data(), DType::kI8, {world * kFields * 8})));
+  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
+      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
+      Tensor(all.data(), DType::kI8, {world * kFields * 8}, Device::kCpu)));
   if (par.grid.rank() != 0) return absl::OkStatus();
   const GridShape& g = par.grid.shape();
   std::string json = "[";
@@ -237,7 +237,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     if (f.save_every_minutes > 0) {
       // Clocks differ between ranks: one late clock is enough for all.
       int32_t late = since_save.Seconds() >= 60 * f.save_every_minutes ? 1 : 0;
-      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}), ReduceOp::kMax));
+      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}, Device::kCpu), ReduceOp::kMax));
       due = due || late != 0;
     }
     if (due || (saving && r.step == rc.steps)) {
@@ -274,7 +274,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (grid.pp_size() > 1) {
     // Each rank's idle share of its schedule, averaged over the ranks.
     float share = schedule_seconds > 0 ? static_cast<float>(bubble_seconds / schedule_seconds) : 0;
-    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}), ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}, Device::kCpu), ReduceOp::kSum));
     if (lead) {
       std::fprintf(stderr,
                    "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook "
