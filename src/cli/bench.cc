@@ -7,10 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cpu/blas_kernels.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/flags.h"
 #include "src/core/philox.h"
@@ -23,7 +24,7 @@ namespace ladder {
 namespace {
 
 struct BenchFlags {
-  std::string config;
+  std::string config, device = "auto";
   int64_t steps = 5, warmup = 1, batch_size = 0;
   LayoutFlags layout;
 };
@@ -46,6 +47,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   const bool lead = MpiRuntime::world_rank() == 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
 
   // Random tokens: enough windows for every step without wrapping.
   const int64_t n = (rc.steps + 1) * rc.batch_size * (rc.model.context + 1) + 1;
@@ -62,9 +64,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(
       par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
   double gemm = rate;
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer,
-                   Trainer::Create(rc, &backend, &tokens, &tokens, gemm, par.groups(f.layout)));
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, gemm,
+                                                 par.groups(f.layout)));
   if (lead) {
     std::printf(
         "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
@@ -186,6 +187,7 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("warmup", &f.warmup, "untimed steps first");
   flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
   AddLayoutFlags(flags, &f.layout);
+  AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
   return RunParallelCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
 }
