@@ -20,6 +20,24 @@
 //  - An op returns InvalidArgument for inconsistent shapes; it never reads or
 //    writes out of bounds.
 //
+// Devices and ordering. A backend runs on one device (device()), and every
+// tensor an op receives lives there: Allocate hands out that device's
+// memory, and the views over it carry the same Device tag. Ops are enqueued
+// in call order on the backend's one stream and may run asynchronously: an
+// op returning OK means it was accepted (shapes checked, work enqueued), not
+// that its result exists yet. Each op sees the results of all ops called
+// before it, so code above the interface never waits between ops. Only two
+// calls wait for the device: CopyToHost (which returns once the bytes are on
+// the host, after everything enqueued before it) and Synchronize. A fault
+// inside an asynchronous op (say, an illegal address in a kernel) may
+// therefore surface as the error of a later op, copy or Synchronize, not of
+// the op that caused it. Host data reaches ops only through CopyFromHost
+// into device memory (token ids, targets, positions, KV slots and block
+// tables are staged once per step, never per token), and results come back
+// only through CopyToHost, as few times per step as possible: each one is
+// a wait. The CPU backend runs everything synchronously, so for it every
+// error surfaces where it happens and Synchronize has nothing to wait for.
+//
 // Each op has one reference implementation (the CPU backend); any faster one
 // (a CUDA kernel, a vectorized variant) is tested against it.
 #pragma once
@@ -62,24 +80,43 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // The device every tensor of this backend lives on (see "Devices and
+  // ordering" above): code above the interface tags its views with it.
+  virtual Device device() const = 0;
+  // Waits until every op and copy enqueued so far has finished. Returns the
+  // first error of an asynchronous fault not reported yet, if any.
+  virtual absl::Status Synchronize() = 0;
+  // True iff this device's memory is ordinary host memory that host code
+  // (MPI, for one) may read and write directly once the stream is idle: the
+  // CPU's, and the CUDA simulator's. False for a GPU.
+  virtual bool memory_is_host() const { return device() == Device::kCpu; }
 
   // ---- embedding (vocabulary-parallel) --------------------------------------
   // wte [Vshard,C] holds the rows [vocab_start, vocab_start + Vshard) of the
   // logical (padded) token embedding; the single-process model passes the
-  // whole table with vocab_start = 0. For each token:
-  //   out[b,t,:] = (token in the shard ? wte[token - vocab_start,:] : 0)
-  //              + (wpe empty ? 0 : wpe[t,:])
+  // whole table with vocab_start = 0. Token n sits at position positions[n]
+  // of its sequence, given explicitly so one call can embed tokens of many
+  // sequences at different positions (a cached decode step):
+  //   out[n,:] = (wte given and tokens[n] in the shard ? wte[tokens[n] - vocab_start,:] : 0)
+  //            + (wpe empty ? 0 : wpe[positions[n],:])
   // A token outside the shard contributes zero (that is the normal case under
-  // tensor parallelism, not an error); a negative token is an error. Tensor
-  // parallel use: every rank looks up its own shard, one rank passes wpe, and
-  // an all-reduce (sum) of `out` gives the full embedding.
-  // out [B,T,C] f32, tokens [B,T] i32 (>= 0), wte [Vshard,C], wpe [maxT,C] or empty.
-  virtual absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
-                                        int64_t vocab_start) = 0;
-  // dwte[token - vocab_start,:] += dout[b,t,:] for the tokens in the shard only;
-  // dwpe[t,:] += sum_b dout[b,t,:] (skipped if dwpe is empty).
+  // tensor parallelism, not an error); a negative token is an error, and so
+  // is a position outside [0, maxT) when wpe is given. Tensor parallel use:
+  // every rank looks up its own shard, one rank passes wpe, and an
+  // all-reduce (sum) of `out` gives the full embedding. wte may be empty
+  // (then C comes from out): the position rows alone, for a model whose
+  // token table is not fp32 or bf16 (int8 tokens go through DequantizeRows).
+  // out [N,C] f32 (any shape of N rows of C, e.g. [B,T,C]); tokens and
+  // positions N i32 each (any shape, e.g. [B,T]); wte [Vshard,C] f32 or bf16;
+  // wpe [maxT,C] f32 or empty.
+  virtual absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
+                                        Tensor wpe, int64_t vocab_start) = 0;
+  // dwte[tokens[n] - vocab_start,:] += dout[n,:] for the tokens in the shard
+  // only; dwpe[positions[n],:] += dout[n,:] (skipped if dwpe is empty). Each
+  // row's sum is taken in token order n = 0, 1, ..., whatever the device's
+  // parallelism. dwte [Vshard,C] f32 (required), dwpe [maxT,C] f32 or empty.
   virtual absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                         int64_t vocab_start) = 0;
+                                         Tensor positions, int64_t vocab_start) = 0;
 
   // ---- residual + LayerNorm (fused) ---------------------------------------
   // residual_out = residual_in + branch;  y = LayerNorm(residual_out) * gamma + beta.
@@ -220,8 +257,12 @@ class Backend {
                                             float dloss) = 0;
 
   // ---- optimizer -----------------------------------------------------------
-  // Sum of squares of x in double precision, in a fixed reduction order.
-  virtual absl::Status SumOfSquares(Tensor x, double* result) = 0;
+  // out[0] = sum of x[i]^2 over all of x, reduced on the device: out is a
+  // 1-element f32 device tensor (typically one slot of a [K] tensor holding
+  // one sum per gradient tensor, read back with a single CopyToHost). The
+  // sum is accumulated in double in a fixed order (the same bits every time,
+  // whatever the parallelism) and rounded to float once at the end.
+  virtual absl::Status SumOfSquares(Tensor x, Tensor out) = 0;
   // AdamW on one tensor: g = grad * grad_scale; m,v moments; decoupled decay:
   // param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param).
   virtual absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
@@ -235,7 +276,11 @@ class Backend {
   virtual int64_t bytes_allocated() const = 0;
   virtual absl::Status Fill(Tensor x, float value) = 0;
   // Copies between a tensor on this backend's device and host memory of
-  // x.bytes() bytes (the only way code above the interface reads results).
+  // its bytes() bytes (the only way data crosses between host and device).
+  // CopyToHost waits: it returns once dst holds the result of every op
+  // enqueued before it. CopyFromHost is ordered like an op (ops called after
+  // it see the bytes) and has read `src` by the time it returns, so the host
+  // buffer may be reused at once.
   virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
   virtual absl::Status CopyFromHost(Tensor dst, const void* src) = 0;
 };

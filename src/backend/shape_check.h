@@ -46,7 +46,7 @@ inline absl::Status CheckShape(absl::string_view op, absl::string_view what, con
     ++i;
   }
   if (ok) return absl::OkStatus();
-  Tensor want(nullptr, dtype, dims);
+  const Tensor want(nullptr, dtype, dims, t.device);  // only for its ShapeString
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
                                                  internal::Describe(t, dtype), ", expected ",
                                                  want.ShapeString()));

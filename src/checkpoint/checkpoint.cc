@@ -44,7 +44,7 @@ absl::Status SyncDir(const std::string& dir) {
 absl::Status Agree(Communicator* world, const absl::Status& mine, const char* what) {
   int32_t failed = mine.ok() ? -1 : world->rank();
   int32_t any = failed;
-  RETURN_IF_ERROR(world->AllReduce(Tensor::I32(&any, {1}), ReduceOp::kMax));
+  RETURN_IF_ERROR(world->AllReduce(Tensor::I32(&any, {1}, Device::kCpu), ReduceOp::kMax));
   if (any < 0) return absl::OkStatus();
   if (!mine.ok()) return mine;
   return absl::Status(absl::StatusCode::kAborted, absl::StrCat(what, ": rank ", any, " failed"));
@@ -155,13 +155,15 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> GatherEntries(Communicator* wo
   const int n = world->size();
   std::vector<int32_t> lengths(n);
   int32_t len = static_cast<int32_t>(mine.size());
-  RETURN_IF_ERROR(world->AllGather(Tensor::I32(&len, {1}), Tensor::I32(lengths.data(), {n})));
+  RETURN_IF_ERROR(world->AllGather(Tensor::I32(&len, {1}, Device::kCpu),
+                                   Tensor::I32(lengths.data(), {n}, Device::kCpu)));
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<int64_t> padded(mine);
   padded.resize(longest, 0);
   std::vector<int64_t> all(static_cast<size_t>(n * longest));
-  RETURN_IF_ERROR(world->AllGather(Tensor(padded.data(), DType::kI8, {longest * 8}),
-                                   Tensor(all.data(), DType::kI8, {n * longest * 8})));
+  RETURN_IF_ERROR(
+      world->AllGather(Tensor(padded.data(), DType::kI8, {longest * 8}, Device::kCpu),
+                       Tensor(all.data(), DType::kI8, {n * longest * 8}, Device::kCpu)));
   std::vector<std::vector<int64_t>> out(n);
   for (int r = 0; r < n; ++r) {
     out[r].assign(all.begin() + r * longest, all.begin() + r * longest + lengths[r]);
@@ -430,7 +432,8 @@ absl::StatusOr<std::string> CheckpointWriter::Poll() {
   if (pending_ == nullptr) return std::string();
   // Every rank must take the same decision at the same step.
   int32_t done = pending_->written.load() ? 1 : 0;
-  RETURN_IF_ERROR(pending_->ctx.world->AllReduce(Tensor::I32(&done, {1}), ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      pending_->ctx.world->AllReduce(Tensor::I32(&done, {1}, Device::kCpu), ReduceOp::kSum));
   if (done != pending_->ctx.world->size()) return std::string();
   return Finish();
 }

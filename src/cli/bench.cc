@@ -7,10 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cpu/blas_kernels.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/flags.h"
 #include "src/core/philox.h"
@@ -23,7 +24,7 @@ namespace ladder {
 namespace {
 
 struct BenchFlags {
-  std::string config;
+  std::string config, device = "auto";
   int64_t steps = 5, warmup = 1, batch_size = 0;
   LayoutFlags layout;
 };
@@ -46,6 +47,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   const bool lead = MpiRuntime::world_rank() == 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
 
   // Random tokens: enough windows for every step without wrapping.
   const int64_t n = (rc.steps + 1) * rc.batch_size * (rc.model.context + 1) + 1;
@@ -53,17 +55,17 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   PhiloxStream rng(rc.seed, kSyntheticDataStream);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng.NextU32() % rc.model.vocab_size);
 
-  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
+  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
   // Every rank measures the ceiling at the same time and the rates are
   // summed: the rate all ranks reach together on the cores they share.
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
   const GemmCeiling ceiling = MeasureGemmCeiling();
   float rate = static_cast<float>(ceiling.gflops);
-  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}), ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
   double gemm = rate;
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer,
-                   Trainer::Create(rc, &backend, &tokens, &tokens, gemm, par.groups(f.layout)));
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, gemm,
+                                                 par.groups(f.layout)));
   if (lead) {
     std::printf(
         "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
@@ -101,7 +103,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   if (world > 1) {
     std::vector<float> all(static_cast<size_t>(world) * kRankFields);
     RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
-        Tensor::F32(mine, {kRankFields}), Tensor::F32(all.data(), {world * kRankFields})));
+        Tensor::F32(mine, {kRankFields}, Device::kCpu),
+        Tensor::F32(all.data(), {world * kRankFields}, Device::kCpu)));
     if (lead) {
       std::printf(
           "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  embed comm ms"
@@ -136,8 +139,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // so the fraction, as MFU, stays at most 1.
   if (trainer->peak_gflops() > gemm) {
     gemm = trainer->peak_gflops();
-    std::printf("a step outran the GEMM ceiling measured at start: ceiling raised to %.1f\n",
-                gemm);
+    std::printf("a step outran the GEMM ceiling measured at start: ceiling raised to %.1f\n", gemm);
   }
   std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
               1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,
@@ -185,6 +187,7 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("warmup", &f.warmup, "untimed steps first");
   flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
   AddLayoutFlags(flags, &f.layout);
+  AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
   return RunParallelCommand(flags, argc - 1, argv + 1, [&] { return BenchTrain(f, flags); });
 }

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/cli/parallel_layout.h"
@@ -42,10 +42,12 @@ absl::Status Run(const Flags& f) {
   rc.total_batch_tokens = 0;
   rc.batch_size = 1;  // activations do not enter a checkpoint
   std::vector<int32_t> tokens(static_cast<size_t>(2 * rc.model.context + 2), 0);
-  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(LayoutFlags{}));
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto trainer,
-                   Trainer::Create(rc, &backend, &tokens, &tokens, 0, par.groups(LayoutFlags{})));
+  // A checkpoint's cost is the host and the disk: the CPU backend holds the
+  // state where they see it.
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend("cpu"));
+  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(LayoutFlags{}, *backend));
+  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, 0,
+                                                 par.groups(LayoutFlags{})));
   std::error_code ec;
   std::filesystem::remove_all(f.dir, ec);
   std::filesystem::create_directories(f.dir, ec);

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cpu/blas_kernels.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/inference_flags.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
@@ -32,7 +33,7 @@ namespace ladder {
 namespace {
 
 struct Flags {
-  std::string config;
+  std::string config, device = "auto";
   FormatFlags formats;
   int64_t tokens = 64;
 };
@@ -47,13 +48,13 @@ absl::Status Run(const Flags& f) {
   }
   ASSIGN_OR_RETURN(WeightFormat format, ParseWeightFormat(f.formats.weights));
   ASSIGN_OR_RETURN(KvFormat kv_format, ParseKvFormat(f.formats.kv));
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, &backend, 1, /*training=*/false));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
+  ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, backend.get(), 1, /*training=*/false));
   RETURN_IF_ERROR(model->InitWeights(rc.seed));
   RETURN_IF_ERROR(model->QuantizeWeights(format));
   const int blocks = KvBlockPool::BlocksFor(cfg.context);
   KvBlockPool pool(blocks);
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, &backend, blocks, kv_format));
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, backend.get(), blocks, kv_format));
   ASSIGN_OR_RETURN(KvBlockPool::SequenceId seq, pool.AddSequence({1}));
 
   // Every weight is read once per token except the position table (one
@@ -110,6 +111,7 @@ int BenchDecodeCommand(int argc, char** argv) {
   flags.String("config", &f.config, "model config (required)");
   flags.Int("tokens", &f.tokens, "tokens to decode (less than the context)");
   AddFormatFlags(flags, &f.formats);
+  AddDeviceFlag(flags, &f.device);
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 

@@ -24,8 +24,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cpu/blas_kernels.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
 #include "src/backend/quantize.h"
@@ -101,10 +101,12 @@ int64_t WeightBytes(const Matrix& m, Path p) {
   return 0;
 }
 
-absl::Status Multiply(CpuBackend& be, Path p, Matrix& m, std::vector<float>& x,
-                      std::vector<float>& y, int64_t N) {
-  Tensor in = Tensor::F32(x.data(), {N, m.C}), out = Tensor::F32(y.data(), {N, m.OC});
-  Tensor bias = Tensor::F32(m.bias.data(), {m.OC});
+// The matrices and activations are host vectors: the CPU backend's tensors.
+absl::Status Multiply(Backend& be, Path p, Matrix& m, std::vector<float>& x, std::vector<float>& y,
+                      int64_t N) {
+  constexpr Device kHost = Device::kCpu;
+  Tensor in = Tensor::F32(x.data(), {N, m.C}, kHost), out = Tensor::F32(y.data(), {N, m.OC}, kHost);
+  Tensor bias = Tensor::F32(m.bias.data(), {m.OC}, kHost);
   switch (p) {
     case Path::kBlas:
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N),
@@ -113,12 +115,12 @@ absl::Status Multiply(CpuBackend& be, Path p, Matrix& m, std::vector<float>& x,
                   static_cast<int>(m.OC));
       return absl::OkStatus();
     case Path::kF32:
-      return be.MatmulForward(out, in, Tensor::F32(m.f32.data(), {m.OC, m.C}), bias);
+      return be.MatmulForward(out, in, Tensor::F32(m.f32.data(), {m.OC, m.C}, kHost), bias);
     case Path::kBF16:
-      return be.MatmulForward(out, in, Tensor::BF16(m.b16.data(), {m.OC, m.C}), bias);
+      return be.MatmulForward(out, in, Tensor::BF16(m.b16.data(), {m.OC, m.C}, kHost), bias);
     case Path::kInt8:
-      return be.MatmulInt8Forward(out, in, Tensor::I8(m.q.data(), {m.OC, m.C}),
-                                  Tensor::F32(m.scales.data(), {m.OC, m.C / 32}), bias);
+      return be.MatmulInt8Forward(out, in, Tensor::I8(m.q.data(), {m.OC, m.C}, kHost),
+                                  Tensor::F32(m.scales.data(), {m.OC, m.C / 32}, kHost), bias);
   }
   return absl::OkStatus();
 }
@@ -155,7 +157,10 @@ absl::Status Run(const Flags& f) {
   const int64_t max_n = *std::max_element(counts.begin(), counts.end());
   std::vector<float> x(max_n * 4 * C), y(max_n * 4 * C);
   for (float& v : x) v = rng.NextUniform() - 0.5f;
-  CpuBackend be;
+  // This command times ladder's own CPU kernels against OpenBLAS and the
+  // memory bandwidth: it always runs the CPU backend.
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend("cpu"));
+  Backend& be = *backend;
   ReadBandwidthProbe probe(4 * params * L);  // as large as the fp32 weights
 
   std::printf("bench matmul: %s, a block's 4 linear layers (%.2fM weights), %lld layers\n",

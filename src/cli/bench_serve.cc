@@ -24,8 +24,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
@@ -43,7 +44,7 @@ namespace ladder {
 namespace {
 
 struct Flags {
-  std::string model, config, draft, draft_config;
+  std::string model, config, draft, draft_config, device = "auto";
   FormatFlags formats;
   int64_t requests = 32, concurrency = 0, prompt_tokens = 64, output_tokens = 64;
   int64_t speculate = 0, max_batch_tokens = 512, seed = 1;
@@ -227,9 +228,9 @@ absl::Status Run(const Flags& f) {
   EngineConfig cfg;
   ASSIGN_OR_RETURN(cfg.kv_format, ParseKvFormat(f.formats.kv));
   cfg.max_batch_tokens = static_cast<int>(f.max_batch_tokens);
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto target,
-                   LoadModel(f.model, f.config, "--model PATH or --config FILE", format, &backend));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
+  ASSIGN_OR_RETURN(auto target, LoadModel(f.model, f.config, "--model PATH or --config FILE",
+                                          format, backend.get()));
   const GptConfig& c = target->config();
   const int64_t longest =
       std::max<int64_t>(1, 3 * f.prompt_tokens / 2) + std::max<int64_t>(1, 3 * f.output_tokens / 2);
@@ -240,8 +241,9 @@ absl::Status Run(const Flags& f) {
   }
   std::unique_ptr<Gpt> draft;
   if (has_draft) {
-    ASSIGN_OR_RETURN(draft, LoadModel(f.draft, f.draft_config,
-                                      "--draft PATH or --draft-config FILE", format, &backend));
+    ASSIGN_OR_RETURN(
+        draft, LoadModel(f.draft, f.draft_config, "--draft PATH or --draft-config FILE", format,
+                         backend.get()));
   }
   const Workload w = MakeWorkload(f, c.vocab_size);
   const bool open_loop = f.rate > 0;
@@ -314,6 +316,7 @@ int BenchServeCommand(int argc, char** argv) {
   flags.String("model", &f.model, "trained model: run directory, checkpoint or model file");
   flags.String("config", &f.config, "model config, random weights (instead of --model)");
   AddFormatFlags(flags, &f.formats);
+  AddDeviceFlag(flags, &f.device);
   flags.Int("requests", &f.requests, "requests in the load");
   flags.Double("rate", &f.rate, "open loop: Poisson arrivals, requests per second");
   flags.Int("concurrency", &f.concurrency, "closed loop: requests in flight");

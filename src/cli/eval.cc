@@ -14,8 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/file_util.h"
@@ -30,7 +31,7 @@ namespace {
 constexpr int kBatch = 8;  // windows per forward
 
 struct EvalFlags {
-  std::string model, text;
+  std::string model, text, device = "auto";
   FormatFlags formats;
 };
 
@@ -68,13 +69,13 @@ absl::Status Eval(const EvalFlags& f) {
   ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));
   ASSIGN_OR_RETURN(KvFormat kv, ParseKvFormat(f.formats.kv));
   const bool serving = weights != WeightFormat::kF32 || kv != KvFormat::kF32;
-  CpuBackend backend;
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto model,
-                   Gpt::Create(dir.model.config, &backend, serving ? 1 : kBatch, false));
+                   Gpt::Create(dir.model.config, backend.get(), serving ? 1 : kBatch, false));
   RETURN_IF_ERROR(model->SetWeights(dir.model.weights.data()));
   RETURN_IF_ERROR(model->QuantizeWeights(weights));
   ASSIGN_OR_RETURN(KvCache cache,
-                   KvCache::Create(dir.model.config, &backend, KvBlockPool::BlocksFor(T), kv));
+                   KvCache::Create(dir.model.config, backend.get(), KvBlockPool::BlocksFor(T), kv));
 
   double loss_sum = 0.0;
   int64_t predicted = 0, windows = 0;
@@ -128,6 +129,7 @@ int EvalCommand(int argc, char** argv) {
                "run directory, checkpoint or model file of a trained model (required)");
   flags.String("text", &f.text, "UTF-8 text file to score (required)");
   AddFormatFlags(flags, &f.formats);
+  AddDeviceFlag(flags, &f.device);
   return RunCommand(flags, argc, argv, [&] { return Eval(f); });
 }
 

@@ -3,8 +3,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
@@ -16,7 +17,7 @@ namespace ladder {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt = "\n", stop;
+  std::string model, prompt = "\n", stop, device = "auto";
   FormatFlags formats;
   DraftFlags draft;
   int64_t max_tokens = 200, top_k = 0, seed = 1;
@@ -37,10 +38,11 @@ absl::Status Generate(const GenerateFlags& f) {
   ASSIGN_OR_RETURN(ec.kv_format, ParseKvFormat(f.formats.kv));
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
   const GptConfig& cfg = dir.model.config;
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
+  ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, backend.get(), weights));
   ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
-  ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft, LoadDraftModel(f.draft, &backend, weights, &ec));
+  ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
+                   LoadDraftModel(f.draft, backend.get(), weights, &ec));
   ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));
   // The text is printed as it streams: whole UTF-8 characters only, and
   // nothing from the stop string on.
@@ -95,6 +97,7 @@ int GenerateCommand(int argc, char** argv) {
   flags.Double("top-p", &f.top_p, "sample from the smallest set with this much probability");
   flags.Int("seed", &f.seed, "random seed of the sampler");
   AddFormatFlags(flags, &f.formats);
+  AddDeviceFlag(flags, &f.device);
   flags.String("stop", &f.stop, "stop before this string", "none");
   AddDraftFlags(flags, &f.draft);
   return RunCommand(flags, argc, argv, [&] { return Generate(f); });

@@ -93,12 +93,15 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   return g;
 }
 
-absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f) {
+absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend) {
   // The rank grid [pp][dp][tp], TP innermost, and one communicator per axis.
   GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp)};
   ASSIGN_OR_RETURN(Grid grid,
                    Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
-  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));
+  // MPI moves host memory: the CPU's, or the simulator's device memory. A
+  // GPU backend's tensors are refused by MPI with an error naming the call.
+  const Device device = backend.memory_is_host() ? backend.device() : Device::kCpu;
+  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout, device));
   return ParallelRun{grid, std::move(comms)};
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "src/backend/backend.h"
 #include "src/core/flags.h"
 #include "src/parallel/comm.h"
 #include "src/parallel/grid.h"
@@ -42,8 +43,9 @@ struct ParallelRun {
   // The trainer's groups for this rank, as the flags set them.
   TrainerOptions groups(const LayoutFlags& f);
 };
-// Builds the grid and the communicators (collective over all ranks).
-absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f);
+// Builds the grid and the communicators (collective over all ranks) for
+// buffers of `backend` (MPI carries them where its memory is the host's).
+absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend);
 
 // Runs a command body under MPI when launched by mpirun: initializes MPI,
 // runs RunCommand with only rank 0 speaking, finalizes.

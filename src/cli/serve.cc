@@ -5,8 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/inference_flags.h"
 #include "src/cli/model_dir.h"
 #include "src/core/flags.h"
@@ -20,7 +21,7 @@ namespace {
 constexpr int64_t kDefaultKvCapBytes = int64_t{1} << 30;
 
 struct ServeFlags {
-  std::string model, host = "127.0.0.1", api_key, model_name;
+  std::string model, host = "127.0.0.1", api_key, model_name, device = "auto";
   FormatFlags formats;
   DraftFlags draft;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
@@ -73,10 +74,10 @@ absl::Status Serve(const ServeFlags& f) {
   lo.engine.max_running = static_cast<int>(f.max_running);
   lo.max_waiting = static_cast<int>(f.max_waiting);
 
-  CpuBackend backend;
-  ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, &backend, weights));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
+  ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, backend.get(), weights));
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
-                   LoadDraftModel(f.draft, &backend, weights, &lo.engine));
+                   LoadDraftModel(f.draft, backend.get(), weights, &lo.engine));
   ASSIGN_OR_RETURN(auto loop, EngineLoop::Create(model.get(), lo));
 
   ServerOptions so;
@@ -120,6 +121,7 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("port", &f.port, "port to listen on; 0 = any free port (printed at startup)");
   flags.String("api-key", &f.api_key, "require 'Authorization: Bearer KEY' on /v1/*", "none");
   AddFormatFlags(flags, &f.formats);
+  AddDeviceFlag(flags, &f.device);
   flags.Int("kv-tokens", &f.kv_tokens, "KV cache capacity in tokens",
             "max-running full contexts, at most 1 GiB");
   flags.Int("max-batch-tokens", &f.max_batch_tokens, "tokens per engine step");

@@ -9,9 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/backend_factory.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/cli/commands.h"
+#include "src/cli/device_flag.h"
 #include "src/cli/fault_injection.h"
 #include "src/cli/model_dir.h"
 #include "src/cli/parallel_layout.h"
@@ -28,7 +29,7 @@ namespace ladder {
 namespace {
 
 struct TrainFlags {
-  std::string config, data, out, tokenizer;
+  std::string config, data, out, tokenizer, device = "auto";
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
   LayoutFlags layout;
   // Checkpoints (src/checkpoint/checkpoint.h).
@@ -75,9 +76,9 @@ absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Tr
   const int world = par.grid.world_size();
   std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
   // Moved as bytes: the communicators reduce 32-bit types only.
-  RETURN_IF_ERROR(
-      par.comms[Axis::kWorld].AllGather(Tensor(mine, DType::kI8, {kFields * 8}),
-                                        Tensor(all.data(), DType::kI8, {world * kFields * 8})));
+  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
+      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
+      Tensor(all.data(), DType::kI8, {world * kFields * 8}, Device::kCpu)));
   if (par.grid.rank() != 0) return absl::OkStatus();
   const GridShape& g = par.grid.shape();
   std::string json = "[";
@@ -133,6 +134,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (!std::filesystem::exists(rc.data)) {
     return absl::NotFoundError(absl::StrCat("data '", rc.data, "' does not exist"));
   }
+  // The device before the slow preparations (tokenizer, corpus, ceiling),
+  // so an unusable one is refused at once.
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
 
   ASSIGN_OR_RETURN(Tokenizer tok, ResolveTokenizer(rc));
   if (tok.vocab_size() != rc.model.vocab_size) {
@@ -147,16 +151,15 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
   }
 
-  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout));
+  ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
   const Grid& grid = par.grid;
   const double peak = MeasureGemmCeiling(1024).gflops;
-  CpuBackend backend;
   TrainerOptions options = par.groups(f.layout);
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
   options.inject_nan_step = fault.nan_step;
   ASSIGN_OR_RETURN(auto trainer,
-                   Trainer::Create(rc, &backend, &data.train, &data.val, peak, options));
+                   Trainer::Create(rc, backend.get(), &data.train, &data.val, peak, options));
   Gpt& model = trainer->model();
   CheckpointContext ckpt;
   ckpt.grid = &grid;
@@ -199,7 +202,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         static_cast<long long>(trainer->tokens_per_step()), rc.batch_size, rc.model.context,
         rc.AccumulationSteps(), model.weights().bytes() * mib, model.grads().bytes() * mib,
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_floats() * 4 * mib,
-        std::string(backend.name()).c_str(), peak);
+        std::string(backend->name()).c_str(), peak);
 
   Timer run_timer, since_save;
   CheckpointWriter writer;
@@ -237,7 +240,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     if (f.save_every_minutes > 0) {
       // Clocks differ between ranks: one late clock is enough for all.
       int32_t late = since_save.Seconds() >= 60 * f.save_every_minutes ? 1 : 0;
-      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}), ReduceOp::kMax));
+      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}, Device::kCpu), ReduceOp::kMax));
       due = due || late != 0;
     }
     if (due || (saving && r.step == rc.steps)) {
@@ -258,7 +261,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     }
     if (r.step == fault.kill_step && grid.rank() == fault.kill_rank) std::raise(SIGKILL);
     if (r.step == 1) {
-      RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, backend, r));
+      RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, *backend, r));
     }
     bubble_seconds += r.t_bubble;
     schedule_seconds += r.t_forward + r.t_backward + r.t_bubble;
@@ -274,7 +277,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (grid.pp_size() > 1) {
     // Each rank's idle share of its schedule, averaged over the ranks.
     float share = schedule_seconds > 0 ? static_cast<float>(bubble_seconds / schedule_seconds) : 0;
-    RETURN_IF_ERROR(par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}), ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}, Device::kCpu), ReduceOp::kSum));
     if (lead) {
       std::fprintf(stderr,
                    "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook "
@@ -313,6 +317,7 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
             kConfig);
   AddLayoutFlags(flags, &f.layout);
+  AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
   flags.Int("save-every", &f.save_every, "steps between checkpoints (and at the end); 0 = none");
   flags.Double("save-every-minutes", &f.save_every_minutes,

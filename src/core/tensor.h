@@ -1,5 +1,12 @@
 // Tensor: a non-owning, contiguous, row-major view of typed memory on a device.
 // Ownership lives in arenas (model parameters, activations); ops receive views.
+//
+// Every view names the device its memory is on, and nothing picks one for
+// the caller: code above the backend tags the views it builds with
+// Backend::device() (the backend's memory, from Backend::Allocate), and
+// Device::kCpu only for memory that really is the host's (a host array handed
+// to a communicator, the CPU backend's own tests). A view cut from a view
+// with Slice keeps its dtype and device.
 #pragma once
 
 #include <array>
@@ -38,24 +45,33 @@ struct Tensor {
   std::array<int64_t, kMaxRank> shape{};
 
   Tensor() = default;
-  Tensor(void* p, DType t, std::initializer_list<int64_t> dims, Device d = Device::kCpu)
+  Tensor(void* p, DType t, std::initializer_list<int64_t> dims, Device d)
       : data(p), dtype(t), device(d), rank(static_cast<int>(dims.size())) {
     assert(rank <= kMaxRank);
     int i = 0;
     for (int64_t v : dims) shape[i++] = v;
   }
-  static Tensor F32(float* p, std::initializer_list<int64_t> dims) {
-    return Tensor(p, DType::kF32, dims);
+  static Tensor F32(float* p, std::initializer_list<int64_t> dims, Device d) {
+    return Tensor(p, DType::kF32, dims, d);
   }
-  static Tensor I32(int32_t* p, std::initializer_list<int64_t> dims) {
-    return Tensor(p, DType::kI32, dims);
+  static Tensor I32(int32_t* p, std::initializer_list<int64_t> dims, Device d) {
+    return Tensor(p, DType::kI32, dims, d);
   }
-
-  static Tensor I8(int8_t* p, std::initializer_list<int64_t> dims) {
-    return Tensor(p, DType::kI8, dims);
+  static Tensor I8(int8_t* p, std::initializer_list<int64_t> dims, Device d) {
+    return Tensor(p, DType::kI8, dims, d);
   }
-  static Tensor BF16(uint16_t* p, std::initializer_list<int64_t> dims) {
-    return Tensor(p, DType::kBF16, dims);
+  static Tensor BF16(uint16_t* p, std::initializer_list<int64_t> dims, Device d) {
+    return Tensor(p, DType::kBF16, dims, d);
+  }
+  // The elements [first, first + prod(dims)) of this tensor, in its order,
+  // as a view of shape dims on the same device with the same dtype. The
+  // range must lie inside this tensor (checked by assert only: a view is
+  // plain arithmetic, the ops check shapes).
+  Tensor Slice(int64_t first, std::initializer_list<int64_t> dims) const {
+    Tensor t(static_cast<char*>(data) + first * static_cast<int64_t>(DTypeSize(dtype)), dtype, dims,
+             device);
+    assert(first >= 0 && first + t.numel() <= numel());
+    return t;
   }
 
   bool empty() const { return data == nullptr; }

@@ -3,25 +3,22 @@
 namespace ladder {
 namespace {
 
-// Hands out consecutive views of a buffer (or only counts, when base is null).
+// Hands out consecutive views of an arena (or only counts, when it is empty).
 class Bump {
  public:
-  explicit Bump(float* base) : base_(base) {}
-  Tensor F32(std::initializer_list<int64_t> dims) {
-    Tensor t(base_ ? base_ + used_ : nullptr, DType::kF32, dims);
-    used_ += t.numel();
-    return t;
-  }
+  explicit Bump(const Tensor& arena) : arena_(arena) {}
+  Tensor F32(std::initializer_list<int64_t> dims) { return Take(DType::kF32, dims); }
   // int32 tokens occupy float-sized slots of the same arena.
-  Tensor I32(std::initializer_list<int64_t> dims) {
-    Tensor t(base_ ? base_ + used_ : nullptr, DType::kI32, dims);
-    used_ += t.numel();
-    return t;
-  }
+  Tensor I32(std::initializer_list<int64_t> dims) { return Take(DType::kI32, dims); }
   int64_t used() const { return used_; }
 
  private:
-  float* base_;
+  Tensor Take(DType dtype, std::initializer_list<int64_t> dims) {
+    Tensor t(arena_.empty() ? nullptr : arena_.f32() + used_, dtype, dims, arena_.device);
+    used_ += t.numel();
+    return t;
+  }
+  Tensor arena_;
   int64_t used_ = 0;
 };
 
@@ -48,7 +45,7 @@ void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, bool recompute,
-                                  float* base, GptActivations* acts) {
+                                  const Tensor& arena, GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
   // Tensor parallelism splits heads, the MLP's hidden width and the
@@ -58,7 +55,7 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   const int64_t Cl = C / tp;  // this rank's attention width
   const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
   const bool last_stage = layout.pp_rank == layout.pp_size - 1;
-  Bump bump(base);
+  Bump bump(arena);
   a.slots.assign(slots, {});
   for (SlotActivations& s : a.slots) {
     s.tokens = bump.I32({B, T});
@@ -85,6 +82,7 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   sizes.slots = slots;
   sizes.slot_floats = slots > 0 ? bump.used() / slots : 0;
   const int64_t saved = bump.used();
+  a.positions = layout.pp_rank == 0 ? bump.I32({B, T}) : Tensor();
   a.branch = bump.F32({N, C});
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();

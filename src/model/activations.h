@@ -57,6 +57,10 @@ struct SlotActivations {
 
 struct GptActivations {
   std::vector<SlotActivations> slots;
+  // [B,T] i32 on the first stage: each token's position, 0..T-1 in every
+  // sequence (the embedding's explicit positions). The same for every slot
+  // and batch of this shape, so it is staged once per shape, not per step.
+  Tensor positions;
   // Forward scratch, shared by the slots.
   Tensor branch;        // [N,C] attention / MLP branch output
   Tensor attn_scratch;  // naive attention's [B,NH,T,T] (empty for flash)
@@ -82,11 +86,12 @@ struct ActivationSizes {
 
 // Lays out the activations of one rank of `layout` (its pipeline stage's
 // layers, its tensor-parallel share of heads, MLP width and vocabulary) for
-// `slots` microbatches of B sequences of T tokens in `base` (which may be
-// null to only measure), saving only each layer's input if `recompute`.
+// `slots` microbatches of B sequences of T tokens in `arena` (a flat f32
+// device buffer at least total_floats() long, whose device the views carry;
+// empty to only measure), saving only each layer's input if `recompute`.
 // Returns the sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, bool recompute,
-                                  float* base, GptActivations* acts);
+                                  const Tensor& arena, GptActivations* acts);
 
 }  // namespace ladder

@@ -53,12 +53,12 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
   m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots,
-                                      par.recompute, nullptr, nullptr);
+                                      par.recompute, Tensor(), nullptr);
   ASSIGN_OR_RETURN(
       m->arena_,
       backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_floats()) * sizeof(float)));
-  m->w_ = BindGptTensors(m->table_, static_cast<float*>(m->weights_.get()), cfg);
-  if (training) m->g_ = BindGptTensors(m->table_, static_cast<float*>(m->grads_.get()), cfg);
+  m->w_ = BindGptTensors(m->table_, m->weight_buffer(), cfg);
+  if (training) m->g_ = BindGptTensors(m->table_, m->grad_buffer(), cfg);
   return m;
 }
 
@@ -100,7 +100,7 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
                 dst + table_.LogicalRow(i, r) * cols + table_.LogicalColumnStart(i));
     }
   }
-  const Tensor all = Tensor::F32(host->data(), {whole.total_floats()});
+  const Tensor all = Tensor::F32(host->data(), {whole.total_floats()}, Device::kCpu);
   for (Communicator* group : {par_.tp, par_.pp}) {
     if (group != nullptr && group->size() > 1) {
       RETURN_IF_ERROR(group->AllReduce(all, ReduceOp::kSum));
@@ -121,8 +121,16 @@ absl::Status Gpt::SetBatchShape(int B, int T) {
                                                    max_batch_, " x ", cfg_.context, ")"));
   }
   if (B != bound_B_ || T != bound_T_) {
-    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute,
-                      static_cast<float*>(arena_.get()), &acts_);
+    const Tensor arena =
+        Tensor::F32(static_cast<float*>(arena_.get()), {arena_sizes_.total_floats()}, device());
+    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute, arena,
+                      &acts_);
+    bound_B_ = 0;  // until the positions are in place
+    if (!acts_.positions.empty()) {
+      std::vector<int32_t> positions(static_cast<size_t>(B) * T);
+      for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i % T);
+      RETURN_IF_ERROR(backend_->CopyFromHost(acts_.positions, positions.data()));
+    }
     bound_B_ = B;
     bound_T_ = T;
   }
@@ -193,8 +201,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
       }
     }
     RETURN_IF_ERROR(be.CopyFromHost(s.tokens, tokens));
-    RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, w_.wte, w_.wpe,
-                                              vocab_start()));
+    RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, a.positions,
+                                              w_.wte, w_.wpe, vocab_start()));
   }
   // Each layer's input x is the previous layer's resid_mid plus its MLP
   // branch, added by the fused LayerNorm that starts the layer (the stage's
@@ -293,7 +301,7 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   // on every TP rank, each fills its vocabulary rows, and the replicated
   // position table gets the same gradient everywhere.
   if (!is_first_stage()) return absl::OkStatus();
-  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, s.tokens, vocab_start());
+  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, s.tokens, a.positions, vocab_start());
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
@@ -305,8 +313,8 @@ absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
   }
   const int64_t Vp = cfg_.padded_vocab();
   out->resize(cfg_.vocab_size);
-  Tensor row = Tensor::F32(acts_.slots[0].logits.f32() + (int64_t{b} * bound_T_ + t) * Vp,
-                           {cfg_.vocab_size});
+  const Tensor row =
+      acts_.slots[0].logits.Slice((int64_t{b} * bound_T_ + t) * Vp, {cfg_.vocab_size});
   return backend_->CopyToHost(out->data(), row);
 }
 

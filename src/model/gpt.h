@@ -58,23 +58,21 @@ class Gpt {
   const GptConfig& config() const { return cfg_; }
   const ParameterTable& table() const { return table_; }
   Backend* backend() const { return backend_; }
+  Device device() const { return backend_->device(); }
   bool training() const { return training_; }
   bool is_first_stage() const { return table_.layout().pp_rank == 0; }
   bool is_last_stage() const { return table_.layout().pp_rank == table_.layout().pp_size - 1; }
-  // Flat views over all weights / gradients, laid out by table().
-  Tensor weights() const {
-    return Tensor::F32(static_cast<float*>(weights_.get()), {table_.total_floats()});
-  }
-  Tensor grads() const {
-    return Tensor::F32(static_cast<float*>(grads_.get()), {table_.total_floats()});
-  }
+  // Flat views over all weights / gradients, laid out by table(), on the
+  // backend's device.
+  Tensor weights() const { return weight_buffer().Slice(0, {table_.total_floats()}); }
+  Tensor grads() const { return grad_buffer().Slice(0, {table_.total_floats()}); }
   // The same buffers with their zero padding (buffer_floats() long).
   int64_t buffer_floats() const { return buffer_floats_; }
   Tensor weight_buffer() const {
-    return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_});
+    return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_}, device());
   }
   Tensor grad_buffer() const {
-    return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_});
+    return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}, device());
   }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
 
@@ -90,12 +88,15 @@ class Gpt {
   absl::Status GetLogicalWeights(std::vector<float>* host);
 
   absl::Status ZeroGrads();
-  // Lays out the activation slots for microbatches of B x T tokens. Forward
-  // does it itself; a later pipeline stage calls it before receiving its
-  // first input into StageInput().
+  // Lays out the activation slots for microbatches of B x T tokens (and on
+  // the first stage copies the shape's token positions to the device, once
+  // per shape). Forward does it itself; a later pipeline stage calls it
+  // before receiving its first input into StageInput().
   absl::Status SetBatchShape(int B, int T);
   // Forward of this rank's stage over B sequences of T <= context tokens
   // (host arrays of B*T ids), keeping its state in activation slot `slot`.
+  // The ids are checked on the host (InvalidArgument names the first one
+  // outside the vocabulary) and staged to the device with one copy each.
   // The first stage embeds `tokens`; a later stage starts from StageInput(slot),
   // which must hold the previous stage's output. A stage other than the last
   // ends with its residual stream in StageOutput(). The last stage with
@@ -120,6 +121,11 @@ class Gpt {
   // keys and values into `cache` and attending over everything cached for
   // their sequences, and returns each token's next-token logits
   // (tokens.size() x vocab_size floats). Needs the whole model on this rank.
+  // The batch is checked on the host (InvalidArgument, nothing run), then
+  // all its ids (tokens, positions, sequences, cache slots, block tables)
+  // go to the device in one copy; every op then covers all tokens at once
+  // (one embedding call per step, whatever the sequences and positions), and
+  // the logits come back in one copy.
   // One call at a time per model (it reuses its scratch between calls).
   absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
   // One sequence from position 0 through the cache's first blocks (which it

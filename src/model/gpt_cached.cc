@@ -5,6 +5,9 @@
 // attention is row-wise over the N tokens, so the layer is the training
 // layer with PagedAttentionForward in place of AttentionForward (and a
 // KvCacheWrite before it). Its scratch is reused from call to call.
+#include <algorithm>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
@@ -26,7 +29,10 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
     return absl::InvalidArgumentError("malformed cached batch");
   }
   const int64_t num_seqs = static_cast<int64_t>(batch.block_tables.size()) / mb;
-  std::vector<int32_t> slots(N);
+  // The step's ids, checked on the host and staged to the device in one
+  // copy: [tokens | positions | sequences | cache slots | block tables].
+  std::vector<int32_t> ids(static_cast<size_t>(4 * N) + batch.block_tables.size());
+  int32_t* const slots = ids.data() + 3 * N;
   for (int64_t i = 0; i < N; ++i) {
     const int32_t t = batch.tokens[i], s = batch.seq[i], p = batch.pos[i];
     if (t < 0 || t >= V || s < 0 || s >= num_seqs || p < 0 || p >= cfg_.context ||
@@ -41,11 +47,15 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
     }
     slots[i] = block * KvCache::kBlockTokens + p % KvCache::kBlockTokens;
   }
+  std::copy(batch.tokens.begin(), batch.tokens.end(), ids.begin());
+  std::copy(batch.pos.begin(), batch.pos.end(), ids.begin() + N);
+  std::copy(batch.seq.begin(), batch.seq.end(), ids.begin() + 2 * N);
+  std::copy(batch.block_tables.begin(), batch.block_tables.end(), ids.begin() + 4 * N);
 
-  // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C] and the logits.
+  // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C], the logits and
+  // the ids.
   Backend& be = *backend_;
-  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + 4 * N +
-                         static_cast<int64_t>(batch.block_tables.size());
+  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + static_cast<int64_t>(ids.size());
   // The scratch is kept between calls and only grows: a decode step is a
   // few milliseconds, and fresh pages every step (faulted in and zeroed by
   // the kernel) cost several percent of it.
@@ -54,45 +64,35 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
     ASSIGN_OR_RETURN(cached_scratch_, be.Allocate(static_cast<size_t>(floats) * 4));
     cached_scratch_floats_ = floats;
   }
-  float* at = static_cast<float*>(cached_scratch_.get());
-  auto take = [&at](std::initializer_list<int64_t> dims) {
-    Tensor t = Tensor::F32(at, dims);
-    at += t.numel();
+  const Tensor scratch =
+      Tensor::F32(static_cast<float*>(cached_scratch_.get()), {cached_scratch_floats_}, device());
+  int64_t used = 0;
+  auto take = [&](std::initializer_list<int64_t> dims) {
+    Tensor t = scratch.Slice(used, dims);
+    used += t.numel();
     return t;
   };
   Tensor x = take({N, C}), ln = take({N, C}), resid = take({N, C}), branch = take({N, C}),
          atty = take({N, C}), qkv = take({N, 3 * C}), fch = take({N, 4 * C}),
          fch_gelu = take({N, 4 * C}), out = take({N, Vp});
   Tensor mean = take({N}), rstd = take({N});
-  auto ints = [&](const std::vector<int32_t>& host,
-                  std::initializer_list<int64_t> dims) -> absl::StatusOr<Tensor> {
-    Tensor t(at, DType::kI32, dims);
-    at += t.numel();
-    RETURN_IF_ERROR(be.CopyFromHost(t, host.data()));
-    return t;
-  };
-  ASSIGN_OR_RETURN(Tensor d_tables, ints(batch.block_tables, {num_seqs, mb}));
-  ASSIGN_OR_RETURN(Tensor d_seq, ints(batch.seq, {N}));
-  ASSIGN_OR_RETURN(Tensor d_pos, ints(batch.pos, {N}));
-  ASSIGN_OR_RETURN(Tensor d_slots, ints(slots, {N}));
+  // The ids take float-sized slots after those.
+  const Tensor staged(scratch.f32() + used, DType::kI32, {static_cast<int64_t>(ids.size())},
+                      device());
+  RETURN_IF_ERROR(be.CopyFromHost(staged, ids.data()));
+  const Tensor d_tokens = staged.Slice(0, {N}), d_pos = staged.Slice(N, {N}),
+               d_seq = staged.Slice(2 * N, {N}), d_slots = staged.Slice(3 * N, {N}),
+               d_tables = staged.Slice(4 * N, {num_seqs, mb});
 
-  // Embedding: the token's row plus its position's row (each token has its
-  // own position, so the rows are added one by one).
+  // Embedding: one call for all tokens, each at its own position.
   if (!IsInt8(weight_format_)) {
-    for (int64_t i = 0; i < N; ++i) {
-      Tensor row = Tensor::F32(x.f32() + i * C, {1, 1, C});
-      Tensor tok = Tensor::I32(const_cast<int32_t*>(&batch.tokens[i]), {1, 1});
-      Tensor pos_row = Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {1, C});
-      RETURN_IF_ERROR(be.EmbeddingForward(row, tok, w_.wte, pos_row, 0));
-    }
+    RETURN_IF_ERROR(be.EmbeddingForward(x, d_tokens, d_pos, w_.wte, w_.wpe, 0));
   } else {
-    ASSIGN_OR_RETURN(Tensor d_tokens, ints(batch.tokens, {N}));
+    // The int8 token table is read by DequantizeRows; the position rows
+    // come from the embedding op without a token table and are added after.
     RETURN_IF_ERROR(be.DequantizeRows(x, q_wte_.q, q_wte_.scales, d_tokens));
-    for (int64_t i = 0; i < N; ++i) {
-      Tensor row = Tensor::F32(x.f32() + i * C, {C});
-      RETURN_IF_ERROR(
-          be.ResidualAdd(row, row, Tensor::F32(w_.wpe.f32() + int64_t{batch.pos[i]} * C, {C})));
-    }
+    RETURN_IF_ERROR(be.EmbeddingForward(branch, d_tokens, d_pos, Tensor(), w_.wpe, 0));
+    RETURN_IF_ERROR(be.ResidualAdd(x, x, branch));
   }
   const int heads = cfg_.n_head;
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -116,10 +116,15 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   RETURN_IF_ERROR(
       be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
   RETURN_IF_ERROR(Linear(out, ln, w_.wte, q_wte_, Tensor()));
-  logits->resize(static_cast<size_t>(N * V));
-  for (int64_t i = 0; i < N; ++i) {
-    RETURN_IF_ERROR(be.CopyToHost(logits->data() + i * V, Tensor::F32(out.f32() + i * Vp, {V})));
+  // One copy back of every row, padding included (one wait per step, not
+  // one per token); the padding is then squeezed out in place, each row
+  // moving left to its place.
+  logits->resize(static_cast<size_t>(N * Vp));
+  RETURN_IF_ERROR(be.CopyToHost(logits->data(), out));
+  for (int64_t i = 1; i < N; ++i) {
+    std::memmove(logits->data() + i * V, logits->data() + i * Vp, static_cast<size_t>(V) * 4);
   }
+  logits->resize(static_cast<size_t>(N * V));
   return absl::OkStatus();
 }
 

@@ -94,7 +94,7 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
       const float* src = on_host(*j.fp32);
       half.resize(rows * cols);
       for (int64_t i = 0; i < rows * cols; ++i) half[i] = FloatToBf16(src[i]);
-      *j.fp32 = Tensor::BF16(reinterpret_cast<bf16*>(at), {rows, cols});
+      *j.fp32 = Tensor::BF16(reinterpret_cast<bf16*>(at), {rows, cols}, device());
       at += align(rows * cols * 2);
       RETURN_IF_ERROR(backend_->CopyFromHost(*j.fp32, half.data()));
       continue;
@@ -105,9 +105,9 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
     QuantizeRows(on_host(*j.fp32), rows, cols, group, q.data(), scales.data());
     PackInt8Panels(q.data(), scales.data(), rows, cols, group, q_panels.data(),
                    scale_panels.data());
-    j.dst->q = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, cols});
+    j.dst->q = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, cols}, device());
     at += align(rows * cols);
-    j.dst->scales = Tensor::F32(reinterpret_cast<float*>(at), {rows, cols / group});
+    j.dst->scales = Tensor::F32(reinterpret_cast<float*>(at), {rows, cols / group}, device());
     at += align(rows * (cols / group) * 4);
     RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->q, q_panels.data()));
     RETURN_IF_ERROR(backend_->CopyFromHost(j.dst->scales, scale_panels.data()));

@@ -35,18 +35,19 @@ absl::StatusOr<KvCache> KvCache::Create(const GptConfig& cfg, Backend* backend, 
   ASSIGN_OR_RETURN(c.buffer_, backend->Allocate(static_cast<size_t>(c.bytes_)));
   char* at = static_cast<char*>(c.buffer_.get());
   const int64_t C = cfg.n_embd, NH = cfg.n_head;
+  const Device dev = backend->device();
   for (int l = 0; l < cfg.n_layer; ++l) {
     PagedKv kv;
     if (format == KvFormat::kInt8) {
-      kv.k = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, C});
-      kv.v = Tensor::I8(reinterpret_cast<int8_t*>(at + rows * C), {rows, C});
+      kv.k = Tensor::I8(reinterpret_cast<int8_t*>(at), {rows, C}, dev);
+      kv.v = Tensor::I8(reinterpret_cast<int8_t*>(at + rows * C), {rows, C}, dev);
       at += 2 * rows * C;
-      kv.k_scale = Tensor::F32(reinterpret_cast<float*>(at), {rows, NH});
-      kv.v_scale = Tensor::F32(reinterpret_cast<float*>(at) + rows * NH, {rows, NH});
+      kv.k_scale = Tensor::F32(reinterpret_cast<float*>(at), {rows, NH}, dev);
+      kv.v_scale = Tensor::F32(reinterpret_cast<float*>(at) + rows * NH, {rows, NH}, dev);
       at += 2 * rows * NH * 4;
     } else {
-      kv.k = Tensor::F32(reinterpret_cast<float*>(at), {rows, C});
-      kv.v = Tensor::F32(reinterpret_cast<float*>(at) + rows * C, {rows, C});
+      kv.k = Tensor::F32(reinterpret_cast<float*>(at), {rows, C}, dev);
+      kv.v = Tensor::F32(reinterpret_cast<float*>(at) + rows * C, {rows, C}, dev);
       at += 2 * rows * C * 4;
     }
     c.layers_.push_back(kv);

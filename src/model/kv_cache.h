@@ -27,6 +27,8 @@ class KvCache {
  public:
   static constexpr int kBlockTokens = 16;
 
+  // The cache in memory of `backend` (its views carry backend->device()),
+  // zero-filled; InvalidArgument for num_blocks <= 0.
   static absl::StatusOr<KvCache> Create(const GptConfig& cfg, Backend* backend, int num_blocks,
                                         KvFormat format = KvFormat::kF32);
   // Bytes one cached token takes over all layers (keys, values, scales).

@@ -137,10 +137,10 @@ absl::StatusOr<int> ParameterTable::Find(const std::string& name) const {
   return absl::NotFoundError(absl::StrCat("no parameter named '", name, "'"));
 }
 
-Tensor ParameterTable::View(float* base, int i) const {
+Tensor ParameterTable::View(const Tensor& buffer, int i) const {
   const std::vector<int64_t>& shape = local_[i].shape;
-  float* p = base + local_[i].offset;
-  return shape.size() == 1 ? Tensor::F32(p, {shape[0]}) : Tensor::F32(p, {shape[0], shape[1]});
+  const int64_t at = local_[i].offset;
+  return shape.size() == 1 ? buffer.Slice(at, {shape[0]}) : buffer.Slice(at, {shape[0], shape[1]});
 }
 
 int64_t ParameterTable::LogicalRow(int i, int64_t r) const {
@@ -184,10 +184,10 @@ void ParameterTable::Initialize(float* base, uint64_t seed) const {
   }
 }
 
-GptTensors BindGptTensors(const ParameterTable& table, float* base, const GptConfig& cfg) {
+GptTensors BindGptTensors(const ParameterTable& table, const Tensor& buffer, const GptConfig& cfg) {
   auto get = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
-    return i.ok() ? table.View(base, *i) : Tensor();
+    return i.ok() ? table.View(buffer, *i) : Tensor();
   };
   GptTensors t;
   t.wte = get("wte");

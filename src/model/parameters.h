@@ -97,8 +97,9 @@ class ParameterTable {
   }
   // Index of the named local tensor, or NotFound.
   absl::StatusOr<int> Find(const std::string& name) const;
-  // View of local tensor i inside a buffer laid out by this table.
-  Tensor View(float* base, int i) const;
+  // View of local tensor i inside `buffer`, a flat f32 tensor laid out by
+  // this table (at least total_floats() long), on buffer's device.
+  Tensor View(const Tensor& buffer, int i) const;
   // The logical row of local row r of tensor i, and the first logical column
   // its local columns start at (a shard is a set of whole rows or a column
   // range of every row).
@@ -135,8 +136,9 @@ struct GptTensors {
   std::vector<LayerTensors> layers;
   Tensor lnf_w, lnf_b;
 };
-// Binds views over a buffer laid out by `table`; tensors the table does not
-// hold stay empty, and `layers` has one entry per layer of the table's stage.
-GptTensors BindGptTensors(const ParameterTable& table, float* base, const GptConfig& cfg);
+// Binds views over `buffer` (flat f32, laid out by `table`, on the device the
+// views will carry); tensors the table does not hold stay empty, and
+// `layers` has one entry per layer of the table's stage.
+GptTensors BindGptTensors(const ParameterTable& table, const Tensor& buffer, const GptConfig& cfg);
 
 }  // namespace ladder

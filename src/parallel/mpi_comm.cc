@@ -68,12 +68,20 @@ bool Overlap(const Tensor& a, const Tensor& b) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(Axis axis, std::vector<int> members, int rank, MPI_Comm comm, double timeout)
-      : Communicator(axis, std::move(members), rank), comm_(comm), timeout_(timeout) {
+  MpiCommunicator(Axis axis, std::vector<int> members, int rank, MPI_Comm comm, double timeout,
+                  Device device)
+      : Communicator(axis, std::move(members), rank),
+        comm_(comm),
+        timeout_(timeout),
+        device_(device) {
     for (int i = 0; i < size(); ++i) {
       if (i != rank) others_.push_back(this->members()[i]);
     }
   }
+  // MPI reads and writes host memory: buffers on the CPU, or on a device
+  // whose memory is the host's (device_, the CUDA simulator's).
+  Device Addressable(const Tensor& t) const { return t.device == device_ ? device_ : Device::kCpu; }
+
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -81,7 +89,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status AllReduce(Tensor buf, ReduceOp op) override {
-    RETURN_IF_ERROR(CheckBuffer("AllReduce", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("AllReduce", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckReducible("AllReduce", buf));
     RETURN_IF_ERROR(CheckCount("AllReduce", buf));
     Timer timer;
@@ -93,8 +101,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status ReduceScatter(Tensor in, Tensor out) override {
-    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "in", in, Device::kCpu));
-    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "out", out, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "in", in, Addressable(in)));
+    RETURN_IF_ERROR(CheckBuffer("ReduceScatter", "out", out, Addressable(out)));
     RETURN_IF_ERROR(CheckReducible("ReduceScatter", in));
     RETURN_IF_ERROR(CheckBlocks("ReduceScatter", in, out));
     RETURN_IF_ERROR(CheckCount("ReduceScatter", out));
@@ -109,8 +117,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status AllGather(Tensor in, Tensor out) override {
-    RETURN_IF_ERROR(CheckBuffer("AllGather", "in", in, Device::kCpu));
-    RETURN_IF_ERROR(CheckBuffer("AllGather", "out", out, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("AllGather", "in", in, Addressable(in)));
+    RETURN_IF_ERROR(CheckBuffer("AllGather", "out", out, Addressable(out)));
     RETURN_IF_ERROR(CheckBlocks("AllGather", out, in));
     RETURN_IF_ERROR(CheckCount("AllGather", in));
     const void* send = in.data;
@@ -128,7 +136,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status Broadcast(Tensor buf, int root) override {
-    RETURN_IF_ERROR(CheckBuffer("Broadcast", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("Broadcast", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckRoot("Broadcast", root));
     RETURN_IF_ERROR(CheckCount("Broadcast", buf));
     Timer timer;
@@ -141,7 +149,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status Send(Tensor buf, int peer) override {
-    RETURN_IF_ERROR(CheckBuffer("Send", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("Send", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckPeer("Send", peer));
     RETURN_IF_ERROR(CheckCount("Send", buf));
     Timer timer;
@@ -152,7 +160,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status Recv(Tensor buf, int peer) override {
-    RETURN_IF_ERROR(CheckBuffer("Recv", "buf", buf, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("Recv", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckPeer("Recv", peer));
     RETURN_IF_ERROR(CheckCount("Recv", buf));
     Timer timer;
@@ -168,8 +176,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override {
-    RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, Device::kCpu));
-    RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Device::kCpu));
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, Addressable(send)));
+    RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Addressable(recv)));
     RETURN_IF_ERROR(CheckPeer("SendRecv", send_peer));
     RETURN_IF_ERROR(CheckPeer("SendRecv", recv_peer));
     RETURN_IF_ERROR(CheckCount("SendRecv", send));
@@ -240,6 +248,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   double timeout_;
+  Device device_;
   std::vector<int> others_;  // world ranks of the other members
 };
 
@@ -283,7 +292,8 @@ void MpiRuntime::Abort(int code) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
                                                                     const std::vector<int>& members,
-                                                                    double timeout_seconds) {
+                                                                    double timeout_seconds,
+                                                                    Device device) {
   const int me = MpiRuntime::world_rank();
   auto it = std::find(members.begin(), members.end(), me);
   if (it == members.end() || !std::is_sorted(members.begin(), members.end()) ||
@@ -309,10 +319,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
   MPI_Group_free(&world_group);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Comm_create_group");
   return std::make_unique<MpiCommunicator>(axis, members, static_cast<int>(it - members.begin()),
-                                           comm, timeout_seconds);
+                                           comm, timeout_seconds, device);
 }
 
-absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds) {
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds,
+                                                      Device device) {
   if (grid.world_size() != MpiRuntime::world_size() || grid.rank() != MpiRuntime::world_rank()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the grid is for rank ", grid.rank(), " of ", grid.world_size(),
@@ -332,7 +343,7 @@ absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double t
   Communicators comms;
   for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
     ASSIGN_OR_RETURN(comms.by_axis[static_cast<int>(axis)],
-                     CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds));
+                     CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds, device));
   }
   return comms;
 }

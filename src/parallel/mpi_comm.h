@@ -66,13 +66,16 @@ class MpiRuntime {
 // no repeats, containing this rank; every member passes the same list).
 // Collective over the members, blocking, no timeout (creation needs every
 // member to have started: CreateHostCommunicators checks that first).
-// Buffers must be CPU tensors. A list of one gives a SelfCommunicator.
-// timeout_seconds: the hang watchdog's limit per call (0 waits forever).
-// FailedPrecondition if MPI is not active (and the group is not just this
-// rank).
-absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
-                                                                    const std::vector<int>& members,
-                                                                    double timeout_seconds);
+// A list of one gives a SelfCommunicator. timeout_seconds: the hang
+// watchdog's limit per call (0 waits forever). FailedPrecondition if MPI is
+// not active (and the group is not just this rank).
+//
+// MPI moves host memory: buffers must be CPU tensors, or tensors on `device`
+// when that device's memory is the host's (the CUDA simulator's:
+// Backend::memory_is_host). kCpu (the default) means CPU tensors only.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
+    Axis axis, const std::vector<int>& members, double timeout_seconds,
+    Device device = Device::kCpu);
 
 // Every axis's communicator of this rank of `grid`, in the order world,
 // tensor, data, pipeline, embedding: MPI for groups of two or more,
@@ -80,6 +83,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
 // Under MPI it first waits (watched by the timeout) for every rank to arrive,
 // so a rank that never starts is named instead of hanging the creation.
 // InvalidArgument if the grid's world size or rank differ from MpiRuntime's.
-absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds);
+// `device` as for CreateMpiCommunicator.
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds,
+                                                      Device device = Device::kCpu);
 
 }  // namespace ladder

@@ -48,7 +48,7 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     sp.optimizer_bytes = updated * opt;
     sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
     const ActivationSizes acts = LayoutActivations(rc.model, shard, plan.micro_rows, T, true,
-                                                   sp.slots, l.recompute, nullptr, nullptr);
+                                                   sp.slots, l.recompute, Tensor(), nullptr);
     sp.activation_bytes = acts.total_floats() * w;
 
     const bool first = s == 0, last = s == P - 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
@@ -18,6 +19,8 @@ absl::StatusOr<AdamW> AdamW::Create(const ParameterTable* table, Backend* backen
   const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
   ASSIGN_OR_RETURN(opt.m_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(opt.v_, backend->Allocate(bytes));
+  ASSIGN_OR_RETURN(opt.sums_,
+                   backend->Allocate(static_cast<size_t>(table->size()) * sizeof(float)));
   return opt;
 }
 
@@ -33,29 +36,37 @@ absl::Status AdamW::ForEachSegment(F f) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> AdamW::GradNorm(Tensor grads, Communicator* range_group) const {
+absl::StatusOr<double> AdamW::GradNorm(Tensor grads, Communicator* range_group) {
   const bool tp_split = tp_ != nullptr && tp_->size() > 1;
   const bool pp_split = pp_ != nullptr && pp_->size() > 1;
   const bool ranged = range_group != nullptr && range_group->size() > 1;
-  if (!tp_split && !pp_split && !ranged) {
-    double sum = 0.0;
-    RETURN_IF_ERROR(backend_->SumOfSquares(grads, &sum));
-    return std::sqrt(sum);
-  }
-  double split = 0.0, replicated = 0.0;
+  // Slot k: the sum of squares of the k-th segment counted, tensor_of[k] its
+  // tensor. The last stage's copy of the tied embedding is the first
+  // stage's, counted there.
+  const Tensor slots =
+      Tensor::F32(static_cast<float*>(sums_.get()), {table_->size()}, backend_->device());
+  std::vector<int> tensor_of;
   RETURN_IF_ERROR(ForEachSegment([&](int i, int64_t first, int64_t count) -> absl::Status {
     if (table_->IsTiedCopy(i)) return absl::OkStatus();
-    double s = 0.0;
-    RETURN_IF_ERROR(backend_->SumOfSquares(Tensor::F32(grads.f32() + first, {count}), &s));
-    (table_->spec(i).split == TpSplit::kReplicated ? replicated : split) += s;
-    return absl::OkStatus();
+    const int64_t k = static_cast<int64_t>(tensor_of.size());
+    tensor_of.push_back(i);
+    return backend_->SumOfSquares(grads.Slice(first, {count}), slots.Slice(k, {1}));
   }));
+  const int64_t counted = static_cast<int64_t>(tensor_of.size());
+  std::vector<float> host(tensor_of.size());
+  if (counted > 0) RETURN_IF_ERROR(backend_->CopyToHost(host.data(), slots.Slice(0, {counted})));
+  double split = 0.0, replicated = 0.0;
+  for (int64_t k = 0; k < counted; ++k) {
+    (table_->spec(tensor_of[k]).split == TpSplit::kReplicated ? replicated : split) += host[k];
+  }
+  if (!tp_split && !pp_split && !ranged) return std::sqrt(split + replicated);
   // Every TP rank holds the replicated tensors whole, so only the split sum
   // is summed over the TP group; ranges and stages hold disjoint parts.
   float sums[2] = {static_cast<float>(split), static_cast<float>(replicated)};
-  if (ranged) RETURN_IF_ERROR(range_group->AllReduce(Tensor::F32(sums, {2}), ReduceOp::kSum));
-  if (pp_split) RETURN_IF_ERROR(pp_->AllReduce(Tensor::F32(sums, {2}), ReduceOp::kSum));
-  if (tp_split) RETURN_IF_ERROR(tp_->AllReduce(Tensor::F32(sums, {1}), ReduceOp::kSum));
+  const Tensor both = Tensor::F32(sums, {2}, Device::kCpu);
+  if (ranged) RETURN_IF_ERROR(range_group->AllReduce(both, ReduceOp::kSum));
+  if (pp_split) RETURN_IF_ERROR(pp_->AllReduce(both, ReduceOp::kSum));
+  if (tp_split) RETURN_IF_ERROR(tp_->AllReduce(both.Slice(0, {1}), ReduceOp::kSum));
   return std::sqrt(static_cast<double>(sums[0]) + sums[1]);
 }
 
@@ -70,12 +81,11 @@ absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, doubl
   if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) {
     p.grad_scale = static_cast<float>(cfg_.grad_clip / grad_norm);
   }
-  float* m = static_cast<float*>(m_.get());
-  float* v = static_cast<float*>(v_.get());
+  const Tensor m = moment_m(), v = moment_v();
   return ForEachSegment([&](int i, int64_t first, int64_t count) {
     p.weight_decay = table_->spec(i).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    auto at = [&](float* base) { return Tensor::F32(base + first, {count}); };
-    return backend_->AdamWUpdate(at(weights.f32()), at(grads.f32()), at(m), at(v), p);
+    auto at = [&](const Tensor& t) { return t.Slice(first, {count}); };
+    return backend_->AdamWUpdate(at(weights), at(grads), at(m), at(v), p);
   });
 }
 

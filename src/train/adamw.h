@@ -38,7 +38,11 @@ class AdamW {
   // pipeline stage's tensors summed (the tied embedding once), and summed
   // over `range_group` (the data-parallel group under ZeRO-1, whose ranks
   // hold the other ranges; null otherwise). Collective over all three.
-  absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group) const;
+  // The device reduces each tensor (or the part of it in the range) to one
+  // float in a slot of its own; one copy brings the slots to the host, which
+  // adds them in double in table order. So a step waits for the device once
+  // here, whatever the number of tensors.
+  absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group);
   // One update at 1-based `step` with learning rate lr of `weights` (the
   // range, range-sized) from `grads`, scaling the gradient by
   // min(1, grad_clip / grad_norm) first.
@@ -46,8 +50,8 @@ class AdamW {
 
   int64_t state_bytes() const;
   // The moments of the range (range-sized device tensors), for checkpoints.
-  Tensor moment_m() const { return Tensor::F32(static_cast<float*>(m_.get()), {end_ - begin_}); }
-  Tensor moment_v() const { return Tensor::F32(static_cast<float*>(v_.get()), {end_ - begin_}); }
+  Tensor moment_m() const { return RangeView(m_); }
+  Tensor moment_v() const { return RangeView(v_); }
 
  private:
   AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, int64_t begin,
@@ -57,6 +61,9 @@ class AdamW {
   // offsets relative to the range's start.
   template <typename F>
   absl::Status ForEachSegment(F f) const;
+  Tensor RangeView(const DeviceBuffer& b) const {
+    return Tensor::F32(static_cast<float*>(b.get()), {end_ - begin_}, backend_->device());
+  }
 
   const ParameterTable* table_;
   Backend* backend_;
@@ -65,6 +72,8 @@ class AdamW {
   Communicator* tp_;
   Communicator* pp_;
   DeviceBuffer m_, v_;
+  // GradNorm's per-tensor sums of squares: one f32 slot per table tensor.
+  DeviceBuffer sums_;
 };
 
 }  // namespace ladder

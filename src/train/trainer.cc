@@ -112,9 +112,8 @@ absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicat
   Communicator* dp = groups_.dp;
   if (shard_floats_ > 0) {
     // ZeRO-1: each rank receives the sum of its shard only.
-    *grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_});
-    *weights =
-        Tensor::F32(model_->weight_buffer().f32() + dp_rank() * shard_floats_, {shard_floats_});
+    *grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_}, model_->device());
+    *weights = model_->weight_buffer().Slice(dp_rank() * shard_floats_, {shard_floats_});
     *range_group = dp;
     return dp->ReduceScatter(model_->grad_buffer(), *grads);
   }
@@ -124,8 +123,7 @@ absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicat
   const int64_t n = grads->numel(), bucket = std::max<int64_t>(1, groups_.bucket_floats);
   for (int64_t end = n; end > 0; end -= bucket) {
     const int64_t begin = std::max<int64_t>(0, end - bucket);
-    RETURN_IF_ERROR(
-        dp->AllReduce(Tensor::F32(grads->f32() + begin, {end - begin}), ReduceOp::kSum));
+    RETURN_IF_ERROR(dp->AllReduce(grads->Slice(begin, {end - begin}), ReduceOp::kSum));
   }
   return absl::OkStatus();
 }
@@ -156,21 +154,23 @@ absl::StatusOr<StepRecord> Trainer::Step() {
       &timing));
   if (P > 1) r.t_bubble = timing.wall_seconds - timing.compute_seconds;
   float loss = static_cast<float>(loss_sum / M);
-  if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&loss, {1}), P - 1));
+  // The loss is a host value (Forward returns it): it travels as host memory.
+  const Tensor host_loss = Tensor::F32(&loss, {1}, Device::kCpu);
+  if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
   t.Reset();
 
   // The tied embedding: the first stage's lookup and the last stage's head
   // each hold part of its gradient; both need the sum.
   if (Parallel(groups_.embedding)) {
     ASSIGN_OR_RETURN(int wte, model_->table().Find("wte"));
-    RETURN_IF_ERROR(groups_.embedding->AllReduce(model_->table().View(model_->grads().f32(), wte),
-                                                 ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        groups_.embedding->AllReduce(model_->table().View(model_->grads(), wte), ReduceOp::kSum));
   }
   Tensor weights = model_->weights(), grads = model_->grads();
   Communicator* range_group = nullptr;
   if (D > 1) {
     // The mean loss over the global batch, and the summed gradient of all rows.
-    RETURN_IF_ERROR(groups_.dp->AllReduce(Tensor::F32(&loss, {1}), ReduceOp::kSum));
+    RETURN_IF_ERROR(groups_.dp->AllReduce(host_loss, ReduceOp::kSum));
     loss /= static_cast<float>(D);
     RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
@@ -178,7 +178,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   if (step_ + 1 == groups_.inject_nan_step) {
     groups_.inject_nan_step = -1;  // once
     const float nan = std::nanf("");
-    RETURN_IF_ERROR(model_->backend()->CopyFromHost(Tensor::F32(grads.f32(), {1}), &nan));
+    RETURN_IF_ERROR(model_->backend()->CopyFromHost(grads.Slice(0, {1}), &nan));
   }
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
@@ -245,7 +245,7 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
   RETURN_IF_ERROR(pp::RunStage(pp::ForwardOps(static_cast<int>(chunks)), groups_.pp, f, nullptr));
   float mean = static_cast<float>(sum / static_cast<double>(windows));
   if (pp_size() > 1) {
-    RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&mean, {1}), pp_size() - 1));
+    RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&mean, {1}, Device::kCpu), pp_size() - 1));
     return static_cast<double>(mean);
   }
   return sum / static_cast<double>(windows);
@@ -268,10 +268,10 @@ absl::Status Trainer::GetOptimizerState(std::vector<float>* m, std::vector<float
     if (shard_floats_ > 0) {
       // Each DP rank holds its block of the padded buffer: gather them all.
       host->assign(model_->buffer_floats(), 0.0f);
-      Tensor mine = Tensor::F32(host->data() + dp_rank() * shard_floats_, {shard_floats_});
+      const Tensor all = Tensor::F32(host->data(), {model_->buffer_floats()}, Device::kCpu);
+      const Tensor mine = all.Slice(dp_rank() * shard_floats_, {shard_floats_});
       RETURN_IF_ERROR(model_->backend()->CopyToHost(mine.data, dev));
-      RETURN_IF_ERROR(
-          groups_.dp->AllGather(mine, Tensor::F32(host->data(), {model_->buffer_floats()})));
+      RETURN_IF_ERROR(groups_.dp->AllGather(mine, all));
     } else {
       host->assign(dev.numel(), 0.0f);
       RETURN_IF_ERROR(model_->backend()->CopyToHost(host->data(), dev));

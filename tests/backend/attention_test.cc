@@ -66,19 +66,20 @@ Result ForwardBackward(const Problem& p, AttentionKind kind) {
   Result r{std::vector<float>(s.B * s.T * s.C()), std::vector<float>(s.B * s.NH * s.T),
            std::vector<float>(s.B * s.T * 3 * s.C(), 123.0f)};  // dqkv must be overwritten
   std::vector<float> scratch(AttentionScratchFloats(kind, s.B, s.T, s.NH));
-  Tensor scratch_t = scratch.empty()
-                         ? Tensor()
-                         : Tensor::F32(scratch.data(), {static_cast<int64_t>(scratch.size())});
+  Tensor scratch_t =
+      scratch.empty()
+          ? Tensor()
+          : Tensor::F32(scratch.data(), {static_cast<int64_t>(scratch.size())}, Device::kCpu);
   std::vector<float> qkv = p.qkv, dout = p.dout;
-  Tensor qkv_t = Tensor::F32(qkv.data(), {s.B, s.T, 3 * s.C()});
-  Tensor out_t = Tensor::F32(r.out.data(), {s.B, s.T, s.C()});
-  Tensor lse_t = Tensor::F32(r.lse.data(), {s.B, s.NH, s.T});
+  Tensor qkv_t = Tensor::F32(qkv.data(), {s.B, s.T, 3 * s.C()}, Device::kCpu);
+  Tensor out_t = Tensor::F32(r.out.data(), {s.B, s.T, s.C()}, Device::kCpu);
+  Tensor lse_t = Tensor::F32(r.lse.data(), {s.B, s.NH, s.T}, Device::kCpu);
   EXPECT_TRUE(be.AttentionForward(out_t, lse_t, qkv_t, s.NH, kind, scratch_t).ok());
   // Dirty the scratch: the backward must not rely on what the forward left there.
   std::fill(scratch.begin(), scratch.end(), -7.0f);
-  EXPECT_TRUE(be.AttentionBackward(Tensor::F32(r.dqkv.data(), {s.B, s.T, 3 * s.C()}),
-                                   Tensor::F32(dout.data(), {s.B, s.T, s.C()}), qkv_t, out_t, lse_t,
-                                   s.NH, kind, scratch_t)
+  EXPECT_TRUE(be.AttentionBackward(Tensor::F32(r.dqkv.data(), {s.B, s.T, 3 * s.C()}, Device::kCpu),
+                                   Tensor::F32(dout.data(), {s.B, s.T, s.C()}, Device::kCpu), qkv_t,
+                                   out_t, lse_t, s.NH, kind, scratch_t)
                   .ok());
   EXPECT_TRUE(qkv == p.qkv && dout == p.dout) << "inputs were modified";
   return r;
@@ -251,12 +252,12 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   const int64_t B = 2, T = 5, NH = 2, HS = 4, C = NH * HS;
   std::vector<float> qkv(B * T * 3 * C, 0.5f), out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C),
       dout(B * T * C), scratch(B * NH * T * T + 8);
-  Tensor qkv_t = Tensor::F32(qkv.data(), {B, T, 3 * C});
-  Tensor out_t = Tensor::F32(out.data(), {B, T, C});
-  Tensor lse_t = Tensor::F32(lse.data(), {B, NH, T});
-  Tensor dqkv_t = Tensor::F32(dqkv.data(), {B, T, 3 * C});
-  Tensor dout_t = Tensor::F32(dout.data(), {B, T, C});
-  Tensor scratch_t = Tensor::F32(scratch.data(), {B * NH * T * T});
+  Tensor qkv_t = Tensor::F32(qkv.data(), {B, T, 3 * C}, Device::kCpu);
+  Tensor out_t = Tensor::F32(out.data(), {B, T, C}, Device::kCpu);
+  Tensor lse_t = Tensor::F32(lse.data(), {B, NH, T}, Device::kCpu);
+  Tensor dqkv_t = Tensor::F32(dqkv.data(), {B, T, 3 * C}, Device::kCpu);
+  Tensor dout_t = Tensor::F32(dout.data(), {B, T, C}, Device::kCpu);
+  Tensor scratch_t = Tensor::F32(scratch.data(), {B * NH * T * T}, Device::kCpu);
   const AttentionKind kNaive = AttentionKind::kNaive, kFlash = AttentionKind::kFlash;
 
   auto expect_invalid = [](const absl::Status& st, const std::string& op, const std::string& what) {
@@ -273,34 +274,37 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   EXPECT_TRUE(
       be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, NH, kNaive, scratch_t).ok());
 
-  expect_invalid(be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B, T, 3 * C - 1}), NH,
-                                     kFlash, Tensor()),
-                 fwd, "qkv");
-  expect_invalid(be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B * T, 3 * C}), NH,
-                                     kFlash, Tensor()),
-                 fwd, "qkv");
+  expect_invalid(
+      be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B, T, 3 * C - 1}, Device::kCpu),
+                          NH, kFlash, Tensor()),
+      fwd, "qkv");
+  expect_invalid(
+      be.AttentionForward(out_t, lse_t, Tensor::F32(qkv.data(), {B * T, 3 * C}, Device::kCpu), NH,
+                          kFlash, Tensor()),
+      fwd, "qkv");
   expect_invalid(be.AttentionForward(out_t, lse_t, Tensor(), NH, kFlash, Tensor()), fwd, "qkv");
   expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, 3, kFlash, Tensor()), fwd, "num_heads");
   expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, 0, kFlash, Tensor()), fwd, "num_heads");
-  expect_invalid(be.AttentionForward(Tensor::F32(out.data(), {B, T, C + 1}), lse_t, qkv_t, NH,
-                                     kFlash, Tensor()),
+  expect_invalid(be.AttentionForward(Tensor::F32(out.data(), {B, T, C + 1}, Device::kCpu), lse_t,
+                                     qkv_t, NH, kFlash, Tensor()),
                  fwd, "out");
-  expect_invalid(
-      be.AttentionForward(out_t, Tensor::F32(lse.data(), {B, T, NH}), qkv_t, NH, kFlash, Tensor()),
-      fwd, "lse");
+  expect_invalid(be.AttentionForward(out_t, Tensor::F32(lse.data(), {B, T, NH}, Device::kCpu),
+                                     qkv_t, NH, kFlash, Tensor()),
+                 fwd, "lse");
   expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive, Tensor()), fwd, "scratch");
-  expect_invalid(be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive,
-                                     Tensor::F32(scratch.data(), {B * NH * T * T - 1})),
-                 fwd, "scratch");
+  expect_invalid(
+      be.AttentionForward(out_t, lse_t, qkv_t, NH, kNaive,
+                          Tensor::F32(scratch.data(), {B * NH * T * T - 1}, Device::kCpu)),
+      fwd, "scratch");
   Tensor int_out = out_t;
   int_out.dtype = DType::kI32;
   expect_invalid(be.AttentionForward(int_out, lse_t, qkv_t, NH, kFlash, Tensor()), fwd, "out");
 
-  expect_invalid(be.AttentionBackward(Tensor::F32(dqkv.data(), {B, T, C}), dout_t, qkv_t, out_t,
-                                      lse_t, NH, kFlash, Tensor()),
+  expect_invalid(be.AttentionBackward(Tensor::F32(dqkv.data(), {B, T, C}, Device::kCpu), dout_t,
+                                      qkv_t, out_t, lse_t, NH, kFlash, Tensor()),
                  bwd, "dqkv");
-  expect_invalid(be.AttentionBackward(dqkv_t, Tensor::F32(dout.data(), {B, T - 1, C}), qkv_t, out_t,
-                                      lse_t, NH, kFlash, Tensor()),
+  expect_invalid(be.AttentionBackward(dqkv_t, Tensor::F32(dout.data(), {B, T - 1, C}, Device::kCpu),
+                                      qkv_t, out_t, lse_t, NH, kFlash, Tensor()),
                  bwd, "dout");
   expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, Tensor(), lse_t, NH, kFlash, Tensor()),
                  bwd, "out");
@@ -309,7 +313,7 @@ TEST(AttentionTest, ShapeErrorsAreInvalidArgument) {
   expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, 5, kFlash, Tensor()),
                  bwd, "num_heads");
   expect_invalid(be.AttentionBackward(dqkv_t, dout_t, qkv_t, out_t, lse_t, NH, kNaive,
-                                      Tensor::F32(scratch.data(), {7})),
+                                      Tensor::F32(scratch.data(), {7}, Device::kCpu)),
                  bwd, "scratch");
 }
 
@@ -341,12 +345,13 @@ TEST(AttentionTest, ThroughputReport) {
     Problem p = MakeProblem(s, 61);
     std::vector<float> out(s.B * s.T * s.C()), lse(s.B * s.NH * s.T), dqkv(p.qkv.size());
     std::vector<float> scratch(AttentionScratchFloats(AttentionKind::kNaive, s.B, s.T, s.NH));
-    Tensor qkv_t = Tensor::F32(p.qkv.data(), {s.B, s.T, 3 * s.C()});
-    Tensor out_t = Tensor::F32(out.data(), {s.B, s.T, s.C()});
-    Tensor lse_t = Tensor::F32(lse.data(), {s.B, s.NH, s.T});
-    Tensor dqkv_t = Tensor::F32(dqkv.data(), {s.B, s.T, 3 * s.C()});
-    Tensor dout_t = Tensor::F32(p.dout.data(), {s.B, s.T, s.C()});
-    Tensor scratch_t = Tensor::F32(scratch.data(), {static_cast<int64_t>(scratch.size())});
+    Tensor qkv_t = Tensor::F32(p.qkv.data(), {s.B, s.T, 3 * s.C()}, Device::kCpu);
+    Tensor out_t = Tensor::F32(out.data(), {s.B, s.T, s.C()}, Device::kCpu);
+    Tensor lse_t = Tensor::F32(lse.data(), {s.B, s.NH, s.T}, Device::kCpu);
+    Tensor dqkv_t = Tensor::F32(dqkv.data(), {s.B, s.T, 3 * s.C()}, Device::kCpu);
+    Tensor dout_t = Tensor::F32(p.dout.data(), {s.B, s.T, s.C()}, Device::kCpu);
+    Tensor scratch_t =
+        Tensor::F32(scratch.data(), {static_cast<int64_t>(scratch.size())}, Device::kCpu);
     const double fwd_flops = 4.0 * s.B * s.NH * s.HS * s.T * (s.T + 1) / 2;
     for (AttentionKind kind : {AttentionKind::kFlash, AttentionKind::kNaive}) {
       if (kind == AttentionKind::kNaive && s.T > 64) continue;  // ~1 s: too slow for a unit test

@@ -53,8 +53,12 @@ Ints RandomInts(size_t n, uint32_t seed, int32_t hi) {
   return x;
 }
 
-Tensor F32(Floats& v, std::initializer_list<int64_t> dims) { return Tensor::F32(v.data(), dims); }
-Tensor I32(Ints& v, std::initializer_list<int64_t> dims) { return Tensor::I32(v.data(), dims); }
+Tensor F32(Floats& v, std::initializer_list<int64_t> dims) {
+  return Tensor::F32(v.data(), dims, Device::kCpu);
+}
+Tensor I32(Ints& v, std::initializer_list<int64_t> dims) {
+  return Tensor::I32(v.data(), dims, Device::kCpu);
+}
 
 // Per element |got - want| <= rtol |want| + atol max|want|; reports the worst.
 ::testing::AssertionResult AllClose(const Floats& got, const Vec& want, double rtol, double atol) {
@@ -159,31 +163,33 @@ TEST_F(BackendOpsTest, ExpFMatchesExp) {
 TEST_F(BackendOpsTest, EmbeddingForwardMatchesReference) {
   const int B = 3, T = 5, C = 37, Vp = 11, maxT = 7;
   Ints tok = RandomInts(B * T, 1, Vp);
+  Ints pos = ref::SequencePositions(B, T);
   Floats wte = Uniform(Vp * C, 2), wpe = Uniform(maxT * C, 3), out(B * T * C);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}), 0)
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
                   .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, B, T, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
   // No wpe: the token rows alone.
-  ASSERT_TRUE(
-      cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}), Tensor(), 0)
-          .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, B, T, C, D(wte), Vec()), kFwdRtol, kFwdAtol));
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {Vp, C}), Tensor(), 0)
+                  .ok());
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), Vec()), kFwdRtol, kFwdAtol));
 }
 
 TEST_F(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
   const int B = 2, T = 3, C = 5, Vp = 4, maxT = 4;
   Ints tok = {1, 3, 1, 1, 0, 3};  // repeated tokens: the scatter must add them all
+  Ints pos = ref::SequencePositions(B, T);
   Floats wte = Uniform(Vp * C, 4), wpe = Uniform(maxT * C, 5), w = Uniform(B * T * C, 6);
   Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
   ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {B, T, C}),
-                                     I32(tok, {B, T}), 0)
+                                     I32(tok, {B, T}), I32(pos, {B, T}), 0)
                   .ok());
   const Vec wd = D(w);
   auto num_wte = NumericGrad(
-      D(wte), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, B, T, C, x, D(wpe)), wd); });
+      D(wte), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, pos, C, x, D(wpe)), wd); });
   auto num_wpe = NumericGrad(
-      D(wpe), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, B, T, C, D(wte), x), wd); });
+      D(wpe), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, pos, C, D(wte), x), wd); });
   EXPECT_TRUE(AllClose(dwte, num_wte, kGradRtol, kGradAtol));
   EXPECT_TRUE(AllClose(dwpe, num_wpe, kGradRtol, kGradAtol));
 }
@@ -193,24 +199,24 @@ TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
   // outside the shard contribute nothing and get no gradient.
   const int B = 2, T = 4, C = 5, rows = 3, start = 2;
   Ints tok = {0, 2, 4, 6, 3, 2, 5, 1};
+  Ints pos = ref::SequencePositions(B, T);
   Floats wte = Uniform(rows * C, 12), w = Uniform(B * T * C, 13), out(B * T * C);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {rows, C}),
-                                    Tensor(), start)
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {rows, C}), Tensor(), start)
                   .ok());
-  EXPECT_TRUE(
-      AllClose(out, ref::Embedding(tok, B, T, C, D(wte), Vec(), start), kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), Vec(), start), kFwdRtol, kFwdAtol));
   for (int n : {0, 3, 6, 7}) {  // tokens 0, 6, 5, 1: outside the shard
     for (int c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], 0.0f) << n << "," << c;
   }
   Floats dwte(rows * C, 0.0f);
   ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {rows, C}), Tensor(), F32(w, {B, T, C}),
-                                     I32(tok, {B, T}), start)
+                                     I32(tok, {B, T}), I32(pos, {B, T}), start)
                   .ok());
   const Vec wd = D(w);
   EXPECT_TRUE(AllClose(dwte,
                        NumericGrad(D(wte),
                                    [&](const Vec& x) {
-                                     return ref::Dot(ref::Embedding(tok, B, T, C, x, Vec(), start),
+                                     return ref::Dot(ref::Embedding(tok, pos, C, x, Vec(), start),
                                                      wd);
                                    }),
                        kGradRtol, kGradAtol));
@@ -219,12 +225,13 @@ TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
 TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
   const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;
   Ints tok = RandomInts(B * T, 7, Vp);
+  Ints pos = ref::SequencePositions(B, T);
   Floats dout = Uniform(B * T * C, 8);
   const Floats pre_wte = Uniform(Vp * C, 9), pre_wpe = Uniform(maxT * C, 10);
   auto run = [&](const Floats& init_wte, const Floats& init_wpe) {
     Floats dwte = init_wte, dwpe = init_wpe;
     EXPECT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}),
-                                       F32(dout, {B, T, C}), I32(tok, {B, T}), 0)
+                                       F32(dout, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}), 0)
                     .ok());
     return Concat(dwte, dwpe);
   };
@@ -245,13 +252,14 @@ TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
 TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
   const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;  // above the parallel threshold
   Ints tok = RandomInts(B * T, 14, Vp);
+  Ints pos = ref::SequencePositions(B, T);
   Floats wte = Uniform(Vp * C, 15), wpe = Uniform(maxT * C, 16), dout = Uniform(B * T * C, 17);
   Floats out(B * T * C), dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}), 0)
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
                   .ok());
   ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(dout, {B, T, C}),
-                                     I32(tok, {B, T}), 0)
+                                     I32(tok, {B, T}), I32(pos, {B, T}), 0)
                   .ok());
   for (int shards : {2, 4}) {
     const int rows = Vp / shards;
@@ -262,12 +270,12 @@ TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
       Floats dw(rows * C, 0.0f), dp(maxT * C, 0.0f);
       const Tensor pe = k == 0 ? F32(wpe, {maxT, C}) : Tensor();
       const Tensor dpe = k == 0 ? F32(dp, {maxT, C}) : Tensor();
-      ASSERT_TRUE(cpu_.EmbeddingForward(F32(part, {B, T, C}), I32(tok, {B, T}), F32(w, {rows, C}),
-                                        pe, start)
+      ASSERT_TRUE(cpu_.EmbeddingForward(F32(part, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                        F32(w, {rows, C}), pe, start)
                       .ok());
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the all-reduce
       ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dw, {rows, C}), dpe, F32(dout, {B, T, C}),
-                                         I32(tok, {B, T}), start)
+                                         I32(tok, {B, T}), I32(pos, {B, T}), start)
                       .ok());
       EXPECT_TRUE(
           BitwiseEqual(dw, Floats(dwte.begin() + start * C, dwte.begin() + (start + rows) * C)))
@@ -283,30 +291,104 @@ TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
 TEST_F(BackendOpsTest, EmbeddingRejectsBadShapesAndTokens) {
   const int B = 2, T = 3, C = 4, Vp = 5, maxT = 3;
   Ints tok = {0, 1, 2, 3, 4, 0};
+  Ints pos = ref::SequencePositions(B, T);
   Floats wte(Vp * C), wpe(maxT * C), out(B * T * C), small_wpe(2 * C);
-  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}), 0)
+  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
                   .ok());
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C - 1}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(wpe, {maxT, C}), 0),
+  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C - 1}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
                 "EmbeddingForward");
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(small_wpe, {2, C}), 0),  // T > maxT
-                "EmbeddingForward");
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(wpe, {maxT, C}), -1),
+  ExpectInvalid(
+      cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                            F32(wte, {Vp, C}), F32(small_wpe, {2, C}), 0),  // position 2 >= maxT
+      "EmbeddingForward");
+  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), -1),
                 "vocab_start");
   tok[4] = Vp;  // beyond this shard: legal, it contributes nothing
-  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                    F32(wpe, {maxT, C}), 0)
+  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
                   .ok());
   tok[4] = -1;  // not a token at all
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), F32(wte, {Vp, C}),
-                                      F32(wpe, {maxT, C}), 0),
+  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
+                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
                 "EmbeddingForward");
   ExpectInvalid(cpu_.EmbeddingBackward(F32(wte, {Vp, C}), F32(wpe, {maxT, C}), F32(out, {B, T, C}),
-                                       I32(tok, {B, T}), 0),
+                                       I32(tok, {B, T}), I32(pos, {B, T}), 0),
                 "EmbeddingBackward");
+}
+
+// Explicit positions, as a cached decode step has them: tokens of several
+// sequences, each at its own position, in no order, some positions shared
+// and some never used.
+TEST_F(BackendOpsTest, EmbeddingTakesExplicitPositions) {
+  const int N = 9, C = 24, Vp = 13, maxT = 40;
+  Ints tok = RandomInts(N, 31, Vp);
+  Ints pos = {37, 0, 5, 5, 36, 12, 0, 39, 21};
+  Floats wte = Uniform(Vp * C, 32), wpe = Uniform(maxT * C, 33), w = Uniform(N * C, 34);
+  Floats out(N * C);
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N}),
+                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
+                  .ok());
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
+
+  Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
+  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {N, C}),
+                                     I32(tok, {N}), I32(pos, {N}), 0)
+                  .ok());
+  const Vec wd = D(w);
+  EXPECT_TRUE(AllClose(dwte,
+                       NumericGrad(D(wte),
+                                   [&](const Vec& x) {
+                                     return ref::Dot(ref::Embedding(tok, pos, C, x, D(wpe)), wd);
+                                   }),
+                       kGradRtol, kGradAtol));
+  EXPECT_TRUE(AllClose(dwpe,
+                       NumericGrad(D(wpe),
+                                   [&](const Vec& x) {
+                                     return ref::Dot(ref::Embedding(tok, pos, C, D(wte), x), wd);
+                                   }),
+                       kGradRtol, kGradAtol));
+  for (int c = 0; c < C; ++c) EXPECT_EQ(dwpe[1 * C + c], 0.0f);  // position 1: no token there
+
+  // No token table: the position rows alone (the int8 model's lookup).
+  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N}), Tensor(),
+                                    F32(wpe, {maxT, C}), 0)
+                  .ok());
+  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, Vec(), D(wpe)), kFwdRtol, kFwdAtol));
+
+  // A position outside [0, maxT) is an error in both directions.
+  for (int32_t bad : {maxT, -1}) {
+    Ints p = pos;
+    p[4] = bad;
+    ExpectInvalid(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(p, {N}),
+                                        F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
+                  "positions[4]");
+    ExpectInvalid(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {N, C}),
+                                         I32(tok, {N}), I32(p, {N}), 0),
+                  "positions[4]");
+  }
+  // One position per token.
+  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N - 1}),
+                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
+                "positions");
+}
+
+// The backward with explicit positions sums each row in token order on any
+// thread count, also where many tokens share a position and a token.
+TEST_F(BackendOpsTest, EmbeddingBackwardWithPositionsIsDeterministic) {
+  const int N = 300, C = 96, Vp = 8, maxT = 6;  // above the parallel threshold
+  Ints tok = RandomInts(N, 41, Vp), pos = RandomInts(N, 42, maxT);
+  Floats dout = Uniform(N * C, 43);
+  auto run = [&] {
+    Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
+    EXPECT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(dout, {N, C}),
+                                       I32(tok, {N}), I32(pos, {N}), 0)
+                    .ok());
+    return Concat(dwte, dwpe);
+  };
+  ExpectSameForThreadCounts(run);
 }
 
 // ---- residual + LayerNorm ----------------------------------------------------
@@ -828,19 +910,24 @@ TEST_F(BackendOpsTest, CrossEntropyRejectsBadInput) {
 TEST_F(BackendOpsTest, SumOfSquaresIsExactEnoughAndDeterministic) {
   const int64_t n = 3 * (1 << 14) + 123;  // several chunks, the last one partial
   Floats x = Uniform(n, 131, -3.0f, 3.0f);
-  double got = 0;
-  ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), &got).ok());
+  // The result lands in one slot of a vector of sums, the others untouched.
+  Floats sums = {-1.0f, -1.0f, -1.0f};
+  ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), F32(sums, {3}).Slice(1, {1})).ok());
   const double want = ref::SumOfSquares(x);
-  EXPECT_NEAR(got, want, 1e-12 * want);
+  // Accumulated in double, rounded once: within half a float ulp.
+  EXPECT_NEAR(sums[1], want, 0.6 * std::ldexp(want, -23));
+  EXPECT_EQ(sums[0], -1.0f);
+  EXPECT_EQ(sums[2], -1.0f);
   const int saved = omp_get_max_threads();
   for (int nt : {1, 2, 3}) {
     omp_set_num_threads(nt);
-    double again = 0;
-    ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), &again).ok());
-    EXPECT_EQ(std::memcmp(&again, &got, sizeof(double)), 0) << nt << " threads";
+    Floats again = {0.0f};
+    ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), F32(again, {1})).ok());
+    EXPECT_EQ(std::memcmp(&again[0], &sums[1], sizeof(float)), 0) << nt << " threads";
   }
   omp_set_num_threads(saved);
-  ExpectInvalid(cpu_.SumOfSquares(F32(x, {n}), nullptr), "SumOfSquares");
+  ExpectInvalid(cpu_.SumOfSquares(F32(x, {n}), F32(sums, {2})), "SumOfSquares");
+  ExpectInvalid(cpu_.SumOfSquares(F32(x, {n}), Tensor()), "SumOfSquares");
 }
 
 TEST_F(BackendOpsTest, AdamWMatchesHandComputedStep) {

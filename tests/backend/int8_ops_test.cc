@@ -51,8 +51,8 @@ struct Quantized {
   int64_t OC, C, G;
   std::vector<int8_t> q, q_panels;
   Floats scales, scale_panels;
-  Tensor Q() { return Tensor::I8(q_panels.data(), {OC, C}); }
-  Tensor S() { return Tensor::F32(scale_panels.data(), {OC, C / G}); }
+  Tensor Q() { return Tensor::I8(q_panels.data(), {OC, C}, Device::kCpu); }
+  Tensor S() { return Tensor::F32(scale_panels.data(), {OC, C / G}, Device::kCpu); }
   float Scale(int64_t o, int64_t c) const { return scales[o * (C / G) + c / G]; }
   float W(int64_t o, int64_t c) const { return q[o * C + c] * Scale(o, c); }
 };
@@ -75,9 +75,9 @@ Quantized MakeQuantized(int64_t OC, int64_t C, int64_t G, uint32_t seed) {
 Floats Matmul(CpuBackend& be, CpuIsa isa, Floats& x, Quantized& w, Floats& bias, int64_t N) {
   ScopedCpuIsa scoped(isa);
   Floats out(N * w.OC, NAN);
-  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC});
-  EXPECT_TRUE(be.MatmulInt8Forward(Tensor::F32(out.data(), {N, w.OC}),
-                                   Tensor::F32(x.data(), {N, w.C}), w.Q(), w.S(), b)
+  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC}, Device::kCpu);
+  EXPECT_TRUE(be.MatmulInt8Forward(Tensor::F32(out.data(), {N, w.OC}, Device::kCpu),
+                                   Tensor::F32(x.data(), {N, w.C}, Device::kCpu), w.Q(), w.S(), b)
                   .ok());
   return out;
 }
@@ -237,8 +237,8 @@ TEST(Int8OpsTest, DequantizeRowsIsQTimesScale) {
     std::vector<int32_t> rows = {0, 47, 7, 7, 23};
     const int64_t N = static_cast<int64_t>(rows.size());
     Floats out(N * C, NAN);
-    ASSERT_TRUE(be.DequantizeRows(Tensor::F32(out.data(), {N, C}), w.Q(), w.S(),
-                                  Tensor::I32(rows.data(), {N}))
+    ASSERT_TRUE(be.DequantizeRows(Tensor::F32(out.data(), {N, C}, Device::kCpu), w.Q(), w.S(),
+                                  Tensor::I32(rows.data(), {N}, Device::kCpu))
                     .ok());
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], w.W(rows[n], c)) << n << "," << c;
@@ -281,36 +281,42 @@ TEST(Int8OpsTest, BadShapesAreInvalidArgument) {
   const auto matmul = [&](Tensor o, Tensor in, Tensor q, Tensor s, Tensor b) {
     return be.MatmulInt8Forward(o, in, q, s, b).code();
   };
-  const Tensor O = Tensor::F32(out.data(), {N, OC}), X = Tensor::F32(x.data(), {N, C});
+  const Tensor O = Tensor::F32(out.data(), {N, OC}, Device::kCpu),
+               X = Tensor::F32(x.data(), {N, C}, Device::kCpu);
   constexpr auto kBad = absl::StatusCode::kInvalidArgument;
   ASSERT_EQ(matmul(O, X, w.Q(), w.S(), Tensor()), absl::StatusCode::kOk);
   // 8 rows: not a whole panel.
-  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N, 8}), X, Tensor::I8(q8.data(), {8, C}),
-                   Tensor::F32(scales8.data(), {8, C / 32}), Tensor()),
+  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N, 8}, Device::kCpu), X,
+                   Tensor::I8(q8.data(), {8, C}, Device::kCpu),
+                   Tensor::F32(scales8.data(), {8, C / 32}, Device::kCpu), Tensor()),
             kBad);
   // Groups of 16: not a multiple of 32.
-  EXPECT_EQ(matmul(O, X, w.Q(), Tensor::F32(scales16.data(), {OC, C / 16}), Tensor()), kBad);
+  EXPECT_EQ(matmul(O, X, w.Q(), Tensor::F32(scales16.data(), {OC, C / 16}, Device::kCpu), Tensor()),
+            kBad);
   // inp with C / 2 columns.
-  EXPECT_EQ(matmul(O, Tensor::F32(x.data(), {2 * N, C / 2}), w.Q(), w.S(), Tensor()), kBad);
+  EXPECT_EQ(matmul(O, Tensor::F32(x.data(), {2 * N, C / 2}, Device::kCpu), w.Q(), w.S(), Tensor()),
+            kBad);
   // q stored as f32; inp as i32; out of the wrong width; bias of OC + 1.
-  EXPECT_EQ(matmul(O, X, Tensor::F32(f32_q.data(), {OC, C}), w.S(), Tensor()), kBad);
-  EXPECT_EQ(matmul(O, Tensor(x.data(), DType::kI32, {N, C}), w.Q(), w.S(), Tensor()), kBad);
-  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N * OC}), X, w.Q(), w.S(), Tensor()), kBad);
-  EXPECT_EQ(matmul(O, X, w.Q(), w.S(), Tensor::F32(bias.data(), {OC + 1})), kBad);
+  EXPECT_EQ(matmul(O, X, Tensor::F32(f32_q.data(), {OC, C}, Device::kCpu), w.S(), Tensor()), kBad);
+  EXPECT_EQ(matmul(O, Tensor(x.data(), DType::kI32, {N, C}, Device::kCpu), w.Q(), w.S(), Tensor()),
+            kBad);
+  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N * OC}, Device::kCpu), X, w.Q(), w.S(), Tensor()),
+            kBad);
+  EXPECT_EQ(matmul(O, X, w.Q(), w.S(), Tensor::F32(bias.data(), {OC + 1}, Device::kCpu)), kBad);
 
   // DequantizeRows: rows out of range, out of the wrong width.
   Floats rows_out(2 * C);
   for (int32_t bad : {-1, static_cast<int32_t>(OC)}) {
     std::vector<int32_t> rows = {0, bad};
-    EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C}), w.Q(), w.S(),
-                                Tensor::I32(rows.data(), {2}))
+    EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C}, Device::kCpu), w.Q(), w.S(),
+                                Tensor::I32(rows.data(), {2}, Device::kCpu))
                   .code(),
               kBad)
         << bad;
   }
   std::vector<int32_t> rows = {0};
-  EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C / 2}), w.Q(), w.S(),
-                              Tensor::I32(rows.data(), {1}))
+  EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C / 2}, Device::kCpu), w.Q(), w.S(),
+                              Tensor::I32(rows.data(), {1}, Device::kCpu))
                 .code(),
             kBad);
 }

@@ -51,7 +51,8 @@ struct Weights {
     return bf ? Bf16ToFloat(b16[o * C + c]) : f32[o * C + c];
   }
   Tensor T(bool bf) {
-    return bf ? Tensor::BF16(b16.data(), {OC, C}) : Tensor::F32(f32.data(), {OC, C});
+    return bf ? Tensor::BF16(b16.data(), {OC, C}, Device::kCpu)
+              : Tensor::F32(f32.data(), {OC, C}, Device::kCpu);
   }
 };
 
@@ -65,9 +66,9 @@ Floats Forward(CpuBackend& be, CpuIsa isa, Floats& x, Weights& w, bool bf, Float
                int64_t N) {
   ScopedCpuIsa scoped(isa);
   Floats out(N * w.OC, NAN);
-  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC});
-  EXPECT_TRUE(be.MatmulForward(Tensor::F32(out.data(), {N, w.OC}), Tensor::F32(x.data(), {N, w.C}),
-                               w.T(bf), b)
+  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC}, Device::kCpu);
+  EXPECT_TRUE(be.MatmulForward(Tensor::F32(out.data(), {N, w.OC}, Device::kCpu),
+                               Tensor::F32(x.data(), {N, w.C}, Device::kCpu), w.T(bf), b)
                   .ok());
   return out;
 }
@@ -188,9 +189,10 @@ TEST(MatmulFormatsTest, Bf16BackwardIsRefused) {
   const int64_t N = 4, C = 32, OC = 16;
   Weights w = MakeWeights(OC, C, 3);
   Floats x = Uniform(N * C, 4), dout = Uniform(N * OC, 5), dx(N * C), dw(OC * C);
-  const absl::Status s = be.MatmulBackward(
-      Tensor::F32(dx.data(), {N, C}), Tensor::F32(dw.data(), {OC, C}), Tensor(),
-      Tensor::F32(dout.data(), {N, OC}), Tensor::F32(x.data(), {N, C}), w.T(true));
+  const absl::Status s = be.MatmulBackward(Tensor::F32(dx.data(), {N, C}, Device::kCpu),
+                                           Tensor::F32(dw.data(), {OC, C}, Device::kCpu), Tensor(),
+                                           Tensor::F32(dout.data(), {N, OC}, Device::kCpu),
+                                           Tensor::F32(x.data(), {N, C}, Device::kCpu), w.T(true));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
@@ -199,10 +201,11 @@ TEST(MatmulFormatsTest, EmbeddingReadsABf16Table) {
   const int64_t V = 40, C = 24, T = 5;
   Weights wte = MakeWeights(V, C, 61);
   Floats wpe = Uniform(T * C, 62), out(T * C, NAN);
-  std::vector<int32_t> tokens = {3, 39, 0, 3, 17};
-  ASSERT_TRUE(be.EmbeddingForward(Tensor::F32(out.data(), {1, T, C}),
-                                  Tensor::I32(tokens.data(), {1, T}), wte.T(true),
-                                  Tensor::F32(wpe.data(), {T, C}), 0)
+  std::vector<int32_t> tokens = {3, 39, 0, 3, 17}, positions = {0, 1, 2, 3, 4};
+  ASSERT_TRUE(be.EmbeddingForward(Tensor::F32(out.data(), {1, T, C}, Device::kCpu),
+                                  Tensor::I32(tokens.data(), {1, T}, Device::kCpu),
+                                  Tensor::I32(positions.data(), {1, T}, Device::kCpu), wte.T(true),
+                                  Tensor::F32(wpe.data(), {T, C}, Device::kCpu), 0)
                   .ok());
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < C; ++c) {

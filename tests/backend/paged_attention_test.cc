@@ -35,9 +35,10 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
   for (float& x : qkv) x = u(rng);
   CpuBackend be;
   std::vector<float> want(B * T * C), lse(B * NH * T);
-  ASSERT_TRUE(be.AttentionForward(
-                    Tensor::F32(want.data(), {B, T, C}), Tensor::F32(lse.data(), {B, NH, T}),
-                    Tensor::F32(qkv.data(), {B, T, 3 * C}), NH, AttentionKind::kFlash, Tensor())
+  ASSERT_TRUE(be.AttentionForward(Tensor::F32(want.data(), {B, T, C}, Device::kCpu),
+                                  Tensor::F32(lse.data(), {B, NH, T}, Device::kCpu),
+                                  Tensor::F32(qkv.data(), {B, T, 3 * C}, Device::kCpu), NH,
+                                  AttentionKind::kFlash, Tensor())
                   .ok());
 
   // Each sequence's blocks at random places of a larger cache.
@@ -57,17 +58,18 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
     }
   }
   std::vector<float> kc(blocks * kBlock * C, NAN), vc(blocks * kBlock * C, NAN);
-  Tensor K = Tensor::F32(kc.data(), {blocks * kBlock, C}),
-         V = Tensor::F32(vc.data(), {blocks * kBlock, C});
-  Tensor tab = Tensor::I32(tables.data(), {B, max_blocks});
+  Tensor K = Tensor::F32(kc.data(), {blocks * kBlock, C}, Device::kCpu),
+         V = Tensor::F32(vc.data(), {blocks * kBlock, C}, Device::kCpu);
+  Tensor tab = Tensor::I32(tables.data(), {B, max_blocks}, Device::kCpu);
   const PagedKv kv{K, V, Tensor(), Tensor()};
-  ASSERT_TRUE(
-      be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}), NH)
-          .ok());
+  ASSERT_TRUE(be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
+                              Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
+                  .ok());
   std::vector<float> got(N * C);
-  ASSERT_TRUE(be.PagedAttentionForward(
-                    Tensor::F32(got.data(), {N, C}), Tensor::F32(qkv.data(), {N, 3 * C}), kv, tab,
-                    Tensor::I32(seq.data(), {N}), Tensor::I32(pos.data(), {N}), NH)
+  ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(got.data(), {N, C}, Device::kCpu),
+                                       Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu), kv, tab,
+                                       Tensor::I32(seq.data(), {N}, Device::kCpu),
+                                       Tensor::I32(pos.data(), {N}, Device::kCpu), NH)
                   .ok());
   for (int i = 0; i < N * C; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f) << i;
 
@@ -79,9 +81,10 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
     s_last[b] = b;
     p_last[b] = T - 1;
   }
-  ASSERT_TRUE(be.PagedAttentionForward(
-                    Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv,
-                    tab, Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
+  ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
+                                       Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv,
+                                       tab, Tensor::I32(s_last.data(), {B}, Device::kCpu),
+                                       Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
                   .ok());
   for (int b = 0; b < B; ++b) {
     for (int c = 0; c < C; ++c) ASSERT_NEAR(one[b * C + c], want[(b * T + T - 1) * C + c], 2e-6f);
@@ -89,23 +92,25 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
 
   // A position past the table, a block outside the cache, a slot outside it.
   p_last[0] = max_blocks * kBlock;
-  EXPECT_EQ(be.PagedAttentionForward(
-                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv, tab,
-                  Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
+  EXPECT_EQ(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
+                                     Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv, tab,
+                                     Tensor::I32(s_last.data(), {B}, Device::kCpu),
+                                     Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   p_last[0] = T - 1;
   tables[0] = blocks;
-  EXPECT_EQ(be.PagedAttentionForward(
-                  Tensor::F32(one.data(), {B, C}), Tensor::F32(q_last.data(), {B, 3 * C}), kv, tab,
-                  Tensor::I32(s_last.data(), {B}), Tensor::I32(p_last.data(), {B}), NH)
+  EXPECT_EQ(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
+                                     Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv, tab,
+                                     Tensor::I32(s_last.data(), {B}, Device::kCpu),
+                                     Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   slots[0] = blocks * kBlock;
-  EXPECT_EQ(
-      be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}), NH)
-          .code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
+                            Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // HS 8, 20 and 64: under one AVX-512 register, one plus a scalar tail, four.
@@ -129,17 +134,20 @@ TEST(PagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
       }
     }
     CpuBackend be;
-    const Tensor QKV = Tensor::F32(qkv.data(), {N, 3 * C}),
-                 tab = Tensor::I32(tables.data(), {B, max_blocks}),
-                 SEQ = Tensor::I32(seq.data(), {N}), POS = Tensor::I32(pos.data(), {N}),
-                 SLOTS = Tensor::I32(slots.data(), {N});
+    const Tensor QKV = Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
+                 tab = Tensor::I32(tables.data(), {B, max_blocks}, Device::kCpu),
+                 SEQ = Tensor::I32(seq.data(), {N}, Device::kCpu),
+                 POS = Tensor::I32(pos.data(), {N}, Device::kCpu),
+                 SLOTS = Tensor::I32(slots.data(), {N}, Device::kCpu);
     std::vector<float> kf(S * C), vf(S * C);
-    const PagedKv fp32{Tensor::F32(kf.data(), {S, C}), Tensor::F32(vf.data(), {S, C}), Tensor(),
-                       Tensor()};
+    const PagedKv fp32{Tensor::F32(kf.data(), {S, C}, Device::kCpu),
+                       Tensor::F32(vf.data(), {S, C}, Device::kCpu), Tensor(), Tensor()};
     std::vector<int8_t> k8(S * C), v8(S * C);
     std::vector<float> ks(S * NH), vs(S * NH);
-    const PagedKv int8{Tensor::I8(k8.data(), {S, C}), Tensor::I8(v8.data(), {S, C}),
-                       Tensor::F32(ks.data(), {S, NH}), Tensor::F32(vs.data(), {S, NH})};
+    const PagedKv int8{Tensor::I8(k8.data(), {S, C}, Device::kCpu),
+                       Tensor::I8(v8.data(), {S, C}, Device::kCpu),
+                       Tensor::F32(ks.data(), {S, NH}, Device::kCpu),
+                       Tensor::F32(vs.data(), {S, NH}, Device::kCpu)};
     ASSERT_TRUE(be.KvCacheWrite(fp32, QKV, SLOTS, NH).ok());
     ASSERT_TRUE(be.KvCacheWrite(int8, QKV, SLOTS, NH).ok());
 
@@ -151,14 +159,14 @@ TEST(PagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
         vd[r * C + c] = v8[r * C + c] * vs[r * NH + c / HS];
       }
     }
-    const PagedKv deq{Tensor::F32(kd.data(), {S, C}), Tensor::F32(vd.data(), {S, C}), Tensor(),
-                      Tensor()};
+    const PagedKv deq{Tensor::F32(kd.data(), {S, C}, Device::kCpu),
+                      Tensor::F32(vd.data(), {S, C}, Device::kCpu), Tensor(), Tensor()};
     std::vector<float> exact(N * C), dequantized(N * C);
-    ASSERT_TRUE(
-        be.PagedAttentionForward(Tensor::F32(exact.data(), {N, C}), QKV, fp32, tab, SEQ, POS, NH)
-            .ok());
-    ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(dequantized.data(), {N, C}), QKV, deq, tab,
-                                         SEQ, POS, NH)
+    ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(exact.data(), {N, C}, Device::kCpu), QKV, fp32,
+                                         tab, SEQ, POS, NH)
+                    .ok());
+    ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(dequantized.data(), {N, C}, Device::kCpu), QKV,
+                                         deq, tab, SEQ, POS, NH)
                     .ok());
 
     // The quantization bound of the header comment.
@@ -181,9 +189,9 @@ TEST(PagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
       SCOPED_TRACE(CpuIsaName(isa));
       ScopedCpuIsa scoped(isa);
       std::vector<float> got(N * C, NAN);
-      ASSERT_TRUE(
-          be.PagedAttentionForward(Tensor::F32(got.data(), {N, C}), QKV, int8, tab, SEQ, POS, NH)
-              .ok());
+      ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(got.data(), {N, C}, Device::kCpu), QKV, int8,
+                                           tab, SEQ, POS, NH)
+                      .ok());
       for (int i = 0; i < N * C; ++i) {
         ASSERT_NEAR(got[i], dequantized[i], 1e-5f * max_v) << i;
         ASSERT_NEAR(got[i], exact[i], quant_tol) << i;
@@ -197,30 +205,35 @@ TEST(PagedAttentionTest, Int8ScalesAreChecked) {
   std::vector<int8_t> k8(S * C), v8(S * C);
   std::vector<float> ks(S * NH), vs(S * NH), qkv(N * 3 * C), out(N * C);
   std::vector<int32_t> slots = {3}, table = {0, 1}, seq = {0}, pos = {3};
-  const Tensor K = Tensor::I8(k8.data(), {S, C}), V = Tensor::I8(v8.data(), {S, C}),
-               KS = Tensor::F32(ks.data(), {S, NH}), VS = Tensor::F32(vs.data(), {S, NH});
+  const Tensor K = Tensor::I8(k8.data(), {S, C}, Device::kCpu),
+               V = Tensor::I8(v8.data(), {S, C}, Device::kCpu),
+               KS = Tensor::F32(ks.data(), {S, NH}, Device::kCpu),
+               VS = Tensor::F32(vs.data(), {S, NH}, Device::kCpu);
   CpuBackend be;
   const auto write = [&](const PagedKv& kv) {
     return be
-        .KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}), Tensor::I32(slots.data(), {N}), NH)
+        .KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
+                      Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
         .code();
   };
   const auto attend = [&](const PagedKv& kv) {
     return be
-        .PagedAttentionForward(Tensor::F32(out.data(), {N, C}), Tensor::F32(qkv.data(), {N, 3 * C}),
-                               kv, Tensor::I32(table.data(), {1, 2}), Tensor::I32(seq.data(), {N}),
-                               Tensor::I32(pos.data(), {N}), NH)
+        .PagedAttentionForward(Tensor::F32(out.data(), {N, C}, Device::kCpu),
+                               Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu), kv,
+                               Tensor::I32(table.data(), {1, 2}, Device::kCpu),
+                               Tensor::I32(seq.data(), {N}, Device::kCpu),
+                               Tensor::I32(pos.data(), {N}, Device::kCpu), NH)
         .code();
   };
   constexpr auto kBad = absl::StatusCode::kInvalidArgument;
   ASSERT_EQ(write({K, V, KS, VS}), absl::StatusCode::kOk);
   ASSERT_EQ(attend({K, V, KS, VS}), absl::StatusCode::kOk);
   const PagedKv bad[] = {
-      {K, V, Tensor(), Tensor()},                           // no scales: int8 k, v read as fp32
-      {K, V, KS, Tensor()},                                 // v scales missing
-      {K, V, Tensor::F32(ks.data(), {S, NH - 1}), VS},      // one scale per row short
-      {K, V, KS, Tensor::F32(vs.data(), {S / 2, NH})},      // half the rows
-      {K, V, Tensor(ks.data(), DType::kI32, {S, NH}), VS},  // scales not f32
+      {K, V, Tensor(), Tensor()},  // no scales: int8 k, v read as fp32
+      {K, V, KS, Tensor()},        // v scales missing
+      {K, V, Tensor::F32(ks.data(), {S, NH - 1}, Device::kCpu), VS},      // one scale per row short
+      {K, V, KS, Tensor::F32(vs.data(), {S / 2, NH}, Device::kCpu)},      // half the rows
+      {K, V, Tensor(ks.data(), DType::kI32, {S, NH}, Device::kCpu), VS},  // scales not f32
   };
   for (const PagedKv& kv : bad) {
     EXPECT_EQ(write(kv), kBad);

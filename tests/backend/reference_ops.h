@@ -24,21 +24,27 @@ inline double Dot(const Vec& a, const Vec& b) {
 // A vocabulary shard's embedding: wte [rows, C] holds the logical rows
 // [vocab_start, vocab_start + rows);  out [B*T, C] with
 // out[b,t,:] = (token in the shard ? wte[token - vocab_start,:] : 0) + (wpe empty ? 0 : wpe[t,:]).
-inline Vec Embedding(const std::vector<int32_t>& tokens, int B, int T, int C, const Vec& wte,
-                     const Vec& wpe, int64_t vocab_start = 0) {
+// out[n,:] = (tokens[n] in the shard ? wte[tokens[n] - vocab_start,:] : 0)
+//          + (wpe empty ? 0 : wpe[positions[n],:]).
+inline Vec Embedding(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                     int C, const Vec& wte, const Vec& wpe, int64_t vocab_start = 0) {
   const int64_t rows = static_cast<int64_t>(wte.size()) / C;
-  Vec out(static_cast<size_t>(B) * T * C, 0.0);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const int n = b * T + t;
-      const int64_t r = tokens[n] - vocab_start;
-      for (int c = 0; c < C; ++c) {
-        if (r >= 0 && r < rows) out[n * C + c] += wte[r * C + c];
-        if (!wpe.empty()) out[n * C + c] += wpe[t * C + c];
-      }
+  Vec out(tokens.size() * C, 0.0);
+  for (size_t n = 0; n < tokens.size(); ++n) {
+    const int64_t r = tokens[n] - vocab_start;
+    for (int c = 0; c < C; ++c) {
+      if (r >= 0 && r < rows) out[n * C + c] += wte[r * C + c];
+      if (!wpe.empty()) out[n * C + c] += wpe[positions[n] * C + c];
     }
   }
   return out;
+}
+
+// Positions 0..T-1 in each of B sequences: the training batch's layout.
+inline std::vector<int32_t> SequencePositions(int B, int T) {
+  std::vector<int32_t> p(static_cast<size_t>(B) * T);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>(i % T);
+  return p;
 }
 
 struct LayerNormOut {

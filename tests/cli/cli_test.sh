@@ -123,9 +123,32 @@ expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 30 --temper
 generated=$(tail -c +7 "$tmp/greedy")  # after the 6-byte prompt
 [ "$(cat "$tmp/out")" = "In the${generated%%"$stop"*}" ] ||
   fail "generate --stop '$stop': '$(cat "$tmp/out")' is not the greedy text cut before it"
-expect_error 2 "--speculate needs --draft" -- generate --model "$tmp/run" --speculate 2
+# (--device cpu: the default, auto, announces its choice on stderr before
+# these errors, which come once the backend exists.)
+expect_error 2 "--speculate needs --draft" -- generate --model "$tmp/run" --speculate 2 --device cpu
 expect_error 2 "unknown weight format 'int9'" -- eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int9
 expect_error 2 "unknown KV cache format 'fp16'" -- generate --model "$tmp/run" --kv fp16
+# --device: auto (the default) names its choice and why in one stderr line,
+# cpu says nothing; an unknown name or an unusable device is one line, exit 2.
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 20 --seed 3 --device cpu
+cmp -s "$tmp/out" "$tmp/gen1" || fail "generate --device cpu differs from --device auto"
+[ -s "$tmp/err" ] && fail "generate --device cpu printed on stderr: $(cat "$tmp/err")"
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 5
+[ "$(grep -c "^ladder: device auto: cpu (.*)$" "$tmp/err")" -eq 1 ] ||
+  fail "--device auto did not name its choice in one line: $(cat "$tmp/err")"
+for cmd in "train --config $src/tests/cli/micro.conf --data $tmp/corpus.txt --out $tmp/x" \
+           "eval --model $tmp/run --text $tmp/corpus.txt" "generate --model $tmp/run" \
+           "serve --model $tmp/run" "bench train --config $src/tests/cli/micro.conf --steps 1" \
+           "bench decode --config $src/tests/cli/micro.conf --tokens 8" \
+           "bench serve --config $src/tests/cli/micro.conf --concurrency 1"; do
+  # shellcheck disable=SC2086
+  expect_error 2 "unknown device 'bogus' (expected auto, cpu, cuda or cuda-sim)" -- $cmd --device bogus
+done
+if "$ladder" version | grep -qE "^cuda: (not compiled|.*no device)"; then
+  expect_error 2 "--device cuda: no usable GPU (" -- generate --model "$tmp/run" --device cuda
+fi
+expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 5 --device cuda-sim
+[ -s "$tmp/err" ] && fail "generate --device cuda-sim printed on stderr: $(cat "$tmp/err")"
 # Tokenizer round trip through the CLI, on bytes that are not valid UTF-8.
 "$ladder" tokenizer encode --tokenizer "$tmp/run/tokenizer.bpe" <"$tmp/odd.bin" >"$tmp/ids" ||
   fail "tokenizer encode"
@@ -157,7 +180,8 @@ expect_error 2 "dp x tp x pp = 1 x 4 x 1 = 4 but the job has 1 ranks" -- bench t
 expect_error 2 "unknown pipeline schedule 'zigzag' (gpipe or 1f1b)" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --pp-schedule zigzag
 expect_error 2 "the global batch of 4 sequences does not split into dp (1) x microbatches (3) equal parts" \
-  -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3
+  -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3 \
+  --device cpu
 expect_error 2 "missing --config FILE" -- plan
 expect_error 2 "--inject-fault 'boom@3' is not one of kill:RANK@STEP" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --inject-fault boom@3

@@ -91,16 +91,16 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
   CpuBackend cpu;
   std::vector<float> qkv_c = qkv, dout_c = dout, out_c(B * T * C), lse_c(B * NH * T),
                      dqkv_c(B * T * 3 * C), scratch_c(scratch_n);
-  const Tensor cpu_scratch = scratch_n > 0 ? Tensor::F32(scratch_c.data(), {scratch_n}) : Tensor();
+  const Tensor cpu_scratch = scratch_n > 0 ? Tensor::F32(scratch_c.data(), {scratch_n}, Device::kCpu) : Tensor();
   ASSERT_TRUE(cpu.AttentionForward(
-                     Tensor::F32(out_c.data(), {B, T, C}), Tensor::F32(lse_c.data(), {B, NH, T}),
-                     Tensor::F32(qkv_c.data(), {B, T, 3 * C}), nh, c.kind, cpu_scratch)
+                     Tensor::F32(out_c.data(), {B, T, C}, Device::kCpu), Tensor::F32(lse_c.data(), {B, NH, T}, Device::kCpu),
+                     Tensor::F32(qkv_c.data(), {B, T, 3 * C}, Device::kCpu), nh, c.kind, cpu_scratch)
                   .ok());
-  ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}),
-                                    Tensor::F32(dout_c.data(), {B, T, C}),
-                                    Tensor::F32(qkv_c.data(), {B, T, 3 * C}),
-                                    Tensor::F32(out_c.data(), {B, T, C}),
-                                    Tensor::F32(lse_c.data(), {B, NH, T}), nh, c.kind, cpu_scratch)
+  ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}, Device::kCpu),
+                                    Tensor::F32(dout_c.data(), {B, T, C}, Device::kCpu),
+                                    Tensor::F32(qkv_c.data(), {B, T, 3 * C}, Device::kCpu),
+                                    Tensor::F32(out_c.data(), {B, T, C}, Device::kCpu),
+                                    Tensor::F32(lse_c.data(), {B, NH, T}, Device::kCpu), nh, c.kind, cpu_scratch)
                   .ok());
 
   // ---- GPU forward ----
@@ -199,7 +199,7 @@ TEST(AttentionGpuArgs, RejectsBadArguments) {
   constexpr AttentionKind kN = AttentionKind::kNaive;
 
   absl::Status s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}),
-                                          Tensor::F32(fake, {2, 5, 192}), 2, kF, Tensor());
+                                          Tensor::F32(fake, {2, 5, 192}, Device::kCpu), 2, kF, Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
 

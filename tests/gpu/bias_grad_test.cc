@@ -53,11 +53,11 @@ TEST_P(BiasGradGpuTest, MatchesCpu) {
   CpuBackend cpu;
   std::vector<float> dout_c = dout, inp(N, 0.0f), weight(OC, 0.0f), dweight(OC, 0.0f);
   std::vector<float> ref = dbias0;
-  absl::Status st = cpu.MatmulBackward(Tensor(), Tensor::F32(dweight.data(), {OC, 1}),
-                                       Tensor::F32(ref.data(), {OC}),
-                                       Tensor::F32(dout_c.data(), {N, OC}),
-                                       Tensor::F32(inp.data(), {N, 1}),
-                                       Tensor::F32(weight.data(), {OC, 1}));
+  absl::Status st = cpu.MatmulBackward(Tensor(), Tensor::F32(dweight.data(), {OC, 1}, Device::kCpu),
+                                       Tensor::F32(ref.data(), {OC}, Device::kCpu),
+                                       Tensor::F32(dout_c.data(), {N, OC}, Device::kCpu),
+                                       Tensor::F32(inp.data(), {N, 1}, Device::kCpu),
+                                       Tensor::F32(weight.data(), {OC, 1}, Device::kCpu));
   ASSERT_TRUE(st.ok()) << st;
 
   const int64_t scratch_n = std::max<int64_t>(1, cuda::BiasGradScratchFloats(N, OC));
@@ -97,7 +97,7 @@ TEST(BiasGradGpuArgs, RejectsBadArguments) {
   auto gf = [&](std::initializer_list<int64_t> dims) {
     return Tensor(f, DType::kF32, dims, Device::kCuda);
   };
-  absl::Status s = cuda::BiasGrad(gf({8}), Tensor::F32(f, {4, 8}), gf({64}));
+  absl::Status s = cuda::BiasGrad(gf({8}), Tensor::F32(f, {4, 8}, Device::kCpu), gf({64}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dout on the host";
   s = cuda::BiasGrad(gf({7}), gf({4, 8}), gf({64}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dbias of the wrong size";

@@ -91,23 +91,23 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
   CpuBackend cpu;
   std::vector<float> lg_c = logits, max_c(N), sum_c(N), tl_c(N), lse_c(N), loss_c(N), dl_c(NV);
   std::vector<int32_t> tg_c = targets;
-  const Tensor lg_t = Tensor::F32(lg_c.data(), {N, Vs}), tg_t = Tensor::I32(tg_c.data(), {N});
-  ASSERT_TRUE(cpu.CrossEntropyRowMax(Tensor::F32(max_c.data(), {N}), lg_t, c.vocab_start, c.V).ok());
-  ASSERT_TRUE(cpu.CrossEntropyPartials(Tensor::F32(sum_c.data(), {N}),
-                                       Tensor::F32(tl_c.data(), {N}), lg_t, tg_t,
-                                       Tensor::F32(max_c.data(), {N}), c.vocab_start, c.V)
+  const Tensor lg_t = Tensor::F32(lg_c.data(), {N, Vs}, Device::kCpu), tg_t = Tensor::I32(tg_c.data(), {N}, Device::kCpu);
+  ASSERT_TRUE(cpu.CrossEntropyRowMax(Tensor::F32(max_c.data(), {N}, Device::kCpu), lg_t, c.vocab_start, c.V).ok());
+  ASSERT_TRUE(cpu.CrossEntropyPartials(Tensor::F32(sum_c.data(), {N}, Device::kCpu),
+                                       Tensor::F32(tl_c.data(), {N}, Device::kCpu), lg_t, tg_t,
+                                       Tensor::F32(max_c.data(), {N}, Device::kCpu), c.vocab_start, c.V)
                   .ok());
   // A shard of padding only has sum 0 (log = -inf); the loss is defined on
   // reduced statistics, so give it a positive sum as the all-reduce would.
   std::vector<float> sum_for_loss = sum_c;
   for (float& x : sum_for_loss) x = x > 0.0f ? x : 1.0f;
-  ASSERT_TRUE(cpu.CrossEntropyLoss(Tensor::F32(loss_c.data(), {N}), Tensor::F32(lse_c.data(), {N}),
-                                   Tensor::F32(max_c.data(), {N}),
-                                   Tensor::F32(sum_for_loss.data(), {N}),
-                                   Tensor::F32(tl_c.data(), {N}))
+  ASSERT_TRUE(cpu.CrossEntropyLoss(Tensor::F32(loss_c.data(), {N}, Device::kCpu), Tensor::F32(lse_c.data(), {N}, Device::kCpu),
+                                   Tensor::F32(max_c.data(), {N}, Device::kCpu),
+                                   Tensor::F32(sum_for_loss.data(), {N}, Device::kCpu),
+                                   Tensor::F32(tl_c.data(), {N}, Device::kCpu))
                   .ok());
-  ASSERT_TRUE(cpu.CrossEntropyBackward(Tensor::F32(dl_c.data(), {N, Vs}), lg_t, tg_t,
-                                       Tensor::F32(lse_c.data(), {N}), c.vocab_start, c.V, dloss)
+  ASSERT_TRUE(cpu.CrossEntropyBackward(Tensor::F32(dl_c.data(), {N, Vs}, Device::kCpu), lg_t, tg_t,
+                                       Tensor::F32(lse_c.data(), {N}, Device::kCpu), c.vocab_start, c.V, dloss)
                   .ok());
 
   // ---- GPU, each step on the CPU's inputs ----
@@ -186,7 +186,7 @@ TEST(CrossEntropyGpuArgs, RejectsBadArguments) {
     return Tensor(f, DType::kF32, dims, Device::kCuda);
   };
   const Tensor tg = Tensor(i, DType::kI32, {2}, Device::kCuda);
-  absl::Status s = cuda::CrossEntropyRowMax(gf({2}), Tensor::F32(f, {2, 8}), 0, 8);
+  absl::Status s = cuda::CrossEntropyRowMax(gf({2}), Tensor::F32(f, {2, 8}, Device::kCpu), 0, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "logits on the host";
   s = cuda::CrossEntropyRowMax(gf({3}), gf({2, 8}), 0, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "row_max of the wrong size";

@@ -79,9 +79,9 @@ TEST_P(ElementwiseGpuTest, GeluMatchesCpu) {
   std::vector<float> dout = Normal(n, stream(1));
   CpuBackend cpu;
   std::vector<float> y_ref(n), dx_ref(n);
-  ASSERT_TRUE(cpu.GeluForward(Tensor::F32(y_ref.data(), {N, C}), Tensor::F32(x.data(), {N, C})).ok());
-  ASSERT_TRUE(cpu.GeluBackward(Tensor::F32(dx_ref.data(), {N, C}), Tensor::F32(dout.data(), {N, C}),
-                               Tensor::F32(x.data(), {N, C}))
+  ASSERT_TRUE(cpu.GeluForward(Tensor::F32(y_ref.data(), {N, C}, Device::kCpu), Tensor::F32(x.data(), {N, C}, Device::kCpu)).ok());
+  ASSERT_TRUE(cpu.GeluBackward(Tensor::F32(dx_ref.data(), {N, C}, Device::kCpu), Tensor::F32(dout.data(), {N, C}, Device::kCpu),
+                               Tensor::F32(x.data(), {N, C}, Device::kCpu))
                   .ok());
 
   GpuFloats x_g(x, offset()), y_g(Poison(n), offset()), d_g(dout, offset()),
@@ -114,8 +114,8 @@ TEST_P(ElementwiseGpuTest, ResidualAddMatchesCpu) {
   const std::vector<float> b = Normal(n, stream(3));
   std::vector<float> a_c = a, b_c = b, ref(n);
   CpuBackend cpu;
-  ASSERT_TRUE(cpu.ResidualAdd(Tensor::F32(ref.data(), {N, C}), Tensor::F32(a_c.data(), {N, C}),
-                              Tensor::F32(b_c.data(), {N, C}))
+  ASSERT_TRUE(cpu.ResidualAdd(Tensor::F32(ref.data(), {N, C}, Device::kCpu), Tensor::F32(a_c.data(), {N, C}, Device::kCpu),
+                              Tensor::F32(b_c.data(), {N, C}, Device::kCpu))
                   .ok());
 
   GpuFloats a_g(a, offset()), b_g(b, offset()), out_g(Poison(n), offset());
@@ -157,7 +157,7 @@ TEST(ElementwiseGpuArgs, RejectsBadArguments) {
   auto gpu = [&](std::initializer_list<int64_t> dims) {
     return Tensor(fake, DType::kF32, dims, Device::kCuda);
   };
-  const Tensor host = Tensor::F32(fake, {2, 4});
+  const Tensor host = Tensor::F32(fake, {2, 4}, Device::kCpu);
   absl::Status s = cuda::GeluForward(gpu({2, 4}), host);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;

@@ -76,18 +76,20 @@ TEST_P(EmbeddingGpuTest, MatchesCpu) {
   const std::vector<float> dwpe0 = Normal(std::max<int64_t>(c.max_t, 1) * C, s + 5);
   const bool has_wpe = c.max_t > 0;
 
-  // ---- CPU reference (positions n % T) ----
+  // ---- CPU reference (positions n % T, explicit) ----
   CpuBackend cpu;
   std::vector<float> out_ref(N * C), dwte_ref = dwte0, dwpe_ref = dwpe0, dout_c = dout;
-  const Tensor tok_c = Tensor::I32(tokens.data(), {c.B, c.T});
-  const Tensor wpe_c = has_wpe ? Tensor::F32(wpe.data(), {c.max_t, C}) : Tensor();
-  absl::Status st = cpu.EmbeddingForward(Tensor::F32(out_ref.data(), {c.B, c.T, C}), tok_c,
-                                         Tensor::F32(wte.data(), {c.vshard, C}), wpe_c,
-                                         c.vocab_start);
+  const Tensor tok_c = Tensor::I32(tokens.data(), {c.B, c.T}, Device::kCpu);
+  const Tensor pos_c = Tensor::I32(positions.data(), {c.B, c.T}, Device::kCpu);
+  const Tensor wpe_c = has_wpe ? Tensor::F32(wpe.data(), {c.max_t, C}, Device::kCpu) : Tensor();
+  absl::Status st = cpu.EmbeddingForward(
+      Tensor::F32(out_ref.data(), {c.B, c.T, C}, Device::kCpu), tok_c, pos_c,
+      Tensor::F32(wte.data(), {c.vshard, C}, Device::kCpu), wpe_c, c.vocab_start);
   ASSERT_TRUE(st.ok()) << st;
-  st = cpu.EmbeddingBackward(Tensor::F32(dwte_ref.data(), {c.vshard, C}),
-                             has_wpe ? Tensor::F32(dwpe_ref.data(), {c.max_t, C}) : Tensor(),
-                             Tensor::F32(dout_c.data(), {c.B, c.T, C}), tok_c, c.vocab_start);
+  st = cpu.EmbeddingBackward(
+      Tensor::F32(dwte_ref.data(), {c.vshard, C}, Device::kCpu),
+      has_wpe ? Tensor::F32(dwpe_ref.data(), {c.max_t, C}, Device::kCpu) : Tensor(),
+      Tensor::F32(dout_c.data(), {c.B, c.T, C}, Device::kCpu), tok_c, pos_c, c.vocab_start);
   ASSERT_TRUE(st.ok()) << st;
 
   // ---- GPU ----
@@ -211,7 +213,7 @@ TEST(EmbeddingGpuArgs, RejectsBadArguments) {
   auto gi = [&](std::initializer_list<int64_t> dims) {
     return Tensor(i, DType::kI32, dims, Device::kCuda);
   };
-  absl::Status s = cuda::EmbeddingForward(gf({4, 2}), Tensor::I32(i, {4}), gi({4}), gf({8, 2}),
+  absl::Status s = cuda::EmbeddingForward(gf({4, 2}), Tensor::I32(i, {4}, Device::kCpu), gi({4}), gf({8, 2}),
                                           Tensor(), 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "tokens on the host";
   s = cuda::EmbeddingForward(gf({4, 2}), gi({4}), gi({3}), gf({8, 2}), gf({5, 2}), 0);

@@ -143,11 +143,11 @@ TEST_P(Int8MatmulGpuTest, MatchesCpuBitwise) {
   const int64_t groups = C / G;
   for (int64_t n0 = 0; n0 < N; n0 += kCpuW8A8MaxTokens) {
     const int64_t n = std::min(kCpuW8A8MaxTokens, N - n0);
-    ASSERT_TRUE(cpu.MatmulInt8Forward(Tensor::F32(out_c.data() + n0 * OC, {n, OC}),
-                                      Tensor::F32(in_c.data() + n0 * C, {n, C}),
-                                      Tensor::I8(q_c.data(), {OC, C}),
-                                      Tensor::F32(s_c.data(), {OC, groups}),
-                                      c.bias ? Tensor::F32(b_c.data(), {OC}) : Tensor())
+    ASSERT_TRUE(cpu.MatmulInt8Forward(Tensor::F32(out_c.data() + n0 * OC, {n, OC}, Device::kCpu),
+                                      Tensor::F32(in_c.data() + n0 * C, {n, C}, Device::kCpu),
+                                      Tensor::I8(q_c.data(), {OC, C}, Device::kCpu),
+                                      Tensor::F32(s_c.data(), {OC, groups}, Device::kCpu),
+                                      c.bias ? Tensor::F32(b_c.data(), {OC}, Device::kCpu) : Tensor())
                     .ok());
   }
 
@@ -180,9 +180,9 @@ TEST_P(Int8MatmulGpuTest, MatchesCpuBitwise) {
   const int64_t R = static_cast<int64_t>(rows.size());
   std::vector<int32_t> rows_c = rows;
   std::vector<float> deq_c(R * C);
-  ASSERT_TRUE(cpu.DequantizeRows(Tensor::F32(deq_c.data(), {R, C}), Tensor::I8(q_c.data(), {OC, C}),
-                                 Tensor::F32(s_c.data(), {OC, groups}),
-                                 Tensor::I32(rows_c.data(), {R}))
+  ASSERT_TRUE(cpu.DequantizeRows(Tensor::F32(deq_c.data(), {R, C}, Device::kCpu), Tensor::I8(q_c.data(), {OC, C}, Device::kCpu),
+                                 Tensor::F32(s_c.data(), {OC, groups}, Device::kCpu),
+                                 Tensor::I32(rows_c.data(), {R}, Device::kCpu))
                   .ok());
   GpuArray<int32_t> rows_g(rows);
   GpuArray<float> deq_g(gpu_test::Poison(R * C));
@@ -250,7 +250,7 @@ TEST(Int8MatmulGpuArgs, RejectsBadArguments) {
       Tensor(reinterpret_cast<int8_t*>(fake) + 1, DType::kI8, {32, 64}, Device::kCuda),
       f32({32, 2}), Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "q not 4-byte aligned";
-  s = cuda::MatmulInt8Forward(f32({2, 32}), Tensor::F32(fake, {2, 64}), i8({32, 64}), f32({32, 2}),
+  s = cuda::MatmulInt8Forward(f32({2, 32}), Tensor::F32(fake, {2, 64}, Device::kCpu), i8({32, 64}), f32({32, 2}),
                               Tensor());
   EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
 

@@ -51,15 +51,15 @@ TEST_P(MatmulGpuTest, MatchesCpu) {
 
   CpuBackend cpu;
   std::vector<float> out_c(N * OC), dinp_c(N * C), dw_c = dw0, db_c = db0;
-  ASSERT_TRUE(cpu.MatmulForward(Tensor::F32(out_c.data(), {N, OC}),
-                                Tensor::F32(inp.data(), {N, C}), Tensor::F32(w.data(), {OC, C}),
-                                c.bias ? Tensor::F32(b.data(), {OC}) : Tensor())
+  ASSERT_TRUE(cpu.MatmulForward(Tensor::F32(out_c.data(), {N, OC}, Device::kCpu),
+                                Tensor::F32(inp.data(), {N, C}, Device::kCpu), Tensor::F32(w.data(), {OC, C}, Device::kCpu),
+                                c.bias ? Tensor::F32(b.data(), {OC}, Device::kCpu) : Tensor())
                   .ok());
-  ASSERT_TRUE(cpu.MatmulBackward(c.dinp ? Tensor::F32(dinp_c.data(), {N, C}) : Tensor(),
-                                 Tensor::F32(dw_c.data(), {OC, C}),
-                                 c.bias ? Tensor::F32(db_c.data(), {OC}) : Tensor(),
-                                 Tensor::F32(dout.data(), {N, OC}),
-                                 Tensor::F32(inp.data(), {N, C}), Tensor::F32(w.data(), {OC, C}))
+  ASSERT_TRUE(cpu.MatmulBackward(c.dinp ? Tensor::F32(dinp_c.data(), {N, C}, Device::kCpu) : Tensor(),
+                                 Tensor::F32(dw_c.data(), {OC, C}, Device::kCpu),
+                                 c.bias ? Tensor::F32(db_c.data(), {OC}, Device::kCpu) : Tensor(),
+                                 Tensor::F32(dout.data(), {N, OC}, Device::kCpu),
+                                 Tensor::F32(inp.data(), {N, C}, Device::kCpu), Tensor::F32(w.data(), {OC, C}, Device::kCpu))
                   .ok());
 
   cudaStream_t stream = nullptr;

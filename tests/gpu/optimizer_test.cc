@@ -60,10 +60,13 @@ class SumOfSquaresGpuTest : public gpu_test::GpuTest,
 TEST_P(SumOfSquaresGpuTest, MatchesCpu) {
   const int64_t n = GetParam();
   // A view [n, 1] (n = 0 still needs a non-null pointer: one spare float).
-  std::vector<float> x = Normal(std::max<int64_t>(n, 1), static_cast<uint64_t>(n) * 2 + 1, 0.3f, 2.0f);
+  std::vector<float> x =
+      Normal(std::max<int64_t>(n, 1), static_cast<uint64_t>(n) * 2 + 1, 0.3f, 2.0f);
   CpuBackend cpu;
-  double ref = -1.0;
-  ASSERT_TRUE(cpu.SumOfSquares(Tensor::F32(x.data(), {n, 1}), &ref).ok());
+  float ref = -1.0f;
+  ASSERT_TRUE(cpu.SumOfSquares(Tensor::F32(x.data(), {n, 1}, Device::kCpu),
+                               Tensor::F32(&ref, {1}, Device::kCpu))
+                  .ok());
 
   const int64_t scratch_n = cuda::SumOfSquaresScratchFloats(n);
   GpuFloats x_g(x), x_mis(x, 1), out(Poison(1)), scratch(scratch_n);
@@ -72,7 +75,7 @@ TEST_P(SumOfSquaresGpuTest, MatchesCpu) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> got = out.Download();
-  ExpectClose("sum of squares", got, {static_cast<float>(ref)}, kSumRel, 0.0);
+  ExpectClose("sum of squares", got, {ref}, kSumRel, 0.0);
   if (n == 0) {
     EXPECT_EQ(got[0], 0.0f);
   }
@@ -185,10 +188,10 @@ TEST(AdamWGpuTest, MultiTensorMatchesCpu) {
     for (Param& p : params) {
       AdamWParams cp = hp;
       cp.weight_decay = p.weight_decay;
-      const Tensor w = Tensor::F32(p.w.data(), {p.rows, p.cols});
-      ASSERT_TRUE(cpu.AdamWUpdate(w, Tensor::F32(p.g.data(), {p.rows, p.cols}),
-                                  Tensor::F32(p.m.data(), {p.rows, p.cols}),
-                                  Tensor::F32(p.v.data(), {p.rows, p.cols}), cp)
+      const Tensor w = Tensor::F32(p.w.data(), {p.rows, p.cols}, Device::kCpu);
+      ASSERT_TRUE(cpu.AdamWUpdate(w, Tensor::F32(p.g.data(), {p.rows, p.cols}, Device::kCpu),
+                                  Tensor::F32(p.m.data(), {p.rows, p.cols}, Device::kCpu),
+                                  Tensor::F32(p.v.data(), {p.rows, p.cols}, Device::kCpu), cp)
                       .ok());
     }
     const absl::Status st = cuda::AdamWUpdate(slots, hp, descriptors.View({descriptors.size()}));
@@ -222,7 +225,7 @@ TEST(OptimizerGpuArgs, RejectsBadArguments) {
   auto gf = [&](std::initializer_list<int64_t> dims) {
     return Tensor(f, DType::kF32, dims, Device::kCuda);
   };
-  absl::Status s = cuda::SumOfSquares(gf({1}), Tensor::F32(f, {8}), gf({64}));
+  absl::Status s = cuda::SumOfSquares(gf({1}), Tensor::F32(f, {8}, Device::kCpu), gf({64}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "x on the host";
   s = cuda::SumOfSquares(gf({2}), gf({8}), gf({64}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of two elements";

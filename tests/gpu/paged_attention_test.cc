@@ -184,13 +184,13 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
   auto cpu_cache = [&]() {
     PagedKv kv;
     if (c.int8) {
-      kv.k = Tensor::I8(k8.data(), {S, C});
-      kv.v = Tensor::I8(v8.data(), {S, C});
-      kv.k_scale = Tensor::F32(ks.data(), {S, NH});
-      kv.v_scale = Tensor::F32(vs.data(), {S, NH});
+      kv.k = Tensor::I8(k8.data(), {S, C}, Device::kCpu);
+      kv.v = Tensor::I8(v8.data(), {S, C}, Device::kCpu);
+      kv.k_scale = Tensor::F32(ks.data(), {S, NH}, Device::kCpu);
+      kv.v_scale = Tensor::F32(vs.data(), {S, NH}, Device::kCpu);
     } else {
-      kv.k = Tensor::F32(kf.data(), {S, C});
-      kv.v = Tensor::F32(vf.data(), {S, C});
+      kv.k = Tensor::F32(kf.data(), {S, C}, Device::kCpu);
+      kv.v = Tensor::F32(vf.data(), {S, C}, Device::kCpu);
     }
     return kv;
   };
@@ -212,8 +212,8 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
   std::vector<float> wq_c = s.write_qkv;
   std::vector<int32_t> slot_c = s.write_slot;
   const PagedKv cpu_kv = cpu_cache();
-  ASSERT_TRUE(cpu.KvCacheWrite(cpu_kv, Tensor::F32(wq_c.data(), {W, C3}),
-                               Tensor::I32(slot_c.data(), {W}), nh)
+  ASSERT_TRUE(cpu.KvCacheWrite(cpu_kv, Tensor::F32(wq_c.data(), {W, C3}, Device::kCpu),
+                               Tensor::I32(slot_c.data(), {W}, Device::kCpu), nh)
                   .ok());
   GpuArray<float> wq_g(s.write_qkv);
   GpuArray<int32_t> slot_g(s.write_slot);
@@ -234,9 +234,9 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
   std::vector<float> qq_c = s.query_qkv, out_c(N * C);
   std::vector<int32_t> tab_c = s.tables, seq_c = s.seq, pos_c = s.pos;
   ASSERT_TRUE(cpu.PagedAttentionForward(
-                     Tensor::F32(out_c.data(), {N, C}), Tensor::F32(qq_c.data(), {N, C3}), cpu_kv,
-                     Tensor::I32(tab_c.data(), {s.num_seqs, s.max_blocks}),
-                     Tensor::I32(seq_c.data(), {N}), Tensor::I32(pos_c.data(), {N}), nh)
+                     Tensor::F32(out_c.data(), {N, C}, Device::kCpu), Tensor::F32(qq_c.data(), {N, C3}, Device::kCpu), cpu_kv,
+                     Tensor::I32(tab_c.data(), {s.num_seqs, s.max_blocks}, Device::kCpu),
+                     Tensor::I32(seq_c.data(), {N}, Device::kCpu), Tensor::I32(pos_c.data(), {N}, Device::kCpu), nh)
                   .ok());
   GpuArray<float> qq_g(s.query_qkv);
   GpuArray<float> out_g(std::vector<float>(N * C));
@@ -339,7 +339,7 @@ TEST(PagedAttentionGpuArgs, RejectsBadArguments) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "qkv not 3C wide";
   s = cuda::KvCacheWrite(kv, f32({3, 192}), i32({2}), 2);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "slots of the wrong length";
-  s = cuda::KvCacheWrite(kv, Tensor::F32(fake, {3, 192}), i32({3}), 2);
+  s = cuda::KvCacheWrite(kv, Tensor::F32(fake, {3, 192}, Device::kCpu), i32({3}), 2);
   EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
 
   PagedKv kv8;

@@ -86,21 +86,21 @@ void CompareWithCpu(const Case& c, int64_t offset) {
   std::vector<float> in_c = residual_in, br_c = branch, g_c = gamma, b_c = beta;
   std::vector<float> res_c(c.branch ? NC : 0), y_c(NC), mean_c(N), rstd_c(N);
   ASSERT_TRUE(cpu.ResidualLayerNormForward(
-                     c.branch ? Tensor::F32(res_c.data(), {N, C}) : Tensor(),
-                     Tensor::F32(y_c.data(), {N, C}), Tensor::F32(mean_c.data(), {N}),
-                     Tensor::F32(rstd_c.data(), {N}), Tensor::F32(in_c.data(), {N, C}),
-                     c.branch ? Tensor::F32(br_c.data(), {N, C}) : Tensor(),
-                     Tensor::F32(g_c.data(), {C}), Tensor::F32(b_c.data(), {C}))
+                     c.branch ? Tensor::F32(res_c.data(), {N, C}, Device::kCpu) : Tensor(),
+                     Tensor::F32(y_c.data(), {N, C}, Device::kCpu), Tensor::F32(mean_c.data(), {N}, Device::kCpu),
+                     Tensor::F32(rstd_c.data(), {N}, Device::kCpu), Tensor::F32(in_c.data(), {N, C}, Device::kCpu),
+                     c.branch ? Tensor::F32(br_c.data(), {N, C}, Device::kCpu) : Tensor(),
+                     Tensor::F32(g_c.data(), {C}, Device::kCpu), Tensor::F32(b_c.data(), {C}, Device::kCpu))
                   .ok());
   // The backward's x is the LayerNorm's input; both sides get the CPU's x,
   // mean and rstd, so the backward is compared on identical inputs.
   const std::vector<float>& x = c.branch ? res_c : residual_in;
   std::vector<float> x_c = x, dy_c = dy, dres_c = d_residual0, dg_c = dgamma0, db_c = dbeta0;
   ASSERT_TRUE(cpu.ResidualLayerNormBackward(
-                     Tensor::F32(dres_c.data(), {N, C}), Tensor::F32(dg_c.data(), {C}),
-                     Tensor::F32(db_c.data(), {C}), Tensor::F32(dy_c.data(), {N, C}),
-                     Tensor::F32(x_c.data(), {N, C}), Tensor::F32(g_c.data(), {C}),
-                     Tensor::F32(mean_c.data(), {N}), Tensor::F32(rstd_c.data(), {N}))
+                     Tensor::F32(dres_c.data(), {N, C}, Device::kCpu), Tensor::F32(dg_c.data(), {C}, Device::kCpu),
+                     Tensor::F32(db_c.data(), {C}, Device::kCpu), Tensor::F32(dy_c.data(), {N, C}, Device::kCpu),
+                     Tensor::F32(x_c.data(), {N, C}, Device::kCpu), Tensor::F32(g_c.data(), {C}, Device::kCpu),
+                     Tensor::F32(mean_c.data(), {N}, Device::kCpu), Tensor::F32(rstd_c.data(), {N}, Device::kCpu))
                   .ok());
 
   // ---- GPU forward ----
@@ -192,7 +192,7 @@ TEST(ResidualLayerNormGpuArgs, RejectsBadArguments) {
   auto gpu = [&](std::initializer_list<int64_t> dims) {
     return Tensor(fake, DType::kF32, dims, Device::kCuda);
   };
-  const Tensor host = Tensor::F32(fake, {4, 8});
+  const Tensor host = Tensor::F32(fake, {4, 8}, Device::kCpu);
 
   absl::Status s = cuda::ResidualLayerNormForward(gpu({4, 8}), gpu({4, 8}), gpu({4}), gpu({4}),
                                                   host, gpu({4, 8}), gpu({8}), gpu({8}));

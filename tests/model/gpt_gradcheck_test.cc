@@ -27,7 +27,7 @@ double ReferenceLoss(const GptConfig& cfg, const ParameterTable& table, const re
                     w.begin() + table.offset(i) + table.spec(i).numel());
   };
   const ref::Vec wte = take(), wpe = take();
-  ref::Vec x = ref::Embedding(tokens, B, T, C, wte, wpe);
+  ref::Vec x = ref::Embedding(tokens, ref::SequencePositions(B, T), C, wte, wpe);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const ref::Vec ln1w = take(), ln1b = take(), qkvw = take(), qkvb = take(), projw = take(),
                    projb = take(), ln2w = take(), ln2b = take(), fcw = take(), fcb = take(),

@@ -95,7 +95,8 @@ TEST(ShardedTableTest, StagesHoldTheirTensors) {
   EXPECT_FALSE(last.Find("wpe").ok());
   EXPECT_TRUE(last.Find("h.2.ln_1.weight").ok());
   EXPECT_TRUE(last.Find("ln_f.bias").ok());
-  const GptTensors t = BindGptTensors(last, nullptr, cfg);
+  const GptTensors t =
+      BindGptTensors(last, Tensor::F32(nullptr, {last.total_floats()}, Device::kCpu), cfg);
   EXPECT_EQ(t.layers.size(), 1u);
   EXPECT_TRUE(t.wpe.empty());
 }

@@ -76,17 +76,20 @@ void CheckAllReduce(Communicator& c) {
       }
     }
     std::vector<float> b = buf;
-    if (Ok(c, "AllReduce sum", c.AllReduce(Tensor::F32(b.data(), {n}), ReduceOp::kSum))) {
+    if (Ok(c, "AllReduce sum",
+           c.AllReduce(Tensor::F32(b.data(), {n}, Device::kCpu), ReduceOp::kSum))) {
       Expect(c, "AllReduce sum f32", b, sum);
     }
     for (int64_t i = 0; i < n; ++i) b[i] = buf[i] * (me % 2 ? -1.0f : 1.0f);
-    if (Ok(c, "AllReduce max", c.AllReduce(Tensor::F32(b.data(), {n}), ReduceOp::kMax))) {
+    if (Ok(c, "AllReduce max",
+           c.AllReduce(Tensor::F32(b.data(), {n}, Device::kCpu), ReduceOp::kMax))) {
       Expect(c, "AllReduce max f32", b, max);
     }
   }
   std::vector<int32_t> v = {me, -me, 7}, want = {0, 0, 7 * c.size()};
   for (int w : m) want[0] += w, want[1] -= w;
-  if (Ok(c, "AllReduce i32", c.AllReduce(Tensor::I32(v.data(), {3}), ReduceOp::kSum))) {
+  if (Ok(c, "AllReduce i32",
+         c.AllReduce(Tensor::I32(v.data(), {3}, Device::kCpu), ReduceOp::kSum))) {
     Expect(c, "AllReduce sum i32", v, want);
   }
 }
@@ -99,15 +102,17 @@ void CheckBitwiseIdentical(Communicator& c) {
     std::vector<float> in(n);
     FillNormal(in.data(), 0, n, /*seed=*/me + 1, /*stream=*/0, 0.0f, 1.0f);
     std::vector<float> first = in, again = in;
-    if (!Ok(c, "AllReduce", c.AllReduce(Tensor::F32(first.data(), {n}), ReduceOp::kSum)) ||
-        !Ok(c, "AllReduce", c.AllReduce(Tensor::F32(again.data(), {n}), ReduceOp::kSum))) {
+    if (!Ok(c, "AllReduce",
+            c.AllReduce(Tensor::F32(first.data(), {n}, Device::kCpu), ReduceOp::kSum)) ||
+        !Ok(c, "AllReduce",
+            c.AllReduce(Tensor::F32(again.data(), {n}, Device::kCpu), ReduceOp::kSum))) {
       return;
     }
     if (std::memcmp(first.data(), again.data(), n * sizeof(float)) != 0) {
       Fail(c, absl::StrCat("AllReduce of ", n, " floats differs between two identical calls"));
     }
     std::vector<float> root = first;
-    if (!Ok(c, "Broadcast", c.Broadcast(Tensor::F32(root.data(), {n}), 0))) return;
+    if (!Ok(c, "Broadcast", c.Broadcast(Tensor::F32(root.data(), {n}, Device::kCpu), 0))) return;
     if (std::memcmp(first.data(), root.data(), n * sizeof(float)) != 0) {
       Fail(c, absl::StrCat("AllReduce of ", n, " floats differs from group rank 0's bits"));
     }
@@ -124,12 +129,13 @@ void CheckReduceScatter(Communicator& c) {
     for (int w : m) want[i] += Pattern(w, c.rank() * block + i);
   }
   if (Ok(c, "ReduceScatter",
-         c.ReduceScatter(Tensor::F32(in.data(), {n}), Tensor::F32(out.data(), {block})))) {
+         c.ReduceScatter(Tensor::F32(in.data(), {n}, Device::kCpu),
+                         Tensor::F32(out.data(), {block}, Device::kCpu)))) {
     Expect(c, "ReduceScatter", out, want);
   }
   // A wrong shape is refused on the rank that made it, before anything is sent.
-  absl::Status bad =
-      c.ReduceScatter(Tensor::F32(in.data(), {n}), Tensor::F32(out.data(), {block - 1}));
+  absl::Status bad = c.ReduceScatter(Tensor::F32(in.data(), {n}, Device::kCpu),
+                                     Tensor::F32(out.data(), {block - 1}, Device::kCpu));
   if (bad.code() != absl::StatusCode::kInvalidArgument) {
     Fail(c, absl::StrCat("ReduceScatter with a wrong block size returned ", bad.ToString()));
   }
@@ -146,15 +152,16 @@ void CheckAllGather(Communicator& c) {
       want[r * block + i] = m[r] * 100000 + static_cast<int32_t>(i);
   }
   if (Ok(c, "AllGather",
-         c.AllGather(Tensor::I32(in.data(), {block}), Tensor::I32(out.data(), {n})))) {
+         c.AllGather(Tensor::I32(in.data(), {block}, Device::kCpu),
+                     Tensor::I32(out.data(), {n}, Device::kCpu)))) {
     Expect(c, "AllGather i32", out, want);
   }
   // In place: this rank's block already sits in out (ZeRO-1's parameter shard).
   std::vector<int32_t> whole(n, -1);
   std::copy(in.begin(), in.end(), whole.begin() + c.rank() * block);
   if (Ok(c, "AllGather in place",
-         c.AllGather(Tensor::I32(whole.data() + c.rank() * block, {block}),
-                     Tensor::I32(whole.data(), {n})))) {
+         c.AllGather(Tensor::I32(whole.data() + c.rank() * block, {block}, Device::kCpu),
+                     Tensor::I32(whole.data(), {n}, Device::kCpu)))) {
     Expect(c, "AllGather in place", whole, want);
   }
   // bf16 is moved as 16-bit words.
@@ -162,8 +169,8 @@ void CheckAllGather(Communicator& c) {
   std::vector<uint16_t> hwant;
   for (int w : m) hwant.insert(hwant.end(), 2, static_cast<uint16_t>(w));
   if (Ok(c, "AllGather bf16",
-         c.AllGather(Tensor(h.data(), DType::kBF16, {2}),
-                     Tensor(hout.data(), DType::kBF16, {2 * c.size()})))) {
+         c.AllGather(Tensor(h.data(), DType::kBF16, {2}, Device::kCpu),
+                     Tensor(hout.data(), DType::kBF16, {2 * c.size()}, Device::kCpu)))) {
     Expect(c, "AllGather bf16", hout, hwant);
   }
 }
@@ -176,7 +183,7 @@ void CheckBroadcast(Communicator& c) {
       buf[i] = Pattern(m[c.rank()], i);
       want[i] = Pattern(m[root], i);
     }
-    if (Ok(c, "Broadcast", c.Broadcast(Tensor::F32(buf.data(), {257}), root))) {
+    if (Ok(c, "Broadcast", c.Broadcast(Tensor::F32(buf.data(), {257}, Device::kCpu), root))) {
       Expect(c, absl::StrCat("Broadcast from root ", root).c_str(), buf, want);
     }
   }
@@ -193,21 +200,22 @@ void CheckSendRecv(Communicator& c) {
     return v;
   };
   std::vector<float> buf(n);
-  if (r > 0 && Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}), r - 1))) {
+  if (r > 0 && Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}, Device::kCpu), r - 1))) {
     Expect(c, "Recv from the previous stage", buf, message(r - 1, 0));
   }
   if (r + 1 < c.size()) {
     std::vector<float> out = message(r, 0);
-    Ok(c, "Send", c.Send(Tensor::F32(out.data(), {n}), r + 1));
-    if (Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}), r + 1))) {
+    Ok(c, "Send", c.Send(Tensor::F32(out.data(), {n}, Device::kCpu), r + 1));
+    if (Ok(c, "Recv", c.Recv(Tensor::F32(buf.data(), {n}, Device::kCpu), r + 1))) {
       Expect(c, "Recv from the next stage", buf, message(r + 1, 5));
     }
   }
   if (r > 0) {
     std::vector<float> back = message(r, 5);
-    Ok(c, "Send", c.Send(Tensor::F32(back.data(), {n}), r - 1));
+    Ok(c, "Send", c.Send(Tensor::F32(back.data(), {n}, Device::kCpu), r - 1));
   }
-  if (c.Send(Tensor::F32(buf.data(), {n}), r).code() != absl::StatusCode::kInvalidArgument) {
+  if (c.Send(Tensor::F32(buf.data(), {n}, Device::kCpu), r).code() !=
+      absl::StatusCode::kInvalidArgument) {
     Fail(c, "Send to itself was not refused");
   }
   // Every rank sends to the next and receives from the previous at once (a
@@ -216,10 +224,12 @@ void CheckSendRecv(Communicator& c) {
   const int next = (r + 1) % c.size(), prev = (r + c.size() - 1) % c.size();
   std::vector<float> out = message(r, 9);
   if (Ok(c, "SendRecv",
-         c.SendRecv(Tensor::F32(out.data(), {n}), next, Tensor::F32(buf.data(), {n}), prev))) {
+         c.SendRecv(Tensor::F32(out.data(), {n}, Device::kCpu), next,
+                    Tensor::F32(buf.data(), {n}, Device::kCpu), prev))) {
     Expect(c, "SendRecv ring shift", buf, message(prev, 9));
   }
-  if (c.SendRecv(Tensor::F32(out.data(), {n}), next, Tensor::F32(out.data() + 1, {n - 1}), prev)
+  if (c.SendRecv(Tensor::F32(out.data(), {n}, Device::kCpu), next,
+                 Tensor::F32(out.data() + 1, {n - 1}, Device::kCpu), prev)
           .code() != absl::StatusCode::kInvalidArgument) {
     Fail(c, "SendRecv with overlapping buffers was not refused");
   }
@@ -232,12 +242,14 @@ void CheckStats(Communicator& c) {
   const int64_t n = 64;
   std::vector<float> a(n * c.size(), 1.0f), b(n);
   bool ok =
-      Ok(c, "AllReduce", c.AllReduce(Tensor::F32(a.data(), {n}), ReduceOp::kSum)) &&
+      Ok(c, "AllReduce", c.AllReduce(Tensor::F32(a.data(), {n}, Device::kCpu), ReduceOp::kSum)) &&
       Ok(c, "ReduceScatter",
-         c.ReduceScatter(Tensor::F32(a.data(), {n * c.size()}), Tensor::F32(b.data(), {n}))) &&
+         c.ReduceScatter(Tensor::F32(a.data(), {n * c.size()}, Device::kCpu),
+                         Tensor::F32(b.data(), {n}, Device::kCpu))) &&
       Ok(c, "AllGather",
-         c.AllGather(Tensor::F32(b.data(), {n}), Tensor::F32(a.data(), {n * c.size()}))) &&
-      Ok(c, "Broadcast", c.Broadcast(Tensor::F32(b.data(), {n}), 0)) &&
+         c.AllGather(Tensor::F32(b.data(), {n}, Device::kCpu),
+                     Tensor::F32(a.data(), {n * c.size()}, Device::kCpu))) &&
+      Ok(c, "Broadcast", c.Broadcast(Tensor::F32(b.data(), {n}, Device::kCpu), 0)) &&
       Ok(c, "Barrier", c.Barrier());
   if (!ok) return;
   const bool alone = c.size() == 1;
@@ -259,7 +271,8 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
       std::this_thread::sleep_for(std::chrono::seconds(60));  // never joins
     } else {
       std::vector<float> x(16, 1.0f);
-      RETURN_IF_ERROR(comms[Axis::kData].AllReduce(Tensor::F32(x.data(), {16}), ReduceOp::kSum));
+      RETURN_IF_ERROR(
+          comms[Axis::kData].AllReduce(Tensor::F32(x.data(), {16}, Device::kCpu), ReduceOp::kSum));
       std::this_thread::sleep_for(std::chrono::seconds(60));  // until the abort
     }
     return absl::InternalError("the watchdog did not end the job");
@@ -284,7 +297,8 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
 
   // Every rank learns whether any rank failed.
   int32_t failures = g_failures;
-  RETURN_IF_ERROR(comms[Axis::kWorld].AllReduce(Tensor::I32(&failures, {1}), ReduceOp::kSum));
+  RETURN_IF_ERROR(
+      comms[Axis::kWorld].AllReduce(Tensor::I32(&failures, {1}, Device::kCpu), ReduceOp::kSum));
   if (grid.rank() == 0) {
     std::printf("comm_mpi_test: %d ranks as dp %d x tp %d x pp %d: %s\n", grid.world_size(),
                 shape.dp, shape.tp, shape.pp,

@@ -49,7 +49,7 @@ TEST(NcclCommunicatorTest, GroupOfOneRunsEveryCall) {
   EXPECT_EQ(c.stats().calls, 0);  // a group of one records nothing
 
   std::vector<float> cpu(n);
-  EXPECT_EQ(c.AllReduce(Tensor::F32(cpu.data(), {n}), ReduceOp::kSum).code(),
+  EXPECT_EQ(c.AllReduce(Tensor::F32(cpu.data(), {n}, Device::kCpu), ReduceOp::kSum).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.Send(ta, 0).code(), absl::StatusCode::kInvalidArgument);
 

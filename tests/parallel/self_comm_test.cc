@@ -15,16 +15,22 @@ TEST(SelfCommunicatorTest, CollectivesAreIdentityCopies) {
   EXPECT_EQ(c.size(), 1);
   EXPECT_EQ(c.rank(), 0);
   std::vector<float> a = {1, 2, 3, 4};
-  ASSERT_TRUE(c.AllReduce(Tensor::F32(a.data(), {4}), ReduceOp::kSum).ok());
+  ASSERT_TRUE(c.AllReduce(Tensor::F32(a.data(), {4}, Device::kCpu), ReduceOp::kSum).ok());
   EXPECT_EQ(a, (std::vector<float>{1, 2, 3, 4}));
   std::vector<float> b(4);
-  ASSERT_TRUE(c.ReduceScatter(Tensor::F32(a.data(), {4}), Tensor::F32(b.data(), {4})).ok());
+  ASSERT_TRUE(c.ReduceScatter(Tensor::F32(a.data(), {4}, Device::kCpu),
+                              Tensor::F32(b.data(), {4}, Device::kCpu))
+                  .ok());
   EXPECT_EQ(b, a);
   std::vector<float> g(4);
-  ASSERT_TRUE(c.AllGather(Tensor::F32(a.data(), {2, 2}), Tensor::F32(g.data(), {4})).ok());
+  ASSERT_TRUE(c.AllGather(Tensor::F32(a.data(), {2, 2}, Device::kCpu),
+                          Tensor::F32(g.data(), {4}, Device::kCpu))
+                  .ok());
   EXPECT_EQ(g, a);
-  ASSERT_TRUE(c.AllGather(Tensor::F32(g.data(), {4}), Tensor::F32(g.data(), {4})).ok());
-  ASSERT_TRUE(c.Broadcast(Tensor::F32(a.data(), {4}), 0).ok());
+  ASSERT_TRUE(c.AllGather(Tensor::F32(g.data(), {4}, Device::kCpu),
+                          Tensor::F32(g.data(), {4}, Device::kCpu))
+                  .ok());
+  ASSERT_TRUE(c.Broadcast(Tensor::F32(a.data(), {4}, Device::kCpu), 0).ok());
   ASSERT_TRUE(c.Barrier().ok());
   // A group of one communicates nothing, so it records nothing.
   EXPECT_EQ(c.stats().calls, 0);
@@ -37,13 +43,16 @@ TEST(SelfCommunicatorTest, RefusesWhatAGroupOfTwoWouldRefuse) {
   std::vector<uint16_t> h(4);
   auto code = [](absl::Status s) { return s.code(); };
   const auto kBad = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(code(c.Send(Tensor::F32(a.data(), {4}), 0)), kBad);  // no peer
-  EXPECT_EQ(code(c.Recv(Tensor::F32(a.data(), {4}), 1)), kBad);
-  EXPECT_EQ(code(c.Broadcast(Tensor::F32(a.data(), {4}), 1)), kBad);
-  EXPECT_EQ(code(c.ReduceScatter(Tensor::F32(a.data(), {4}), Tensor::F32(b.data(), {2}))), kBad);
-  EXPECT_EQ(code(c.AllReduce(Tensor(h.data(), DType::kBF16, {4}), ReduceOp::kSum)), kBad);
+  EXPECT_EQ(code(c.Send(Tensor::F32(a.data(), {4}, Device::kCpu), 0)), kBad);  // no peer
+  EXPECT_EQ(code(c.Recv(Tensor::F32(a.data(), {4}, Device::kCpu), 1)), kBad);
+  EXPECT_EQ(code(c.Broadcast(Tensor::F32(a.data(), {4}, Device::kCpu), 1)), kBad);
+  EXPECT_EQ(code(c.ReduceScatter(Tensor::F32(a.data(), {4}, Device::kCpu),
+                                 Tensor::F32(b.data(), {2}, Device::kCpu))),
+            kBad);
+  EXPECT_EQ(code(c.AllReduce(Tensor(h.data(), DType::kBF16, {4}, Device::kCpu), ReduceOp::kSum)),
+            kBad);
   EXPECT_EQ(code(c.AllReduce(Tensor(), ReduceOp::kSum)), kBad);
-  absl::Status s = c.Send(Tensor::F32(a.data(), {4}), 0);
+  absl::Status s = c.Send(Tensor::F32(a.data(), {4}, Device::kCpu), 0);
   EXPECT_EQ(s.message(),
             "Send: peer 0 is not another rank of the pipeline group (size 1, this rank 0)");
   EXPECT_EQ(c.members(), std::vector<int>{3});

@@ -47,8 +47,8 @@ void Expect(const std::string& what, const Vec& got, const Vec& want, int rank) 
   }
 }
 
-Tensor T2(Vec& v, int64_t a, int64_t b) { return Tensor::F32(v.data(), {a, b}); }
-Tensor T1(Vec& v) { return Tensor::F32(v.data(), {static_cast<int64_t>(v.size())}); }
+Tensor T2(Vec& v, int64_t a, int64_t b) { return Tensor::F32(v.data(), {a, b}, Device::kCpu); }
+Tensor T1(Vec& v) { return Tensor::F32(v.data(), {static_cast<int64_t>(v.size())}, Device::kCpu); }
 
 void Check(const absl::Status& s) {
   if (!s.ok()) {
@@ -101,13 +101,17 @@ void VocabParallel(CpuBackend& be, Communicator& tp) {
     tokens[i] = static_cast<int32_t>(rng.NextU32() % V);
     targets[i] = static_cast<int32_t>(rng.NextU32() % V);
   }
-  Tensor tok = Tensor::I32(tokens.data(), {B, T}), tgt = Tensor::I32(targets.data(), {N});
+  std::vector<int32_t> positions(N);
+  for (int64_t i = 0; i < N; ++i) positions[i] = static_cast<int32_t>(i % T);
+  Tensor tok = Tensor::I32(tokens.data(), {B, T}, Device::kCpu),
+         tgt = Tensor::I32(targets.data(), {N}, Device::kCpu),
+         pos = Tensor::I32(positions.data(), {B, T}, Device::kCpu);
   Vec wte = Random(Vp * C, 5), wpe = Random(T * C, 6);
   Vec emb(N * C), emb_p(N * C), wte_p = Rows(wte, C, r * vs, vs);
-  Check(be.EmbeddingForward(Tensor::F32(emb.data(), {B, T, C}), tok, T2(wte, Vp, C), T2(wpe, T, C),
-                            0));
-  Check(tp::VocabEmbeddingForward(be, &tp, Tensor::F32(emb_p.data(), {B, T, C}), tok,
-                                  T2(wte_p, vs, C), T2(wpe, T, C), r * vs));
+  Check(be.EmbeddingForward(Tensor::F32(emb.data(), {B, T, C}, Device::kCpu), tok, pos,
+                            T2(wte, Vp, C), T2(wpe, T, C), 0));
+  Check(tp::VocabEmbeddingForward(be, &tp, Tensor::F32(emb_p.data(), {B, T, C}, Device::kCpu), tok,
+                                  pos, T2(wte_p, vs, C), T2(wpe, T, C), r * vs));
   Expect("vocabulary-parallel embedding", emb_p, emb, r);
 
   Vec logits = Random(N * Vp, 7), losses(N), mx(N), se(N), tl(N), lse(N);

@@ -67,7 +67,8 @@ refused() {  # EXPECTED_TEXT ARGS...
   local want=$1
   shift
   local err code
-  err=$("$ladder" bench serve "$@" 2>&1 >/dev/null)
+  # --device cpu: the default, auto, names its choice on stderr first.
+  err=$("$ladder" bench serve "$@" --device cpu 2>&1 >/dev/null)
   code=$?
   [ "$code" -eq 2 ] || fail "exit code $code, expected 2, for: $*"
   [ "$(wc -l <<<"$err")" -eq 1 ] || fail "not one line for: $*: $err"

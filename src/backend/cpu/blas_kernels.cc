@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "src/core/launcher_env.h"
 
 namespace ladder {
 namespace {
@@ -83,16 +84,6 @@ uint64_t ReadXcr0() {
 bool Bit(unsigned reg, int bit) { return (reg >> bit) & 1; }
 
 bool IsSet(const char* value) { return value != nullptr && *value != '\0'; }
-
-// The rank in the MPI job before MPI starts, from the launcher's environment
-// (Open MPI, PMIx, MPICH/Intel MPI, Slurm); true outside a job.
-bool IsFirstRank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* rank = std::getenv(name);
-    if (rank != nullptr) return std::strcmp(rank, "0") == 0;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -171,7 +162,7 @@ void EnsureBlasKernels(char** argv) {
   const CpuFeatures cpu = ReadCpuFeatures();
   const std::optional<std::string> better = BetterOpenBlasCore(detected, cpu);
   if (!better.has_value()) return;
-  if (IsFirstRank()) {
+  if (IsFirstLaunchedRank()) {
     std::fprintf(stderr,
                  "ladder: OpenBLAS chose its %s kernels on a CPU with %s; restarting with "
                  "OPENBLAS_CORETYPE=%s\n",
@@ -184,7 +175,7 @@ void EnsureBlasKernels(char** argv) {
   const int error = errno;
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv("LADDER_BLAS_DETECTED");
-  if (IsFirstRank()) {
+  if (IsFirstLaunchedRank()) {
     std::fprintf(stderr, "ladder: could not restart (%s); running on OpenBLAS's %s kernels\n",
                  std::strerror(error), detected.c_str());
   }

@@ -19,11 +19,14 @@ namespace ladder {
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::kCpu; }
+  // Every op has finished when it returns: nothing is ever pending.
+  absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+  absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte, Tensor wpe,
                                 int64_t vocab_start) override;
   absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
-                                 int64_t vocab_start) override;
+                                 Tensor positions, int64_t vocab_start) override;
 
   absl::Status ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean, Tensor rstd,
                                         Tensor residual_in, Tensor branch, Tensor gamma,
@@ -61,7 +64,7 @@ class CpuBackend final : public Backend {
   absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
                                     int64_t vocab_start, int vocab_size, float dloss) override;
 
-  absl::Status SumOfSquares(Tensor x, double* result) override;
+  absl::Status SumOfSquares(Tensor x, Tensor out) override;
   absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
                            const AdamWParams& p) override;
 

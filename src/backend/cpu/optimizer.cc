@@ -4,7 +4,8 @@
 // gradient, so its bits must not depend on how threads were scheduled. The
 // input is cut into fixed-size chunks; each chunk's sum (double, in a fixed
 // lane order) goes to its own slot, and the slots are added in chunk order on
-// one thread. Same input, same bits, whatever the thread count.
+// one thread; the total is rounded to float once, into the output element.
+// Same input, same bits, whatever the thread count.
 //
 // AdamW (decoupled weight decay, Loshchilov & Hutter), per element:
 //   g = grad * grad_scale
@@ -47,11 +48,11 @@ double ChunkSumOfSquares(const float* x, int64_t n) {
 
 }  // namespace
 
-absl::Status CpuBackend::SumOfSquares(Tensor x, double* result) {
+absl::Status CpuBackend::SumOfSquares(Tensor x, Tensor out) {
   constexpr char kOp[] = "SumOfSquares";
-  if (result == nullptr) return absl::InvalidArgumentError("SumOfSquares: result is null");
   int64_t rows = 0, cols = 0;
   RETURN_IF_ERROR(cpu::RowView(kOp, "x", x, DType::kF32, &rows, &cols));
+  RETURN_IF_ERROR(cpu::CheckNumel(kOp, "out", out, DType::kF32, 1));
   const int64_t n = rows * cols;
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   double* slot = cpu::ScratchDoubles(static_cast<size_t>(chunks));
@@ -63,7 +64,7 @@ absl::Status CpuBackend::SumOfSquares(Tensor x, double* result) {
   }
   double sum = 0.0;
   for (int64_t k = 0; k < chunks; ++k) sum += slot[k];
-  *result = sum;
+  out.f32()[0] = static_cast<float>(sum);
   return absl::OkStatus();
 }
 

@@ -11,25 +11,30 @@ constexpr char kFwd[] = "EmbeddingForward";
 constexpr char kBwd[] = "EmbeddingBackward";
 
 // The shapes shared by both directions: N from tokens, Vshard and C from the
-// table, maxT from wpe (0 if empty); `d` prefixes the names in messages.
+// table, maxT from wpe (0 if empty); `d` prefixes the names in messages. The
+// forward's table may be empty (the position rows alone: Vshard 0, C from out).
 absl::Status CheckShapes(absl::string_view op, absl::string_view d, const Tensor& out,
                          const Tensor& tokens, const Tensor& positions, const Tensor& wte,
                          const Tensor& wpe, int64_t vocab_start, int64_t* N, int64_t* C,
-                         int64_t* vshard, int64_t* max_t) {
+                         int64_t* vshard, int64_t* max_t, bool wte_optional = false) {
   if (tokens.empty() || tokens.dtype != DType::kI32 || !DimsValid(tokens)) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": tokens has shape ", tokens.ShapeString(), ", expected i32 [N]"));
   }
   RETURN_IF_ERROR(CheckOnGpu(op, "tokens", tokens));
   *N = tokens.numel();
-  if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
-      wte.dim(1) <= 0) {
+  if (wte.empty() && wte_optional && out.rank >= 1 && out.dim(-1) > 0) {
+    *vshard = 0;
+    *C = out.dim(-1);
+  } else if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
+             wte.dim(1) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ",
                                                    wte.ShapeString(), ", expected [Vshard,C] f32"));
+  } else {
+    RETURN_IF_ERROR(CheckOnGpu(op, absl::StrCat(d, "wte"), wte));
+    *vshard = wte.dim(0);
+    *C = wte.dim(1);
   }
-  RETURN_IF_ERROR(CheckOnGpu(op, absl::StrCat(d, "wte"), wte));
-  *vshard = wte.dim(0);
-  *C = wte.dim(1);
   if (*N > INT_MAX || *C > INT_MAX || *vshard >= INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": too many tokens, channels or rows"));
   }
@@ -59,10 +64,10 @@ absl::Status CheckShapes(absl::string_view op, absl::string_view d, const Tensor
 absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte, Tensor wpe,
                               int64_t vocab_start, cudaStream_t stream) {
   int64_t N = 0, C = 0, vshard = 0, max_t = 0;
-  RETURN_IF_ERROR(
-      CheckShapes(kFwd, "", out, tokens, positions, wte, wpe, vocab_start, &N, &C, &vshard, &max_t));
+  RETURN_IF_ERROR(CheckShapes(kFwd, "", out, tokens, positions, wte, wpe, vocab_start, &N, &C,
+                              &vshard, &max_t, /*wte_optional=*/true));
   return CudaStatus(kernels::LaunchEmbeddingForward(
-                        out.f32(), tokens.i32(), positions.i32(), wte.f32(),
+                        out.f32(), tokens.i32(), positions.i32(), wte.empty() ? nullptr : wte.f32(),
                         wpe.empty() ? nullptr : wpe.f32(), static_cast<int>(N),
                         static_cast<int>(C), vocab_start, static_cast<int>(vshard),
                         static_cast<int>(max_t), stream),

@@ -36,9 +36,9 @@ absl::Status RowLinearBackward(Backend& be, Tensor dinp, Tensor dw, Tensor db, T
 }
 
 absl::Status VocabEmbeddingForward(Backend& be, Communicator* tp, Tensor out, Tensor tokens,
-                                   Tensor wte, Tensor wpe, int64_t vocab_start) {
+                                   Tensor positions, Tensor wte, Tensor wpe, int64_t vocab_start) {
   RETURN_IF_ERROR(
-      be.EmbeddingForward(out, tokens, wte, AddsBias(tp) ? wpe : Tensor(), vocab_start));
+      be.EmbeddingForward(out, tokens, positions, wte, AddsBias(tp) ? wpe : Tensor(), vocab_start));
   return AllReduce(tp, out, ReduceOp::kSum);
 }
 

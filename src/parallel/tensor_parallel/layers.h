@@ -43,11 +43,12 @@ absl::Status RowLinearForward(Backend& be, Communicator* tp, Tensor out, Tensor 
 absl::Status RowLinearBackward(Backend& be, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                                Tensor inp, Tensor w);
 
-// out [B, T, C] = the embedding of `tokens` from a vocabulary shard (rows
-// [vocab_start, vocab_start + rows) of the logical wte) plus positions,
-// summed over the group. Positions are added by group rank 0 only.
+// out [N, C] = the embedding of `tokens` [N] from a vocabulary shard (rows
+// [vocab_start, vocab_start + rows) of the logical wte) plus the rows of wpe
+// at `positions` [N], summed over the group. Positions are added by group
+// rank 0 only.
 absl::Status VocabEmbeddingForward(Backend& be, Communicator* tp, Tensor out, Tensor tokens,
-                                   Tensor wte, Tensor wpe, int64_t vocab_start);
+                                   Tensor positions, Tensor wte, Tensor wpe, int64_t vocab_start);
 
 // The [N] statistics the vocabulary-parallel cross-entropy keeps.
 struct CrossEntropyStats {

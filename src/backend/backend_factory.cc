@@ -1,0 +1,60 @@
+#include "src/backend/backend_factory.h"
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cuda/cuda_backends.h"
+#include "src/backend/cuda/cuda_device.h"
+#include "src/core/launcher_env.h"
+
+namespace ladder {
+namespace {
+
+// The CUDA backend on a GPU, where this binary was built with CUDA.
+absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
+#if defined(LADDER_HAVE_CUDA)
+  return NewCudaBackend();
+#else
+  return absl::FailedPreconditionError("this build has no CUDA backend");
+#endif
+}
+
+constexpr bool kCudaBackendInBuild =
+#if defined(LADDER_HAVE_CUDA)
+    true;
+#else
+    false;
+#endif
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device) {
+  if (device == "cpu") return std::make_unique<CpuBackend>();
+  if (device == "cuda-sim") return NewCudaSimBackend();
+  if (device != "cuda" && device != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown device '", std::string(device),
+                                                   "' (expected auto, cpu, cuda or cuda-sim)"));
+  }
+  std::string why;  // why no GPU is usable
+  const bool gpu = CudaDeviceCount(&why) > 0;
+  if (device == "cuda") {
+    if (!gpu) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--device cuda: no usable GPU (", why, ")"));
+    }
+    return MakeGpuBackend();
+  }
+  // auto: the GPU where this binary can drive it, else the CPU, said once.
+  const bool cuda = gpu && kCudaBackendInBuild;
+  if (gpu && !cuda) why = "a GPU is present but this build has no CUDA backend";
+  if (IsFirstLaunchedRank()) {
+    std::fprintf(stderr, "ladder: device auto: %s (%s)\n", cuda ? "cuda" : "cpu",
+                 cuda ? "a GPU is usable" : why.c_str());
+  }
+  if (cuda) return MakeGpuBackend();
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace ladder

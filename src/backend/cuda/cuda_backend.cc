@@ -1,0 +1,267 @@
+#include "src/backend/cuda/cuda_backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/memory.h"
+#include "src/backend/cuda/attention.h"
+#include "src/backend/cuda/bias_grad.h"
+#include "src/backend/cuda/cross_entropy.h"
+#include "src/backend/cuda/cuda_backends.h"
+#include "src/backend/cuda/cuda_check.h"
+#include "src/backend/cuda/elementwise.h"
+#include "src/backend/cuda/embedding.h"
+#include "src/backend/cuda/int8_matmul.h"
+#include "src/backend/cuda/optimizer.h"
+#include "src/backend/cuda/paged_attention.h"
+#include "src/backend/cuda/residual_layernorm.h"
+
+LADDER_CUDA_BEGIN
+namespace {
+
+constexpr size_t kAlign = 64;  // Allocate's promise (cudaMalloc gives 256)
+
+}  // namespace
+
+CudaBackend::CudaBackend(cudaStream_t stream, std::unique_ptr<Matmuls> matmuls)
+    : stream_(stream), matmuls_(std::move(matmuls)) {}
+
+CudaBackend::~CudaBackend() {
+  matmuls_.reset();
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
+  cudaStream_t stream = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "cudaStreamCreate"));
+  absl::StatusOr<std::unique_ptr<Matmuls>> matmuls = Matmuls::Create(stream);
+  if (!matmuls.ok()) {
+    cudaStreamDestroy(stream);
+    return matmuls.status();
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackend(stream, std::move(*matmuls)));
+}
+
+std::string_view CudaBackend::name() const {
+#if defined(LADDER_CUDA_SIM)
+  return "cuda-sim";
+#else
+  return "cuda";
+#endif
+}
+
+bool CudaBackend::memory_is_host() const {
+#if defined(LADDER_CUDA_SIM)
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::Status CudaBackend::Synchronize() {
+  return CudaStatus(cudaStreamSynchronize(stream_), "Synchronize");
+}
+
+absl::StatusOr<Tensor> CudaBackend::Scratch(int64_t bytes, DType dtype) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_ != nullptr) {
+      // cudaFree waits for the device, so no enqueued kernel still uses it.
+      RETURN_IF_ERROR(CudaStatus(cudaFree(scratch_), "scratch"));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch_, static_cast<size_t>(bytes)), "scratch"));
+    scratch_bytes_ = bytes;
+  }
+  const int64_t n = std::max<int64_t>(1, bytes / static_cast<int64_t>(DTypeSize(dtype)));
+  return Tensor(scratch_, dtype, {n}, Device::kCuda);
+}
+
+// ---- ops ----------------------------------------------------------------------
+
+absl::Status CudaBackend::EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
+                                           Tensor wpe, int64_t vocab_start) {
+  return cuda::EmbeddingForward(out, tokens, positions, wte, wpe, vocab_start, stream_);
+}
+
+absl::Status CudaBackend::EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                            Tensor positions, int64_t vocab_start) {
+  ASSIGN_OR_RETURN(Tensor scratch,
+                   Scratch(4 * cuda::EmbeddingBackwardScratchInts(tokens.numel()), DType::kI32));
+  return cuda::EmbeddingBackward(dwte, dwpe, dout, tokens, positions, vocab_start, scratch,
+                                 stream_);
+}
+
+absl::Status CudaBackend::ResidualLayerNormForward(Tensor residual_out, Tensor y, Tensor mean,
+                                                   Tensor rstd, Tensor residual_in, Tensor branch,
+                                                   Tensor gamma, Tensor beta) {
+  return cuda::ResidualLayerNormForward(residual_out, y, mean, rstd, residual_in, branch, gamma,
+                                        beta, stream_);
+}
+
+absl::Status CudaBackend::ResidualLayerNormBackward(Tensor d_residual, Tensor dgamma, Tensor dbeta,
+                                                    Tensor dy, Tensor x, Tensor gamma, Tensor mean,
+                                                    Tensor rstd) {
+  const int64_t C = x.rank > 0 ? x.dim(-1) : 0;
+  const int64_t N = C > 0 ? x.numel() / C : 0;
+  ASSIGN_OR_RETURN(Tensor scratch,
+                   Scratch(4 * cuda::ResidualLayerNormBackwardScratchFloats(N, C), DType::kF32));
+  return cuda::ResidualLayerNormBackward(d_residual, dgamma, dbeta, dy, x, gamma, mean, rstd,
+                                         scratch, stream_);
+}
+
+absl::Status CudaBackend::ResidualAdd(Tensor out, Tensor a, Tensor b) {
+  return cuda::ResidualAdd(out, a, b, stream_);
+}
+
+absl::Status CudaBackend::MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  return matmuls_->Forward(out, inp, weight, bias);
+}
+
+absl::Status CudaBackend::MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                                         Tensor inp, Tensor weight) {
+  Tensor scratch;
+  if (!dbias.empty()) {
+    const int64_t OC = dout.rank > 0 ? dout.dim(-1) : 0;
+    const int64_t N = OC > 0 ? dout.numel() / OC : 0;
+    ASSIGN_OR_RETURN(scratch, Scratch(4 * cuda::BiasGradScratchFloats(N, OC), DType::kF32));
+  }
+  return matmuls_->Backward(dinp, dweight, dbias, dout, inp, weight, scratch);
+}
+
+absl::Status CudaBackend::GeluForward(Tensor out, Tensor inp) {
+  return cuda::GeluForward(out, inp, stream_);
+}
+
+absl::Status CudaBackend::GeluBackward(Tensor dinp, Tensor dout, Tensor inp) {
+  return cuda::GeluBackward(dinp, dout, inp, stream_);
+}
+
+absl::Status CudaBackend::AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
+                                           AttentionKind kind, Tensor scratch) {
+  return cuda::AttentionForward(out, lse, qkv, num_heads, kind, scratch, stream_);
+}
+
+absl::Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                            Tensor lse, int num_heads, AttentionKind kind,
+                                            Tensor scratch) {
+  return cuda::AttentionBackward(dqkv, dout, qkv, out, lse, num_heads, kind, scratch, stream_);
+}
+
+absl::Status CudaBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
+                                       int num_heads) {
+  return cuda::KvCacheWrite(cache, qkv, slots, num_heads, stream_);
+}
+
+absl::Status CudaBackend::PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
+                                                Tensor block_tables, Tensor seq, Tensor pos,
+                                                int num_heads) {
+  return cuda::PagedAttentionForward(out, qkv, cache, block_tables, seq, pos, num_heads, stream_);
+}
+
+absl::Status CudaBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
+                                            Tensor bias) {
+  return cuda::MatmulInt8Forward(out, inp, q, scales, bias, stream_);
+}
+
+absl::Status CudaBackend::DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) {
+  return cuda::DequantizeRows(out, q, scales, rows, stream_);
+}
+
+absl::Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
+                                             int vocab_size) {
+  return cuda::CrossEntropyRowMax(row_max, logits, vocab_start, vocab_size, stream_);
+}
+
+absl::Status CudaBackend::CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
+                                               Tensor targets, Tensor row_max, int64_t vocab_start,
+                                               int vocab_size) {
+  return cuda::CrossEntropyPartials(sum_exp, target_logit, logits, targets, row_max, vocab_start,
+                                    vocab_size, stream_);
+}
+
+absl::Status CudaBackend::CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max,
+                                           Tensor sum_exp, Tensor target_logit) {
+  return cuda::CrossEntropyLoss(losses, lse, row_max, sum_exp, target_logit, stream_);
+}
+
+absl::Status CudaBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
+                                               Tensor lse, int64_t vocab_start, int vocab_size,
+                                               float dloss) {
+  return cuda::CrossEntropyBackward(dlogits, logits, targets, lse, vocab_start, vocab_size, dloss,
+                                    stream_);
+}
+
+absl::Status CudaBackend::SumOfSquares(Tensor x, Tensor out) {
+  ASSIGN_OR_RETURN(Tensor scratch,
+                   Scratch(4 * cuda::SumOfSquaresScratchFloats(x.numel()), DType::kF32));
+  return cuda::SumOfSquares(out, x, scratch, stream_);
+}
+
+absl::Status CudaBackend::AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+                                      const AdamWParams& p) {
+  ASSIGN_OR_RETURN(Tensor descriptors, Scratch(cuda::AdamWDescriptorBytes(1), DType::kF32));
+  return cuda::AdamWUpdate({{param, grad, m, v, p.weight_decay}}, p, descriptors, stream_);
+}
+
+// ---- memory -------------------------------------------------------------------
+
+absl::StatusOr<DeviceBuffer> CudaBackend::Allocate(size_t bytes) {
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = nullptr;
+  if (rounded > 0) {
+    RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, rounded), "Allocate"));
+    // Zeroed in stream order: every later op on the stream sees zeros.
+    const absl::Status zeroed = CudaStatus(cudaMemsetAsync(p, 0, rounded, stream_), "Allocate");
+    if (!zeroed.ok()) {
+      cudaFree(p);
+      return zeroed;
+    }
+  }
+  *bytes_allocated_ += static_cast<int64_t>(rounded);
+  return DeviceBuffer(p, [counter = bytes_allocated_, rounded](void* q) {
+    if (q != nullptr) cudaFree(q);
+    *counter -= static_cast<int64_t>(rounded);
+  });
+}
+
+absl::Status CudaBackend::Fill(Tensor x, float value) {
+  RETURN_IF_ERROR(CheckOnGpu("Fill", "x", x));
+  if (x.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("Fill: x is ", x.ShapeString(), ", not f32"));
+  }
+  return CudaStatus(kernels::LaunchFill(x.f32(), x.numel(), value, stream_), "Fill");
+}
+
+absl::Status CudaBackend::CopyToHost(void* dst, Tensor src) {
+  RETURN_IF_ERROR(CheckOnGpu("CopyToHost", "src", src));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_), "CopyToHost"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "CopyToHost");
+}
+
+absl::Status CudaBackend::CopyFromHost(Tensor dst, const void* src) {
+  RETURN_IF_ERROR(CheckOnGpu("CopyFromHost", "dst", dst));
+  // From pageable memory the runtime stages the bytes before returning, so
+  // `src` may be reused at once (the contract of Backend::CopyFromHost).
+  return CudaStatus(
+      cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+      "CopyFromHost");
+}
+
+LADDER_CUDA_END
+
+namespace ladder {
+
+#if defined(LADDER_CUDA_SIM)
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaSimBackend() {
+#else
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend() {
+#endif
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend, cuda::CudaBackend::Create());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace ladder

@@ -1,0 +1,146 @@
+// The model, trainer, KV cache and engine are device-neutral: run on a
+// backend that claims a device other than the CPU (tagged_backend.h), every
+// view they hand to an op carries that device, the results are the CPU
+// backend's bit for bit, and host data crosses over in few copies per step:
+// a cached decode step of several sequences is one embedding call, one copy
+// in and one copy out, and a training step reads its gradient norm in one copy.
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/model/gpt.h"
+#include "src/serve/engine.h"
+#include "src/serve/kv_blocks.h"
+#include "src/train/trainer.h"
+#include "tests/model/tagged_backend.h"
+
+namespace ladder {
+namespace {
+
+GptConfig Small() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.context = 32;
+  c.vocab_size = 256;
+  return c;
+}
+
+std::string Mistagged(const TaggedBackend& be) { return absl::StrJoin(be.mistagged(), ", "); }
+
+TEST(DeviceNeutralTest, TrainingTagsEveryViewAndReadsTheNormOnce) {
+  std::vector<int32_t> data(3000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = "In the beginning God"[i % 20];
+  RunConfig rc;
+  rc.model = Small();
+  rc.batch_size = 4;
+  rc.total_batch_tokens = 2 * 4 * 32;  // two microbatches per step
+  rc.steps = 3;
+  rc.grad_clip = 0.5;  // so clipping applies
+  TaggedBackend tagged;
+  CpuBackend cpu;
+  auto trainer = *Trainer::Create(rc, &tagged, &data, &data, 0);
+  auto reference = *Trainer::Create(rc, &cpu, &data, &data, 0);
+  const int M = trainer->microbatches();
+  ASSERT_EQ(M, 2);
+  const int tensors = trainer->model().table().size();
+  for (int step = 1; step <= rc.steps; ++step) {
+    tagged.ResetCalls();
+    const StepRecord r = *trainer->Step();
+    const StepRecord want = *reference->Step();
+    EXPECT_EQ(r.loss, want.loss) << "step " << step;
+    EXPECT_EQ(r.grad_norm, want.grad_norm) << "step " << step;
+    // One sum of squares per gradient tensor, into slots read back at once:
+    // the only copies back are each microbatch's losses and that one.
+    EXPECT_EQ(tagged.calls("SumOfSquares"), tensors);
+    EXPECT_EQ(tagged.calls("CopyToHost"), M + 1) << "step " << step;
+    EXPECT_EQ(tagged.calls("EmbeddingForward"), M);
+    EXPECT_EQ(tagged.calls("EmbeddingBackward"), M);
+    // Tokens and targets, one copy each per microbatch (the positions were
+    // staged once, with the batch shape, in the first step).
+    if (step > 1) {
+      EXPECT_EQ(tagged.calls("CopyFromHost"), 2 * M) << "step " << step;
+    }
+  }
+  EXPECT_EQ(*trainer->ValidationLoss(), *reference->ValidationLoss());
+  EXPECT_TRUE(tagged.mistagged().empty()) << Mistagged(tagged);
+}
+
+// Three sequences of different lengths prefilled together, then one decode
+// step with each at its own position.
+TEST(DeviceNeutralTest, CachedDecodeOfSeveralSequencesIsOneEmbeddingCall) {
+  const GptConfig cfg = Small();
+  const std::vector<std::vector<int32_t>> prompts = {
+      {3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7}, {2, 7}};
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kInt8}) {
+    SCOPED_TRACE(WeightFormatName(format));
+    TaggedBackend tagged;
+    CpuBackend cpu;
+    auto model = *Gpt::Create(cfg, &tagged, 1, /*training=*/false);
+    auto reference = *Gpt::Create(cfg, &cpu, 1, /*training=*/false);
+    for (Gpt* m : {model.get(), reference.get()}) {
+      ASSERT_TRUE(m->InitWeights(5).ok());
+      ASSERT_TRUE(m->QuantizeWeights(format).ok());
+    }
+    auto cache = *KvCache::Create(cfg, &tagged, 8);
+    auto reference_cache = *KvCache::Create(cfg, &cpu, 8);
+    KvBlockPool pool(8);
+    std::vector<KvBlockPool::SequenceId> ids;
+    for (const auto& p : prompts) ids.push_back(*pool.AddSequence(p));
+    CachedTokens prefill, decode;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      for (size_t p = 0; p < prompts[s].size(); ++p) {
+        prefill.tokens.push_back(prompts[s][p]);
+        prefill.seq.push_back(static_cast<int32_t>(s));
+        prefill.pos.push_back(static_cast<int32_t>(p));
+      }
+      decode.tokens.push_back(static_cast<int32_t>(40 + s));
+      decode.seq.push_back(static_cast<int32_t>(s));
+      decode.pos.push_back(static_cast<int32_t>(prompts[s].size()));
+    }
+    for (CachedTokens* b : {&prefill, &decode}) {
+      b->max_blocks = 1;
+      b->block_tables = pool.BlockTables(ids, 1);
+    }
+    for (const CachedTokens* b : {&prefill, &decode}) {
+      tagged.ResetCalls();
+      std::vector<float> logits, want;
+      ASSERT_TRUE(model->ForwardCached(*b, cache, &logits).ok());
+      ASSERT_TRUE(reference->ForwardCached(*b, reference_cache, &want).ok());
+      EXPECT_EQ(logits, want);
+      EXPECT_EQ(tagged.calls("EmbeddingForward"), 1);
+      EXPECT_EQ(tagged.calls("CopyFromHost"), 1);  // every id of the step at once
+      EXPECT_EQ(tagged.calls("CopyToHost"), 1);    // every token's logits at once
+    }
+    EXPECT_TRUE(tagged.mistagged().empty()) << Mistagged(tagged);
+  }
+}
+
+TEST(DeviceNeutralTest, EngineStepsAreOneEmbeddingCallEach) {
+  const GptConfig cfg = Small();
+  TaggedBackend tagged;
+  auto model = *Gpt::Create(cfg, &tagged, 1, /*training=*/false);
+  ASSERT_TRUE(model->InitWeights(7).ok());
+  EngineConfig ec;
+  ec.kv_blocks = 16;
+  auto engine = *Engine::Create(model.get(), ec);
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest r;
+    r.prompt = std::vector<int32_t>(3 + 4 * i, 10 + i);
+    r.max_tokens = 4;
+    r.seed = i;
+    ASSERT_TRUE(engine->Submit(r).ok());
+  }
+  tagged.ResetCalls();
+  while (!engine->idle()) ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(tagged.calls("EmbeddingForward"), engine->stats().target_forwards);
+  EXPECT_EQ(tagged.calls("CopyToHost"), engine->stats().target_forwards);
+  EXPECT_TRUE(tagged.mistagged().empty()) << Mistagged(tagged);
+}
+
+}  // namespace
+}  // namespace ladder
