@@ -26,6 +26,10 @@ absl::Status CheckShapes(absl::string_view op, absl::string_view d, const Tensor
   if (wte.empty() && wte_optional && out.rank >= 1 && out.dim(-1) > 0) {
     *vshard = 0;
     *C = out.dim(-1);
+  } else if (wte.dtype == DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", d, "wte is bf16; the CUDA backend computes in fp32 (bf16 weights are a CPU "
+        "format for now)"));
   } else if (wte.empty() || wte.dtype != DType::kF32 || wte.rank != 2 || wte.dim(0) <= 0 ||
              wte.dim(1) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", d, "wte has shape ",
