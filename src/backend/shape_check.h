@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "src/core/status.h"
 #include "src/core/tensor.h"
 
 namespace ladder {
@@ -103,6 +104,51 @@ inline absl::Status CheckNumel(Device device, absl::string_view op, absl::string
                                                    at_least ? "at least " : "", n, " elements"));
   }
   return CheckDevice(device, op, what, t);
+}
+
+// The dimensions of causal self-attention over qkv [B,T,3C] with NH heads of
+// HS = C / NH channels (Backend::AttentionForward's layout).
+struct AttentionDims {
+  int64_t B, T, C, NH, HS;
+};
+
+// OK iff qkv is f32 [B,T,3C] on `device` and num_heads is positive and
+// divides C; fills *d.
+inline absl::Status CheckAttentionQkv(Device device, absl::string_view op, const Tensor& qkv,
+                                      int num_heads, AttentionDims* d) {
+  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !DimsValid(qkv) ||
+      qkv.dim(2) % 3 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
+                                                   qkv.empty() ? " (empty)" : "",
+                                                   ", expected f32 [B,T,3C]"));
+  }
+  d->B = qkv.dim(0);
+  d->T = qkv.dim(1);
+  d->C = qkv.dim(2) / 3;
+  if (num_heads <= 0 || d->C % num_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": num_heads=", num_heads, " must be positive and divide C=", d->C));
+  }
+  d->NH = num_heads;
+  d->HS = d->C / num_heads;
+  return CheckDevice(device, op, "qkv", qkv);
+}
+
+// OK iff logits, viewed row-wise, is an f32 [N, Vshard] shard on `device` of
+// a vocabulary of vocab_size >= 1 real columns starting at vocab_start >= 0
+// (the vocabulary-parallel cross-entropy's arguments); fills *N and *Vs.
+inline absl::Status CheckVocabShard(Device device, absl::string_view op, const Tensor& logits,
+                                    int64_t vocab_start, int vocab_size, int64_t* N, int64_t* Vs) {
+  RETURN_IF_ERROR(RowView(device, op, "logits", logits, DType::kF32, N, Vs));
+  if (vocab_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));
+  }
+  if (vocab_start < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ladder

@@ -62,28 +62,10 @@ namespace {
 // GEMMs run near full speed.
 constexpr int64_t kTile = 64;
 
-struct Dims {
-  int64_t B, T, C, NH, HS;
-};
+using Dims = AttentionDims;
 
-// Validates qkv [B,T,3C] and num_heads, and fills the dimensions.
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, Dims* d) {
-  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !DimsValid(qkv) ||
-      qkv.dim(2) % 3 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
-                                                   qkv.empty() ? " (empty)" : "",
-                                                   ", expected f32 [B,T,3C]"));
-  }
-  d->B = qkv.dim(0);
-  d->T = qkv.dim(1);
-  d->C = qkv.dim(2) / 3;
-  if (num_heads <= 0 || d->C % num_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": num_heads=", num_heads, " must be positive and divide C=", d->C));
-  }
-  d->NH = num_heads;
-  d->HS = d->C / num_heads;
-  return cpu::CheckCpu(op, "qkv", qkv);
+  return CheckAttentionQkv(Device::kCpu, op, qkv, num_heads, d);
 }
 
 absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor& scratch,

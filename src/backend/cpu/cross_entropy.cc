@@ -38,15 +38,7 @@ constexpr char kBwd[] = "CrossEntropyBackward";
 // (non-padding) columns, max(0, min(Vshard, V - vocab_start)).
 absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
                         int vocab_size, int64_t* N, int64_t* Vs, int64_t* real) {
-  RETURN_IF_ERROR(cpu::RowView(op, "logits", logits, DType::kF32, N, Vs));
-  if (vocab_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));
-  }
-  if (vocab_start < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
-  }
+  RETURN_IF_ERROR(CheckVocabShard(Device::kCpu, op, logits, vocab_start, vocab_size, N, Vs));
   *real = std::clamp<int64_t>(vocab_size - vocab_start, 0, *Vs);
   return absl::OkStatus();
 }

@@ -10,30 +10,13 @@ namespace {
 constexpr char kFwd[] = "AttentionForward";
 constexpr char kBwd[] = "AttentionBackward";
 
-struct Dims {
-  int64_t B, T, C, NH, HS;
-};
+using Dims = AttentionDims;
 
 // qkv [B,T,3C] f32 on the GPU, num_heads dividing C, sizes that fit an int
 // (and, for kFlash, a head size the kernels hold in shared memory).
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, AttentionKind kind,
                       Dims* d) {
-  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !DimsValid(qkv) ||
-      qkv.dim(2) % 3 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
-                                                   qkv.empty() ? " (empty)" : "",
-                                                   ", expected f32 [B,T,3C]"));
-  }
-  RETURN_IF_ERROR(CheckOnGpu(op, "qkv", qkv));
-  d->B = qkv.dim(0);
-  d->T = qkv.dim(1);
-  d->C = qkv.dim(2) / 3;
-  if (num_heads <= 0 || d->C % num_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": num_heads=", num_heads, " must be positive and divide C=", d->C));
-  }
-  d->NH = num_heads;
-  d->HS = d->C / num_heads;
+  RETURN_IF_ERROR(CheckAttentionQkv(Device::kCuda, op, qkv, num_heads, d));
   if (d->B * d->NH > INT_MAX || d->T > INT_MAX || 3 * d->C > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": qkv ", qkv.ShapeString(), " is too large for the kernels"));

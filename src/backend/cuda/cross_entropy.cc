@@ -12,19 +12,9 @@ constexpr char kPartials[] = "CrossEntropyPartials";
 constexpr char kLoss[] = "CrossEntropyLoss";
 constexpr char kBwd[] = "CrossEntropyBackward";
 
-// The row view [N, Vshard] of the logits, and the scalar arguments.
 absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
                         int vocab_size, int64_t* N, int64_t* Vs) {
-  RETURN_IF_ERROR(RowView(op, "logits", logits, DType::kF32, N, Vs));
-  if (vocab_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));
-  }
-  if (vocab_start < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
-  }
-  return absl::OkStatus();
+  return CheckVocabShard(Device::kCuda, op, logits, vocab_start, vocab_size, N, Vs);
 }
 
 }  // namespace
