@@ -60,6 +60,8 @@ template <typename T>
 constexpr DType DTypeOf() {
   if constexpr (std::is_same_v<T, float>) {
     return DType::kF32;
+  } else if constexpr (std::is_same_v<T, int8_t>) {
+    return DType::kI8;
   } else {
     static_assert(std::is_same_v<T, int32_t>);
     return DType::kI32;

@@ -52,39 +52,7 @@ constexpr double kOutTol = 2e-5;  // |gpu - ref| <= kOutTol * (1 + |ref|)
 constexpr int64_t kBlockRows = 16;
 
 template <typename T>
-constexpr DType kDType = std::is_same_v<T, float>    ? DType::kF32
-                         : std::is_same_v<T, int8_t> ? DType::kI8
-                                                     : DType::kI32;
-
-// A GPU allocation holding a copy of a host vector.
-template <typename T>
-class GpuArray {
- public:
-  explicit GpuArray(const std::vector<T>& host) : n_(host.size()) {
-    if (cudaMalloc(&p_, sizeof(T) * std::max<size_t>(n_, 1)) != cudaSuccess) p_ = nullptr;
-    if (p_ != nullptr) Upload(host);
-  }
-  GpuArray(const GpuArray&) = delete;
-  GpuArray& operator=(const GpuArray&) = delete;
-  ~GpuArray() { cudaFree(p_); }
-
-  bool ok() const { return p_ != nullptr; }
-  Tensor View(std::initializer_list<int64_t> dims) const {
-    return Tensor(p_, kDType<T>, dims, Device::kCuda);
-  }
-  void Upload(const std::vector<T>& host) const {
-    cudaMemcpy(p_, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice);
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    cudaMemcpy(host.data(), p_, sizeof(T) * n_, cudaMemcpyDeviceToHost);
-    return host;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using GpuArray = gpu_test::GpuBuffer<T>;
 
 struct Case {
   int64_t NH, HS;
