@@ -1,15 +1,38 @@
-// Tests of the CPU backend ops (everything but attention, which has its own
-// file) against the double-precision references in reference_ops.h.
+// Tests of the backend ops (everything but attention, paged attention and
+// int8, which have their own files) against the double-precision references
+// in reference_ops.h. Every TEST_P runs on each backend of
+// backend_test_util.h (cpu, cuda_sim, and cuda where a GPU is usable): the
+// inputs are uploaded, the op runs on the backend's device, the result is
+// read back and compared on the host. Outputs start as NaN, so an element an
+// op does not write fails the comparison.
 //
-// Tolerances (|got - want| <= rtol * |want| + atol * max|want|, per element):
-//  - forward vs double reference:        rtol 1e-5, atol 1e-6
+// Tolerances (|got - want| <= rtol * |want| + atol * max|want|, per element),
+// the same on every backend:
+//  - forward vs double reference:        rtol 1e-5, atol 1e-6. The CUDA
+//    kernels sum in other orders (tree reductions, cuBLASLt tiles) and use
+//    the device expf/tanhf; with sums of at most a few hundred unit-size
+//    terms their rounding stays far below this, as it does for the CPU.
 //  - analytical backward vs central differences of the double reference
 //    (eps 1e-6, loss L = sum(out * w) for random w):  rtol 1e-4, atol 1e-5
 //  - accumulation (+=) vs prefill + fresh gradient:    rtol 1e-6, atol 1e-6
+//    (1e-5 absolute for LayerNorm's dgamma/dbeta, sums over 200 rows)
 //  - vocabulary shards (T = 2, 4) vs the unsplit op: cross-entropy losses,
 //    lse and dlogits rtol 1e-5, atol 1e-6 (only sum_exp's summation order
-//    differs); row max, target logit and all embedding results bitwise.
-// Determinism claims are checked bitwise (EXPECT_EQ on the raw floats).
+//    differs); row max, target logit and all embedding results bitwise, on
+//    every backend: each is a max, a copy or the same sum with exact zeros
+//    added.
+//  - SumOfSquares: within 0.6 float ulp of the exact sum (double
+//    accumulation, one rounding) on every backend.
+// Determinism claims are checked bitwise: every backend gives the same bits
+// for the same call twice; the CPU backend, in addition, for 1, 2 and 3
+// OpenMP threads (CpuOnlyOpsTest.*ThreadCounts).
+//
+// CPU-only (CpuOnlyOpsTest): the thread-count independence, the CPU's
+// vectorized ExpF, and the InvalidArgument for ids that live on the device
+// (a negative token, a position outside [0, maxT), a target outside [0, V)):
+// the CUDA backend cannot see those without a copy back, and its kernels
+// treat them as "contributes nothing" instead (src/backend/cuda/embedding.h,
+// cross_entropy.h). Shape errors are checked on every backend.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,19 +41,24 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "tests/backend/backend_test_util.h"
+#include "tests/backend/cpu_test_inputs.h"
 #include "tests/backend/reference_ops.h"
 
 namespace ladder {
 namespace {
 
 using ref::Vec;
+using testing_backends::AllClose;
+using testing_backends::BitwiseEqual;
+using testing_backends::DeviceArray;
+using testing_inputs::RandomInts;
+using testing_inputs::Uniform;
 using Floats = std::vector<float>;
 using Ints = std::vector<int32_t>;
 
@@ -38,62 +66,6 @@ constexpr double kFwdRtol = 1e-5, kFwdAtol = 1e-6;
 constexpr double kGradRtol = 1e-4, kGradAtol = 1e-5;
 constexpr double kAccRtol = 1e-6, kAccAtol = 1e-6;
 constexpr double kFdEps = 1e-6;
-
-Floats Uniform(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  Floats x(n);
-  for (float& v : x) v = lo + (hi - lo) * static_cast<float>(rng() >> 8) * (1.0f / (1 << 24));
-  return x;
-}
-
-Ints RandomInts(size_t n, uint32_t seed, int32_t hi) {
-  std::mt19937 rng(seed);
-  Ints x(n);
-  for (int32_t& v : x) v = static_cast<int32_t>(rng() % static_cast<uint32_t>(hi));
-  return x;
-}
-
-Tensor F32(Floats& v, std::initializer_list<int64_t> dims) {
-  return Tensor::F32(v.data(), dims, Device::kCpu);
-}
-Tensor I32(Ints& v, std::initializer_list<int64_t> dims) {
-  return Tensor::I32(v.data(), dims, Device::kCpu);
-}
-
-// Per element |got - want| <= rtol |want| + atol max|want|; reports the worst.
-::testing::AssertionResult AllClose(const Floats& got, const Vec& want, double rtol, double atol) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  double scale = 0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  int bad = 0;
-  size_t worst = 0;
-  double worst_excess = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - want[i]);
-    const double tol = rtol * std::fabs(want[i]) + atol * scale;
-    if (!(err <= tol)) ++bad;
-    if (!(err - tol <= worst_excess)) {
-      worst_excess = err - tol;
-      worst = i;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << bad << " of " << got.size() << " elements out of tolerance; worst at " << worst
-         << ": got " << got[worst] << ", want " << want[worst] << " (max|want| " << scale << ")";
-}
-
-::testing::AssertionResult BitwiseEqual(const Floats& a, const Floats& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << "differ at " << i << ": " << a[i] << " vs " << b[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // dL/dx by central differences, L evaluated in double at the perturbed x.
 Vec NumericGrad(Vec x, const std::function<double(const Vec&)>& loss) {
@@ -114,7 +86,7 @@ Vec NumericGrad(Vec x, const std::function<double(const Vec&)>& loss) {
 Vec D(const Floats& x) { return ref::ToDouble(x); }
 
 // Runs `f` with each of 1, 2 and 3 OpenMP threads and checks that the floats
-// it returns are bitwise identical.
+// it returns are bitwise identical (the CPU backend's promise).
 void ExpectSameForThreadCounts(const std::function<Floats()>& f) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -126,9 +98,16 @@ void ExpectSameForThreadCounts(const std::function<Floats()>& f) {
   omp_set_num_threads(saved);
 }
 
-void ExpectInvalid(const absl::Status& s, const std::string& op) {
+// Runs `f` twice and checks the two results are bitwise identical (every
+// backend's promise).
+void ExpectDeterministic(const std::function<Floats()>& f) {
+  const Floats first = f();
+  EXPECT_TRUE(BitwiseEqual(f(), first)) << "second run";
+}
+
+void ExpectInvalid(const absl::Status& s, const std::string& what) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(std::string(s.message()).find(op), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find(what), std::string::npos) << s;
 }
 
 Floats Concat(const Floats& a, const Floats& b) {
@@ -137,14 +116,14 @@ Floats Concat(const Floats& a, const Floats& b) {
   return r;
 }
 
-class BackendOpsTest : public ::testing::Test {
- protected:
-  CpuBackend cpu_;
-};
+class BackendOpsTest : public testing_backends::BackendTest {};
+LADDER_INSTANTIATE_ON_ALL_BACKENDS(BackendOpsTest);
 
-// ---- ExpF (the vectorized exp behind GELU and cross-entropy) ---------------
+class CpuOnlyOpsTest : public testing_backends::CpuBackendTest {};
 
-TEST_F(BackendOpsTest, ExpFMatchesExp) {
+// ---- ExpF (the CPU's vectorized exp behind GELU and cross-entropy) -----------
+
+TEST(CpuOnlyExpF, MatchesExp) {
   double worst = 0;
   for (float x = -87.0f; x < 88.3f; x += 0.0137f) {
     const double want = std::exp(static_cast<double>(x));
@@ -160,60 +139,72 @@ TEST_F(BackendOpsTest, ExpFMatchesExp) {
 
 // ---- embedding ---------------------------------------------------------------
 
-TEST_F(BackendOpsTest, EmbeddingForwardMatchesReference) {
-  const int B = 3, T = 5, C = 37, Vp = 11, maxT = 7;
-  Ints tok = RandomInts(B * T, 1, Vp);
-  Ints pos = ref::SequencePositions(B, T);
-  Floats wte = Uniform(Vp * C, 2), wpe = Uniform(maxT * C, 3), out(B * T * C);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
-                  .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
-  // No wpe: the token rows alone.
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {Vp, C}), Tensor(), 0)
-                  .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), Vec()), kFwdRtol, kFwdAtol));
+TEST_P(BackendOpsTest, EmbeddingForwardMatchesReference) {
+  struct Shape {
+    int B, T, C, Vp, maxT;
+  };
+  uint32_t seed = 1;
+  for (Shape s : {Shape{3, 5, 37, 11, 7}, Shape{1, 1, 1, 3, 1}, Shape{2, 7, 131, 19, 9}}) {
+    const int B = s.B, T = s.T, C = s.C, Vp = s.Vp, maxT = s.maxT;
+    SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " C=" << C);
+    const Ints tok = RandomInts(B * T, ++seed, Vp);
+    const Ints pos = ref::SequencePositions(B, T);
+    const Floats wte = Uniform(Vp * C, ++seed), wpe = Uniform(maxT * C, ++seed);
+    auto dtok = Up(tok, {B, T}), dpos = Up(pos, {B, T});
+    auto dwte = Up(wte, {Vp, C}), dwpe = Up(wpe, {maxT, C});
+    auto out = Out({B, T, C});
+    ASSERT_TRUE(be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), dwte.t(), dwpe.t(), 0).ok());
+    EXPECT_TRUE(
+        AllClose(out.Get(), ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
+    // No wpe: the token rows alone.
+    out.Poison();
+    ASSERT_TRUE(be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), dwte.t(), Tensor(), 0).ok());
+    EXPECT_TRUE(
+        AllClose(out.Get(), ref::Embedding(tok, pos, C, D(wte), Vec()), kFwdRtol, kFwdAtol));
+  }
 }
 
-TEST_F(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
+TEST_P(BackendOpsTest, EmbeddingGradientsMatchFiniteDifferences) {
   const int B = 2, T = 3, C = 5, Vp = 4, maxT = 4;
-  Ints tok = {1, 3, 1, 1, 0, 3};  // repeated tokens: the scatter must add them all
-  Ints pos = ref::SequencePositions(B, T);
-  Floats wte = Uniform(Vp * C, 4), wpe = Uniform(maxT * C, 5), w = Uniform(B * T * C, 6);
-  Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
-  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {B, T, C}),
-                                     I32(tok, {B, T}), I32(pos, {B, T}), 0)
+  const Ints tok = {1, 3, 1, 1, 0, 3};  // repeated tokens: the scatter must add them all
+  const Ints pos = ref::SequencePositions(B, T);
+  const Floats wte = Uniform(Vp * C, 4), wpe = Uniform(maxT * C, 5), w = Uniform(B * T * C, 6);
+  auto dwte = Up(Floats(Vp * C, 0.0f), {Vp, C}), dwpe = Up(Floats(maxT * C, 0.0f), {maxT, C});
+  ASSERT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), Up(w, {B, T, C}).t(), Up(tok, {B, T}).t(),
+                                     Up(pos, {B, T}).t(), 0)
                   .ok());
   const Vec wd = D(w);
   auto num_wte = NumericGrad(
       D(wte), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, pos, C, x, D(wpe)), wd); });
   auto num_wpe = NumericGrad(
       D(wpe), [&](const Vec& x) { return ref::Dot(ref::Embedding(tok, pos, C, D(wte), x), wd); });
-  EXPECT_TRUE(AllClose(dwte, num_wte, kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dwpe, num_wpe, kGradRtol, kGradAtol));
+  EXPECT_TRUE(AllClose(dwte.Get(), num_wte, kGradRtol, kGradAtol));
+  EXPECT_TRUE(AllClose(dwpe.Get(), num_wpe, kGradRtol, kGradAtol));
 }
 
-TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
+TEST_P(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
   // A shard holding rows [2, 5) of a 7-row vocabulary, without wpe: tokens
   // outside the shard contribute nothing and get no gradient.
   const int B = 2, T = 4, C = 5, rows = 3, start = 2;
-  Ints tok = {0, 2, 4, 6, 3, 2, 5, 1};
-  Ints pos = ref::SequencePositions(B, T);
-  Floats wte = Uniform(rows * C, 12), w = Uniform(B * T * C, 13), out(B * T * C);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {rows, C}), Tensor(), start)
-                  .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), Vec(), start), kFwdRtol, kFwdAtol));
+  const Ints tok = {0, 2, 4, 6, 3, 2, 5, 1};
+  const Ints pos = ref::SequencePositions(B, T);
+  const Floats wte = Uniform(rows * C, 12), w = Uniform(B * T * C, 13);
+  auto dtok = Up(tok, {B, T}), dpos = Up(pos, {B, T});
+  auto out = Out({B, T, C});
+  ASSERT_TRUE(
+      be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), Up(wte, {rows, C}).t(), Tensor(), start)
+          .ok());
+  const Floats got = out.Get();
+  EXPECT_TRUE(AllClose(got, ref::Embedding(tok, pos, C, D(wte), Vec(), start), kFwdRtol, kFwdAtol));
   for (int n : {0, 3, 6, 7}) {  // tokens 0, 6, 5, 1: outside the shard
-    for (int c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], 0.0f) << n << "," << c;
+    for (int c = 0; c < C; ++c) EXPECT_EQ(got[n * C + c], 0.0f) << n << "," << c;
   }
-  Floats dwte(rows * C, 0.0f);
-  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {rows, C}), Tensor(), F32(w, {B, T, C}),
-                                     I32(tok, {B, T}), I32(pos, {B, T}), start)
-                  .ok());
+  auto dwte = Up(Floats(rows * C, 0.0f), {rows, C});
+  ASSERT_TRUE(
+      be().EmbeddingBackward(dwte.t(), Tensor(), Up(w, {B, T, C}).t(), dtok.t(), dpos.t(), start)
+          .ok());
   const Vec wd = D(w);
-  EXPECT_TRUE(AllClose(dwte,
+  EXPECT_TRUE(AllClose(dwte.Get(),
                        NumericGrad(D(wte),
                                    [&](const Vec& x) {
                                      return ref::Dot(ref::Embedding(tok, pos, C, x, Vec(), start),
@@ -222,18 +213,18 @@ TEST_F(BackendOpsTest, EmbeddingShardGradientsMatchFiniteDifferences) {
                        kGradRtol, kGradAtol));
 }
 
-TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
-  const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;
-  Ints tok = RandomInts(B * T, 7, Vp);
-  Ints pos = ref::SequencePositions(B, T);
-  Floats dout = Uniform(B * T * C, 8);
+// dwte/dwpe accumulate; the result is deterministic.
+TEST_P(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
+  const int B = 3, T = 41, C = 77, Vp = 16, maxT = 41;
+  const Ints tok = RandomInts(B * T, 7, Vp);
+  const Ints pos = ref::SequencePositions(B, T);
+  auto dtok = Up(tok, {B, T}), dpos = Up(pos, {B, T});
+  auto dout = Up(Uniform(B * T * C, 8), {B, T, C});
   const Floats pre_wte = Uniform(Vp * C, 9), pre_wpe = Uniform(maxT * C, 10);
   auto run = [&](const Floats& init_wte, const Floats& init_wpe) {
-    Floats dwte = init_wte, dwpe = init_wpe;
-    EXPECT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}),
-                                       F32(dout, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}), 0)
-                    .ok());
-    return Concat(dwte, dwpe);
+    auto dwte = Up(init_wte, {Vp, C}), dwpe = Up(init_wpe, {maxT, C});
+    EXPECT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), dout.t(), dtok.t(), dpos.t(), 0).ok());
+    return Concat(dwte.Get(), dwpe.Get());
   };
   const Floats fresh = run(Floats(Vp * C, 0.0f), Floats(maxT * C, 0.0f));
   const Floats acc = run(pre_wte, pre_wpe);
@@ -241,7 +232,19 @@ TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
   Vec want(pre.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = double{pre[i]} + fresh[i];
   EXPECT_TRUE(AllClose(acc, want, kAccRtol, kAccAtol));
-  ExpectSameForThreadCounts([&] { return run(pre_wte, pre_wpe); });
+  ExpectDeterministic([&] { return run(pre_wte, pre_wpe); });
+}
+
+TEST_F(CpuOnlyOpsTest, EmbeddingBackwardIsTheSameForThreadCounts) {
+  const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;  // above the parallel threshold
+  auto tok = Up(RandomInts(B * T, 7, Vp), {B, T}), pos = Up(ref::SequencePositions(B, T), {B, T});
+  auto dout = Up(Uniform(B * T * C, 8), {B, T, C});
+  const Floats pre_wte = Uniform(Vp * C, 9), pre_wpe = Uniform(maxT * C, 10);
+  ExpectSameForThreadCounts([&] {
+    auto dwte = Up(pre_wte, {Vp, C}), dwpe = Up(pre_wpe, {maxT, C});
+    EXPECT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), dout.t(), tok.t(), pos.t(), 0).ok());
+    return Concat(dwte.Get(), dwpe.Get());
+  });
 }
 
 // Tensor parallelism's vocabulary-parallel embedding, with a plain loop in
@@ -249,146 +252,167 @@ TEST_F(BackendOpsTest, EmbeddingBackwardAccumulatesAndIsDeterministic) {
 // The sum of the shard lookups is the unsplit lookup and each shard's dwte is
 // its rows of the unsplit dwte, both bitwise: every element is the same sum
 // with zeros added (exact).
-TEST_F(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
-  const int B = 4, T = 64, C = 80, Vp = 16, maxT = 64;  // above the parallel threshold
-  Ints tok = RandomInts(B * T, 14, Vp);
-  Ints pos = ref::SequencePositions(B, T);
-  Floats wte = Uniform(Vp * C, 15), wpe = Uniform(maxT * C, 16), dout = Uniform(B * T * C, 17);
-  Floats out(B * T * C), dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
-                  .ok());
-  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(dout, {B, T, C}),
-                                     I32(tok, {B, T}), I32(pos, {B, T}), 0)
-                  .ok());
+TEST_P(BackendOpsTest, EmbeddingShardsSumToTheUnsplitLookup) {
+  const int B = 3, T = 43, C = 80, Vp = 16, maxT = 43;
+  const Ints tok = RandomInts(B * T, 14, Vp);
+  const Floats wte = Uniform(Vp * C, 15), wpe = Uniform(maxT * C, 16);
+  auto dtok = Up(tok, {B, T}), dpos = Up(ref::SequencePositions(B, T), {B, T});
+  auto dwpe_in = Up(wpe, {maxT, C}), dout = Up(Uniform(B * T * C, 17), {B, T, C});
+  auto out = Out({B, T, C});
+  auto dwte = Up(Floats(Vp * C, 0.0f), {Vp, C}), dwpe = Up(Floats(maxT * C, 0.0f), {maxT, C});
+  ASSERT_TRUE(
+      be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), Up(wte, {Vp, C}).t(), dwpe_in.t(), 0)
+          .ok());
+  ASSERT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), dout.t(), dtok.t(), dpos.t(), 0).ok());
+  const Floats whole = out.Get(), dwte_whole = dwte.Get(), dwpe_whole = dwpe.Get();
   for (int shards : {2, 4}) {
     const int rows = Vp / shards;
     Floats sum(B * T * C, 0.0f);
     for (int k = 0; k < shards; ++k) {
       const int start = k * rows;
-      Floats w(wte.begin() + start * C, wte.begin() + (start + rows) * C), part(B * T * C);
-      Floats dw(rows * C, 0.0f), dp(maxT * C, 0.0f);
-      const Tensor pe = k == 0 ? F32(wpe, {maxT, C}) : Tensor();
-      const Tensor dpe = k == 0 ? F32(dp, {maxT, C}) : Tensor();
-      ASSERT_TRUE(cpu_.EmbeddingForward(F32(part, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                        F32(w, {rows, C}), pe, start)
+      auto w = Up(Floats(wte.begin() + start * C, wte.begin() + (start + rows) * C), {rows, C});
+      auto part = Out({B, T, C});
+      auto dw = Up(Floats(rows * C, 0.0f), {rows, C}), dp = Up(Floats(maxT * C, 0.0f), {maxT, C});
+      ASSERT_TRUE(be().EmbeddingForward(part.t(), dtok.t(), dpos.t(), w.t(),
+                                        k == 0 ? dwpe_in.t() : Tensor(), start)
                       .ok());
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the all-reduce
-      ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dw, {rows, C}), dpe, F32(dout, {B, T, C}),
-                                         I32(tok, {B, T}), I32(pos, {B, T}), start)
+      const Floats p = part.Get();
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];  // the all-reduce
+      ASSERT_TRUE(be().EmbeddingBackward(dw.t(), k == 0 ? dp.t() : Tensor(), dout.t(), dtok.t(),
+                                         dpos.t(), start)
                       .ok());
-      EXPECT_TRUE(
-          BitwiseEqual(dw, Floats(dwte.begin() + start * C, dwte.begin() + (start + rows) * C)))
+      EXPECT_TRUE(BitwiseEqual(dw.Get(), Floats(dwte_whole.begin() + start * C,
+                                                dwte_whole.begin() + (start + rows) * C)))
           << "shard " << k << " of " << shards;
       if (k == 0) {
-        EXPECT_TRUE(BitwiseEqual(dp, dwpe)) << shards << " shards";
+        EXPECT_TRUE(BitwiseEqual(dp.Get(), dwpe_whole)) << shards << " shards";
       }
     }
-    EXPECT_TRUE(BitwiseEqual(sum, out)) << shards << " shards";
+    EXPECT_TRUE(BitwiseEqual(sum, whole)) << shards << " shards";
   }
 }
 
-TEST_F(BackendOpsTest, EmbeddingRejectsBadShapesAndTokens) {
+TEST_P(BackendOpsTest, EmbeddingRejectsBadShapes) {
+  const int B = 2, T = 3, C = 4, Vp = 5, maxT = 3;
+  auto tok = Up(Ints{0, 1, 2, 3, 4, 0}, {B, T}), pos = Up(ref::SequencePositions(B, T), {B, T});
+  auto wte = Out({Vp, C}), wpe = Out({maxT, C}), out = Out({B, T, C}), small_wpe = Out({2, C});
+  EXPECT_TRUE(be().EmbeddingForward(out.t(), tok.t(), pos.t(), wte.t(), wpe.t(), 0).ok());
+  ExpectInvalid(be().EmbeddingForward(out.t({B, T, C - 1}), tok.t(), pos.t(), wte.t(), wpe.t(), 0),
+                "EmbeddingForward");
+  ExpectInvalid(be().EmbeddingForward(out.t(), tok.t(), pos.t(), wte.t(), wpe.t(), -1),
+                "vocab_start");
+  ExpectInvalid(be().EmbeddingForward(out.t(), tok.t(), pos.t({B * T - 1}), wte.t(), wpe.t(), 0),
+                "positions");
+  ExpectInvalid(be().EmbeddingBackward(wte.t(), wpe.t(), out.t({B, T, C - 1}), tok.t(), pos.t(), 0),
+                "EmbeddingBackward");
+  (void)small_wpe;
+}
+
+// Ids that live on the device are checked by the CPU backend only (see the
+// header comment): a negative token, a position outside [0, maxT).
+TEST_F(CpuOnlyOpsTest, EmbeddingRejectsBadIds) {
   const int B = 2, T = 3, C = 4, Vp = 5, maxT = 3;
   Ints tok = {0, 1, 2, 3, 4, 0};
-  Ints pos = ref::SequencePositions(B, T);
-  Floats wte(Vp * C), wpe(maxT * C), out(B * T * C), small_wpe(2 * C);
-  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
-                  .ok());
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C - 1}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
-                "EmbeddingForward");
-  ExpectInvalid(
-      cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                            F32(wte, {Vp, C}), F32(small_wpe, {2, C}), 0),  // position 2 >= maxT
+  auto pos = Up(ref::SequencePositions(B, T), {B, T});
+  auto wte = Out({Vp, C}), wpe = Out({maxT, C}), out = Out({B, T, C}), small_wpe = Out({2, C});
+  ExpectInvalid(  // position 2 >= maxT
+      be().EmbeddingForward(out.t(), Up(tok, {B, T}).t(), pos.t(), wte.t(), small_wpe.t(), 0),
       "EmbeddingForward");
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), -1),
-                "vocab_start");
   tok[4] = Vp;  // beyond this shard: legal, it contributes nothing
-  EXPECT_TRUE(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
-                  .ok());
+  EXPECT_TRUE(
+      be().EmbeddingForward(out.t(), Up(tok, {B, T}).t(), pos.t(), wte.t(), wpe.t(), 0).ok());
   tok[4] = -1;  // not a token at all
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {B, T, C}), I32(tok, {B, T}), I32(pos, {B, T}),
-                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
+  ExpectInvalid(be().EmbeddingForward(out.t(), Up(tok, {B, T}).t(), pos.t(), wte.t(), wpe.t(), 0),
                 "EmbeddingForward");
-  ExpectInvalid(cpu_.EmbeddingBackward(F32(wte, {Vp, C}), F32(wpe, {maxT, C}), F32(out, {B, T, C}),
-                                       I32(tok, {B, T}), I32(pos, {B, T}), 0),
+  ExpectInvalid(be().EmbeddingBackward(wte.t(), wpe.t(), out.t(), Up(tok, {B, T}).t(), pos.t(), 0),
                 "EmbeddingBackward");
+  const int N = 9;
+  Ints p = {37, 0, 5, 5, 36, 12, 0, 39, 21};
+  auto wte2 = Out({13, 24}), wpe2 = Out({40, 24}), out2 = Out({N, 24}), dwte2 = Out({13, 24}),
+       dwpe2 = Out({40, 24});
+  auto tok2 = Up(RandomInts(N, 31, 13), {N});
+  for (int32_t bad : {40, -1}) {
+    p[4] = bad;
+    ExpectInvalid(be().EmbeddingForward(out2.t(), tok2.t(), Up(p, {N}).t(), wte2.t(), wpe2.t(), 0),
+                  "positions[4]");
+    ExpectInvalid(
+        be().EmbeddingBackward(dwte2.t(), dwpe2.t(), out2.t(), tok2.t(), Up(p, {N}).t(), 0),
+        "positions[4]");
+  }
 }
 
 // Explicit positions, as a cached decode step has them: tokens of several
 // sequences, each at its own position, in no order, some positions shared
 // and some never used.
-TEST_F(BackendOpsTest, EmbeddingTakesExplicitPositions) {
-  const int N = 9, C = 24, Vp = 13, maxT = 40;
-  Ints tok = RandomInts(N, 31, Vp);
-  Ints pos = {37, 0, 5, 5, 36, 12, 0, 39, 21};
-  Floats wte = Uniform(Vp * C, 32), wpe = Uniform(maxT * C, 33), w = Uniform(N * C, 34);
-  Floats out(N * C);
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N}),
-                                    F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0)
-                  .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
+TEST_P(BackendOpsTest, EmbeddingTakesExplicitPositions) {
+  const int N = 9, C = 23, Vp = 13, maxT = 40;
+  const Ints tok = RandomInts(N, 31, Vp);
+  const Ints pos = {37, 0, 5, 5, 36, 12, 0, 39, 21};
+  const Floats wte = Uniform(Vp * C, 32), wpe = Uniform(maxT * C, 33), w = Uniform(N * C, 34);
+  auto dtok = Up(tok, {N}), dpos = Up(pos, {N});
+  auto dwte_in = Up(wte, {Vp, C}), dwpe_in = Up(wpe, {maxT, C});
+  auto out = Out({N, C});
+  ASSERT_TRUE(be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), dwte_in.t(), dwpe_in.t(), 0).ok());
+  EXPECT_TRUE(AllClose(out.Get(), ref::Embedding(tok, pos, C, D(wte), D(wpe)), kFwdRtol, kFwdAtol));
 
-  Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
-  ASSERT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {N, C}),
-                                     I32(tok, {N}), I32(pos, {N}), 0)
-                  .ok());
+  auto dwte = Up(Floats(Vp * C, 0.0f), {Vp, C}), dwpe = Up(Floats(maxT * C, 0.0f), {maxT, C});
+  ASSERT_TRUE(
+      be().EmbeddingBackward(dwte.t(), dwpe.t(), Up(w, {N, C}).t(), dtok.t(), dpos.t(), 0).ok());
   const Vec wd = D(w);
-  EXPECT_TRUE(AllClose(dwte,
+  EXPECT_TRUE(AllClose(dwte.Get(),
                        NumericGrad(D(wte),
                                    [&](const Vec& x) {
                                      return ref::Dot(ref::Embedding(tok, pos, C, x, D(wpe)), wd);
                                    }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dwpe,
+  const Floats gwpe = dwpe.Get();
+  EXPECT_TRUE(AllClose(gwpe,
                        NumericGrad(D(wpe),
                                    [&](const Vec& x) {
                                      return ref::Dot(ref::Embedding(tok, pos, C, D(wte), x), wd);
                                    }),
                        kGradRtol, kGradAtol));
-  for (int c = 0; c < C; ++c) EXPECT_EQ(dwpe[1 * C + c], 0.0f);  // position 1: no token there
+  for (int c = 0; c < C; ++c) EXPECT_EQ(gwpe[1 * C + c], 0.0f);  // position 1: no token there
 
   // No token table: the position rows alone (the int8 model's lookup).
-  ASSERT_TRUE(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N}), Tensor(),
-                                    F32(wpe, {maxT, C}), 0)
-                  .ok());
-  EXPECT_TRUE(AllClose(out, ref::Embedding(tok, pos, C, Vec(), D(wpe)), kFwdRtol, kFwdAtol));
-
-  // A position outside [0, maxT) is an error in both directions.
-  for (int32_t bad : {maxT, -1}) {
-    Ints p = pos;
-    p[4] = bad;
-    ExpectInvalid(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(p, {N}),
-                                        F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
-                  "positions[4]");
-    ExpectInvalid(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(w, {N, C}),
-                                         I32(tok, {N}), I32(p, {N}), 0),
-                  "positions[4]");
-  }
-  // One position per token.
-  ExpectInvalid(cpu_.EmbeddingForward(F32(out, {N, C}), I32(tok, {N}), I32(pos, {N - 1}),
-                                      F32(wte, {Vp, C}), F32(wpe, {maxT, C}), 0),
-                "positions");
+  out.Poison();
+  ASSERT_TRUE(be().EmbeddingForward(out.t(), dtok.t(), dpos.t(), Tensor(), dwpe_in.t(), 0).ok());
+  EXPECT_TRUE(AllClose(out.Get(), ref::Embedding(tok, pos, C, Vec(), D(wpe)), kFwdRtol, kFwdAtol));
 }
 
-// The backward with explicit positions sums each row in token order on any
-// thread count, also where many tokens share a position and a token.
-TEST_F(BackendOpsTest, EmbeddingBackwardWithPositionsIsDeterministic) {
-  const int N = 300, C = 96, Vp = 8, maxT = 6;  // above the parallel threshold
-  Ints tok = RandomInts(N, 41, Vp), pos = RandomInts(N, 42, maxT);
-  Floats dout = Uniform(N * C, 43);
+// The backward with explicit positions sums each row in token order, also
+// where many tokens share a position and a token.
+TEST_P(BackendOpsTest, EmbeddingBackwardWithPositionsMatchesAndIsDeterministic) {
+  const int N = 301, C = 95, Vp = 8, maxT = 6;
+  const Ints tok = RandomInts(N, 41, Vp), pos = RandomInts(N, 42, maxT);
+  const Floats g = Uniform(N * C, 43);
+  auto dtok = Up(tok, {N}), dpos = Up(pos, {N});
+  auto dout = Up(g, {N, C});
   auto run = [&] {
-    Floats dwte(Vp * C, 0.0f), dwpe(maxT * C, 0.0f);
-    EXPECT_TRUE(cpu_.EmbeddingBackward(F32(dwte, {Vp, C}), F32(dwpe, {maxT, C}), F32(dout, {N, C}),
-                                       I32(tok, {N}), I32(pos, {N}), 0)
-                    .ok());
-    return Concat(dwte, dwpe);
+    auto dwte = Up(Floats(Vp * C, 0.0f), {Vp, C}), dwpe = Up(Floats(maxT * C, 0.0f), {maxT, C});
+    EXPECT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), dout.t(), dtok.t(), dpos.t(), 0).ok());
+    return Concat(dwte.Get(), dwpe.Get());
   };
-  ExpectSameForThreadCounts(run);
+  Vec want((Vp + maxT) * C, 0.0);
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) {
+      want[tok[n] * C + c] += g[n * C + c];
+      want[(Vp + pos[n]) * C + c] += g[n * C + c];
+    }
+  }
+  EXPECT_TRUE(AllClose(run(), want, kFwdRtol, kFwdAtol));
+  ExpectDeterministic(run);
+}
+
+TEST_F(CpuOnlyOpsTest, EmbeddingBackwardWithPositionsIsTheSameForThreadCounts) {
+  const int N = 300, C = 96, Vp = 8, maxT = 6;  // above the parallel threshold
+  auto tok = Up(RandomInts(N, 41, Vp), {N}), pos = Up(RandomInts(N, 42, maxT), {N});
+  auto dout = Up(Uniform(N * C, 43), {N, C});
+  ExpectSameForThreadCounts([&] {
+    auto dwte = Up(Floats(Vp * C, 0.0f), {Vp, C}), dwpe = Up(Floats(maxT * C, 0.0f), {maxT, C});
+    EXPECT_TRUE(be().EmbeddingBackward(dwte.t(), dwpe.t(), dout.t(), tok.t(), pos.t(), 0).ok());
+    return Concat(dwte.Get(), dwpe.Get());
+  });
 }
 
 // ---- residual + LayerNorm ----------------------------------------------------
@@ -406,26 +430,30 @@ struct LnData {
 };
 
 // The residual add alone is exactly the fused op's residual_out.
-TEST_F(BackendOpsTest, ResidualAddEqualsTheFusedOpsResidual) {
+TEST_P(BackendOpsTest, ResidualAddEqualsTheFusedOpsResidual) {
   const int C = 53;
   LnData d(7, C, 5);
   const int N = d.N;
-  std::vector<float> sum(N * C), res(N * C), y(N * C), mean(N), rstd(N);
-  ASSERT_TRUE(cpu_.ResidualAdd(F32(sum, {N, C}), F32(d.in, {N, C}), F32(d.branch, {N, C})).ok());
-  ASSERT_TRUE(cpu_.ResidualLayerNormForward(
-                      F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N}), F32(rstd, {N}),
-                      F32(d.in, {N, C}), F32(d.branch, {N, C}), F32(d.gamma, {C}), F32(d.beta, {C}))
+  auto in = Up(d.in, {N, C}), br = Up(d.branch, {N, C});
+  auto sum = Out({N, C}), res = Out({N, C}), y = Out({N, C}), mean = Out({N}), rstd = Out({N});
+  ASSERT_TRUE(be().ResidualAdd(sum.t(), in.t(), br.t()).ok());
+  ASSERT_TRUE(be().ResidualLayerNormForward(res.t(), y.t(), mean.t(), rstd.t(), in.t(), br.t(),
+                                            Up(d.gamma, {C}).t(), Up(d.beta, {C}).t())
                   .ok());
-  EXPECT_EQ(sum, res);
-  for (int i = 0; i < N * C; ++i) ASSERT_EQ(sum[i], d.in[i] + d.branch[i]) << i;
-  ExpectInvalid(cpu_.ResidualAdd(F32(sum, {N, C}), F32(d.in, {N, C}), F32(d.branch, {C})),
-                "ResidualAdd");
+  const Floats s = sum.Get();
+  EXPECT_TRUE(BitwiseEqual(s, res.Get()));
+  for (int i = 0; i < N * C; ++i) ASSERT_EQ(s[i], d.in[i] + d.branch[i]) << i;
+  // out may alias an input.
+  ASSERT_TRUE(be().ResidualAdd(in.t(), in.t(), br.t()).ok());
+  EXPECT_TRUE(BitwiseEqual(in.Get(), s));
+  ExpectInvalid(be().ResidualAdd(sum.t(), in.t(), br.t({C})), "ResidualAdd");
 }
 
-TEST_F(BackendOpsTest, ResidualLayerNormForwardMatchesReference) {
-  for (int C : {37, 768}) {
+TEST_P(BackendOpsTest, ResidualLayerNormForwardMatchesReference) {
+  for (int C : {37, 768, 1}) {
     LnData d(9, C, 11);
     const int N = d.N;
+    SCOPED_TRACE(::testing::Message() << "C=" << C);
     // Row 0 has variance ~1e-6, where eps = 1e-5 dominates, and row 1 is all
     // zeros (rstd = 1/sqrt(eps), y = beta): both pin down eps.
     for (int c = 0; c < C; ++c) {
@@ -433,163 +461,208 @@ TEST_F(BackendOpsTest, ResidualLayerNormForwardMatchesReference) {
       d.branch[c] = 0.0f;
       d.in[C + c] = d.branch[C + c] = 0.0f;
     }
-    Floats res(N * C), y(N * C), mean(N), rstd(N);
+    auto res = Out({3, 3, C}), y = Out({3, 3, C}), mean = Out({3, 3}), rstd = Out({3, 3});
     // A [B,T,C] view: row-wise ops only look at the last dimension.
-    ASSERT_TRUE(cpu_.ResidualLayerNormForward(F32(res, {3, 3, C}), F32(y, {3, 3, C}),
-                                              F32(mean, {3, 3}), F32(rstd, {3, 3}),
-                                              F32(d.in, {3, 3, C}), F32(d.branch, {3, 3, C}),
-                                              F32(d.gamma, {C}), F32(d.beta, {C}))
+    ASSERT_TRUE(be().ResidualLayerNormForward(res.t(), y.t(), mean.t(), rstd.t(),
+                                              Up(d.in, {3, 3, C}).t(), Up(d.branch, {3, 3, C}).t(),
+                                              Up(d.gamma, {C}).t(), Up(d.beta, {C}).t())
                     .ok());
     const Vec br = D(d.branch);
     auto want = ref::ResidualLayerNorm(D(d.in), &br, D(d.gamma), D(d.beta), N, C);
-    EXPECT_TRUE(AllClose(res, want.residual_out, kFwdRtol, kFwdAtol)) << "C=" << C;
-    EXPECT_TRUE(AllClose(y, want.y, kFwdRtol, kFwdAtol)) << "C=" << C;
-    EXPECT_TRUE(AllClose(mean, want.mean, kFwdRtol, kFwdAtol)) << "C=" << C;
-    EXPECT_TRUE(AllClose(rstd, want.rstd, kFwdRtol, kFwdAtol)) << "C=" << C;
+    EXPECT_TRUE(AllClose(res.Get(), want.residual_out, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(y.Get(), want.y, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(mean.Get(), want.mean, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(rstd.Get(), want.rstd, kFwdRtol, kFwdAtol));
   }
 }
 
-TEST_F(BackendOpsTest, LayerNormWithEmptyBranchReadsResidualIn) {
-  LnData d(5, 20, 21);
+TEST_P(BackendOpsTest, LayerNormWithEmptyBranchReadsResidualIn) {
+  LnData d(5, 21, 21);
   const int N = d.N, C = d.C;
-  Floats y(N * C), mean(N), rstd(N);
-  ASSERT_TRUE(cpu_.ResidualLayerNormForward(Tensor(), F32(y, {N, C}), F32(mean, {N}),
-                                            F32(rstd, {N}), F32(d.in, {N, C}), Tensor(),
-                                            F32(d.gamma, {C}), F32(d.beta, {C}))
+  auto in = Up(d.in, {N, C}), gamma = Up(d.gamma, {C}), beta = Up(d.beta, {C});
+  auto y = Out({N, C}), mean = Out({N}), rstd = Out({N});
+  ASSERT_TRUE(be().ResidualLayerNormForward(Tensor(), y.t(), mean.t(), rstd.t(), in.t(), Tensor(),
+                                            gamma.t(), beta.t())
                   .ok());
   auto want = ref::ResidualLayerNorm(D(d.in), nullptr, D(d.gamma), D(d.beta), N, C);
-  EXPECT_TRUE(AllClose(y, want.y, kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(rstd, want.rstd, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(y.Get(), want.y, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(mean.Get(), want.mean, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(rstd.Get(), want.rstd, kFwdRtol, kFwdAtol));
   // No branch means no residual_out either.
-  Floats res(N * C);
-  ExpectInvalid(cpu_.ResidualLayerNormForward(F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N}),
-                                              F32(rstd, {N}), F32(d.in, {N, C}), Tensor(),
-                                              F32(d.gamma, {C}), F32(d.beta, {C})),
+  auto res = Out({N, C});
+  ExpectInvalid(be().ResidualLayerNormForward(res.t(), y.t(), mean.t(), rstd.t(), in.t(), Tensor(),
+                                              gamma.t(), beta.t()),
                 "ResidualLayerNormForward");
 }
 
-TEST_F(BackendOpsTest, ResidualLayerNormGradientsMatchFiniteDifferences) {
-  LnData d(4, 19, 31);
+TEST_P(BackendOpsTest, ResidualLayerNormGradientsMatchFiniteDifferences) {
+  LnData d(5, 19, 31);
   const int N = d.N, C = d.C;
-  Floats res(N * C), y(N * C), mean(N), rstd(N);
-  ASSERT_TRUE(cpu_.ResidualLayerNormForward(
-                      F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N}), F32(rstd, {N}),
-                      F32(d.in, {N, C}), F32(d.branch, {N, C}), F32(d.gamma, {C}), F32(d.beta, {C}))
+  auto res = Out({N, C}), y = Out({N, C}), mean = Out({N}), rstd = Out({N});
+  auto gamma = Up(d.gamma, {C});
+  ASSERT_TRUE(be().ResidualLayerNormForward(res.t(), y.t(), mean.t(), rstd.t(),
+                                            Up(d.in, {N, C}).t(), Up(d.branch, {N, C}).t(),
+                                            gamma.t(), Up(d.beta, {C}).t())
                   .ok());
-  Floats w = Uniform(N * C, 32);
-  Floats dres(N * C, 0.0f), dgamma(C, 0.0f), dbeta(C, 0.0f);
-  ASSERT_TRUE(cpu_.ResidualLayerNormBackward(F32(dres, {N, C}), F32(dgamma, {C}), F32(dbeta, {C}),
-                                             F32(w, {N, C}), F32(res, {N, C}), F32(d.gamma, {C}),
-                                             F32(mean, {N}), F32(rstd, {N}))
+  const Floats w = Uniform(N * C, 32);
+  auto dres = Up(Floats(N * C, 0.0f), {N, C}), dgamma = Up(Floats(C, 0.0f), {C}),
+       dbeta = Up(Floats(C, 0.0f), {C});
+  ASSERT_TRUE(be().ResidualLayerNormBackward(dres.t(), dgamma.t(), dbeta.t(), Up(w, {N, C}).t(),
+                                             res.t(), gamma.t(), mean.t(), rstd.t())
                   .ok());
-  const Vec in = D(d.in), br = D(d.branch), ga = D(d.gamma), be = D(d.beta), wd = D(w);
+  const Vec in = D(d.in), br = D(d.branch), ga = D(d.gamma), be_ = D(d.beta), wd = D(w);
   auto loss = [&](const Vec& i, const Vec& b, const Vec& g, const Vec& e) {
     return ref::Dot(ref::ResidualLayerNorm(i, &b, g, e, N, C).y, wd);
   };
+  const Floats gres = dres.Get();
   // residual_out = in + branch, so both inputs get the same gradient, d_residual.
-  EXPECT_TRUE(AllClose(dres, NumericGrad(in, [&](const Vec& x) { return loss(x, br, ga, be); }),
+  EXPECT_TRUE(AllClose(gres, NumericGrad(in, [&](const Vec& x) { return loss(x, br, ga, be_); }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dres, NumericGrad(br, [&](const Vec& x) { return loss(in, x, ga, be); }),
+  EXPECT_TRUE(AllClose(gres, NumericGrad(br, [&](const Vec& x) { return loss(in, x, ga, be_); }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dgamma, NumericGrad(ga, [&](const Vec& x) { return loss(in, br, x, be); }),
+  EXPECT_TRUE(AllClose(dgamma.Get(),
+                       NumericGrad(ga, [&](const Vec& x) { return loss(in, br, x, be_); }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dbeta, NumericGrad(be, [&](const Vec& x) { return loss(in, br, ga, x); }),
+  EXPECT_TRUE(AllClose(dbeta.Get(),
+                       NumericGrad(be_, [&](const Vec& x) { return loss(in, br, ga, x); }),
                        kGradRtol, kGradAtol));
 }
 
-TEST_F(BackendOpsTest, LayerNormBackwardAccumulatesAndIsDeterministic) {
-  LnData d(200, 48, 41);  // 200 rows: several row chunks, the last one partial
+// The LayerNorm backward of d (no branch) from the given starting gradients.
+Floats LayerNormBackward(testing_backends::BackendHarness& h, const LnData& d,
+                         DeviceArray<float>& in, DeviceArray<float>& gamma,
+                         DeviceArray<float>& mean, DeviceArray<float>& rstd, DeviceArray<float>& dy,
+                         const Floats& r0, const Floats& g0, const Floats& b0) {
   const int N = d.N, C = d.C;
-  Floats y(N * C), mean(N), rstd(N);
-  ASSERT_TRUE(cpu_.ResidualLayerNormForward(Tensor(), F32(y, {N, C}), F32(mean, {N}),
-                                            F32(rstd, {N}), F32(d.in, {N, C}), Tensor(),
-                                            F32(d.gamma, {C}), F32(d.beta, {C}))
+  auto dres = h.Up(r0, {N, C}), dg = h.Up(g0, {C}), db = h.Up(b0, {C});
+  EXPECT_TRUE(h.be()
+                  .ResidualLayerNormBackward(dres.t(), dg.t(), db.t(), dy.t(), in.t(), gamma.t(),
+                                             mean.t(), rstd.t())
                   .ok());
-  Floats dy = Uniform(N * C, 42);
+  return Concat(Concat(dres.Get(), dg.Get()), db.Get());
+}
+
+TEST_P(BackendOpsTest, LayerNormBackwardAccumulatesAndIsDeterministic) {
+  LnData d(201, 47, 41);  // 201 rows: several row chunks, the last one partial
+  const int N = d.N, C = d.C;
+  auto in = Up(d.in, {N, C}), gamma = Up(d.gamma, {C});
+  auto y = Out({N, C}), mean = Out({N}), rstd = Out({N});
+  ASSERT_TRUE(be().ResidualLayerNormForward(Tensor(), y.t(), mean.t(), rstd.t(), in.t(), Tensor(),
+                                            gamma.t(), Up(d.beta, {C}).t())
+                  .ok());
+  auto dy = Up(Uniform(N * C, 42), {N, C});
   const Floats pre_res = Uniform(N * C, 43), pre_g = Uniform(C, 44), pre_b = Uniform(C, 45);
   auto run = [&](const Floats& r0, const Floats& g0, const Floats& b0) {
-    Floats dres = r0, dg = g0, db = b0;
-    EXPECT_TRUE(cpu_.ResidualLayerNormBackward(F32(dres, {N, C}), F32(dg, {C}), F32(db, {C}),
-                                               F32(dy, {N, C}), F32(d.in, {N, C}),
-                                               F32(d.gamma, {C}), F32(mean, {N}), F32(rstd, {N}))
-                    .ok());
-    return Concat(Concat(dres, dg), db);
+    return LayerNormBackward(*this, d, in, gamma, mean, rstd, dy, r0, g0, b0);
   };
   const Floats fresh = run(Floats(N * C, 0.0f), Floats(C, 0.0f), Floats(C, 0.0f));
   const Floats acc = run(pre_res, pre_g, pre_b);
   const Floats pre = Concat(Concat(pre_res, pre_g), pre_b);
   Vec want(pre.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = double{pre[i]} + fresh[i];
-  // dgamma/dbeta are sums over 200 rows: allow their float rounding.
+  // dgamma/dbeta are sums over 201 rows: allow their float rounding.
   EXPECT_TRUE(AllClose(acc, want, kAccRtol, 1e-5));
-  ExpectSameForThreadCounts([&] { return run(pre_res, pre_g, pre_b); });
+  ExpectDeterministic([&] { return run(pre_res, pre_g, pre_b); });
 }
 
-TEST_F(BackendOpsTest, LayerNormRejectsBadShapes) {
+TEST_F(CpuOnlyOpsTest, LayerNormBackwardIsTheSameForThreadCounts) {
+  LnData d(200, 48, 41);
+  const int N = d.N, C = d.C;
+  auto in = Up(d.in, {N, C}), gamma = Up(d.gamma, {C});
+  auto y = Out({N, C}), mean = Out({N}), rstd = Out({N});
+  ASSERT_TRUE(be().ResidualLayerNormForward(Tensor(), y.t(), mean.t(), rstd.t(), in.t(), Tensor(),
+                                            gamma.t(), Up(d.beta, {C}).t())
+                  .ok());
+  auto dy = Up(Uniform(N * C, 42), {N, C});
+  const Floats pre_res = Uniform(N * C, 43), pre_g = Uniform(C, 44), pre_b = Uniform(C, 45);
+  ExpectSameForThreadCounts([&] {
+    return LayerNormBackward(*this, d, in, gamma, mean, rstd, dy, pre_res, pre_g, pre_b);
+  });
+}
+
+TEST_P(BackendOpsTest, LayerNormRejectsBadShapes) {
   const int N = 3, C = 8;
-  Floats in(N * C), br(N * C), res(N * C), y(N * C), mean(N), rstd(N), g(C), b(C), g2(C + 1);
-  ExpectInvalid(cpu_.ResidualLayerNormForward(F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N}),
-                                              F32(rstd, {N}), F32(in, {N, C}), F32(br, {N, C}),
-                                              F32(g2, {C + 1}), F32(b, {C})),
+  auto in = Out({N, C}), br = Out({N, C}), res = Out({N, C}), y = Out({N, C}), mean = Out({N}),
+       rstd = Out({N}), g = Out({C}), b = Out({C}), g2 = Out({C + 1});
+  ExpectInvalid(be().ResidualLayerNormForward(res.t(), y.t(), mean.t(), rstd.t(), in.t(), br.t(),
+                                              g2.t(), b.t()),
                 "gamma");
-  ExpectInvalid(cpu_.ResidualLayerNormForward(F32(res, {N, C}), F32(y, {N, C}), F32(mean, {N - 1}),
-                                              F32(rstd, {N}), F32(in, {N, C}), F32(br, {N, C}),
-                                              F32(g, {C}), F32(b, {C})),
+  ExpectInvalid(be().ResidualLayerNormForward(res.t(), y.t(), mean.t({N - 1}), rstd.t(), in.t(),
+                                              br.t(), g.t(), b.t()),
                 "mean");
-  ExpectInvalid(
-      cpu_.ResidualLayerNormBackward(F32(res, {N, C}), F32(g, {C}), F32(b, {C}), F32(y, {C, N}),
-                                     F32(in, {N, C}), F32(g, {C}), F32(mean, {N}), F32(rstd, {N})),
-      "ResidualLayerNormBackward");
+  ExpectInvalid(be().ResidualLayerNormBackward(res.t(), g.t(), b.t(), y.t({C, N}), in.t(), g.t(),
+                                               mean.t(), rstd.t()),
+                "ResidualLayerNormBackward");
 }
 
 // ---- matmul --------------------------------------------------------------------
 
-TEST_F(BackendOpsTest, MatmulForwardMatchesReference) {
-  const int N = 33, C = 70, OC = 45;
-  Floats inp = Uniform(N * C, 51), w = Uniform(OC * C, 52), b = Uniform(OC, 53), out(N * OC);
-  ASSERT_TRUE(
-      cpu_.MatmulForward(F32(out, {N, OC}), F32(inp, {N, C}), F32(w, {OC, C}), F32(b, {OC})).ok());
-  const Vec bd = D(b);
-  EXPECT_TRUE(AllClose(out, ref::Matmul(D(inp), D(w), &bd, N, C, OC), kFwdRtol, kFwdAtol));
-  ASSERT_TRUE(
-      cpu_.MatmulForward(F32(out, {N, OC}), F32(inp, {N, C}), F32(w, {OC, C}), Tensor()).ok());
-  EXPECT_TRUE(AllClose(out, ref::Matmul(D(inp), D(w), nullptr, N, C, OC), kFwdRtol, kFwdAtol));
+TEST_P(BackendOpsTest, MatmulForwardMatchesReference) {
+  struct Shape {
+    int N, C, OC;
+  };
+  uint32_t seed = 50;
+  for (Shape s : {Shape{33, 70, 45}, Shape{1, 1, 1}, Shape{7, 129, 65}, Shape{67, 31, 3}}) {
+    const int N = s.N, C = s.C, OC = s.OC;
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
+    const Floats inp = Uniform(N * C, ++seed), w = Uniform(OC * C, ++seed), b = Uniform(OC, ++seed);
+    auto dinp = Up(inp, {N, C}), dw = Up(w, {OC, C});
+    auto out = Out({N, OC});
+    ASSERT_TRUE(be().MatmulForward(out.t(), dinp.t(), dw.t(), Up(b, {OC}).t()).ok());
+    const Vec bd = D(b);
+    EXPECT_TRUE(AllClose(out.Get(), ref::Matmul(D(inp), D(w), &bd, N, C, OC), kFwdRtol, kFwdAtol));
+    out.Poison();
+    ASSERT_TRUE(be().MatmulForward(out.t(), dinp.t(), dw.t(), Tensor()).ok());
+    EXPECT_TRUE(
+        AllClose(out.Get(), ref::Matmul(D(inp), D(w), nullptr, N, C, OC), kFwdRtol, kFwdAtol));
+  }
 }
 
-TEST_F(BackendOpsTest, MatmulGradientsMatchFiniteDifferences) {
+TEST_P(BackendOpsTest, MatmulGradientsMatchFiniteDifferences) {
   const int N = 3, C = 5, OC = 4;
-  Floats inp = Uniform(N * C, 61), w = Uniform(OC * C, 62), b = Uniform(OC, 63);
-  Floats dout = Uniform(N * OC, 64);
-  Floats dinp(N * C, 7.0f), dw(OC * C, 0.0f), db(OC, 0.0f);  // dinp is overwritten
-  ASSERT_TRUE(cpu_.MatmulBackward(F32(dinp, {N, C}), F32(dw, {OC, C}), F32(db, {OC}),
-                                  F32(dout, {N, OC}), F32(inp, {N, C}), F32(w, {OC, C}))
+  const Floats inp = Uniform(N * C, 61), w = Uniform(OC * C, 62), b = Uniform(OC, 63);
+  const Floats dout = Uniform(N * OC, 64);
+  auto dinp = Out({N, C});  // overwritten: starts as NaN
+  auto dw = Up(Floats(OC * C, 0.0f), {OC, C}), db = Up(Floats(OC, 0.0f), {OC});
+  ASSERT_TRUE(be().MatmulBackward(dinp.t(), dw.t(), db.t(), Up(dout, {N, OC}).t(),
+                                  Up(inp, {N, C}).t(), Up(w, {OC, C}).t())
                   .ok());
   const Vec id = D(inp), wd = D(w), bd = D(b), g = D(dout);
   auto loss = [&](const Vec& i, const Vec& ww, const Vec& bb) {
     return ref::Dot(ref::Matmul(i, ww, &bb, N, C, OC), g);
   };
-  EXPECT_TRUE(AllClose(dinp, NumericGrad(id, [&](const Vec& x) { return loss(x, wd, bd); }),
+  EXPECT_TRUE(AllClose(dinp.Get(), NumericGrad(id, [&](const Vec& x) { return loss(x, wd, bd); }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(dw, NumericGrad(wd, [&](const Vec& x) { return loss(id, x, bd); }),
+  EXPECT_TRUE(AllClose(dw.Get(), NumericGrad(wd, [&](const Vec& x) { return loss(id, x, bd); }),
                        kGradRtol, kGradAtol));
-  EXPECT_TRUE(AllClose(db, NumericGrad(bd, [&](const Vec& x) { return loss(id, wd, x); }),
+  EXPECT_TRUE(AllClose(db.Get(), NumericGrad(bd, [&](const Vec& x) { return loss(id, wd, x); }),
                        kGradRtol, kGradAtol));
 }
 
-TEST_F(BackendOpsTest, MatmulBackwardAccumulatesSkipsAndIsDeterministic) {
-  const int N = 40, C = 24, OC = 36;
-  Floats inp = Uniform(N * C, 71), w = Uniform(OC * C, 72), dout = Uniform(N * OC, 73);
-  const Floats pre_w = Uniform(OC * C, 74), pre_b = Uniform(OC, 75);
-  auto run = [&](const Floats& w0, const Floats& b0, bool with_dinp) {
-    Floats dinp(N * C, 0.0f), dw = w0, db = b0;
-    EXPECT_TRUE(cpu_.MatmulBackward(with_dinp ? F32(dinp, {N, C}) : Tensor(), F32(dw, {OC, C}),
-                                    F32(db, {OC}), F32(dout, {N, OC}), F32(inp, {N, C}),
-                                    F32(w, {OC, C}))
+// MatmulBackward of fixed inputs from the given starting dweight/dbias;
+// returns dinp (NaN-poisoned first; left so when skipped), dweight, dbias.
+struct MatmulBackwardCase {
+  int N, C, OC;
+  DeviceArray<float> inp, w, dout;
+  Floats Run(testing_backends::BackendHarness& h, const Floats& w0, const Floats& b0,
+             bool with_dinp) {
+    auto dinp = h.Out({N, C});
+    auto dw = h.Up(w0, {OC, C}), db = h.Up(b0, {OC});
+    EXPECT_TRUE(h.be()
+                    .MatmulBackward(with_dinp ? dinp.t() : Tensor(), dw.t(), db.t(), dout.t(),
+                                    inp.t(), w.t())
                     .ok());
-    return Concat(Concat(dinp, dw), db);
-  };
-  const Floats fresh = run(Floats(OC * C, 0.0f), Floats(OC, 0.0f), true);
-  const Floats acc = run(pre_w, pre_b, true);
+    return Concat(Concat(dinp.Get(), dw.Get()), db.Get());
+  }
+};
+
+TEST_P(BackendOpsTest, MatmulBackwardAccumulatesSkipsAndIsDeterministic) {
+  const int N = 41, C = 23, OC = 37;
+  const Floats inp = Uniform(N * C, 71), w = Uniform(OC * C, 72), dout = Uniform(N * OC, 73);
+  MatmulBackwardCase mc{N, C, OC, Up(inp, {N, C}), Up(w, {OC, C}), Up(dout, {N, OC})};
+  const Floats pre_w = Uniform(OC * C, 74), pre_b = Uniform(OC, 75);
+  const Floats fresh = mc.Run(*this, Floats(OC * C, 0.0f), Floats(OC, 0.0f), true);
+  const Floats acc = mc.Run(*this, pre_w, pre_b, true);
   // The double-precision gradients themselves, at this larger size.
   const Vec g = D(dout), id = D(inp), wd = D(w);
   Vec want(fresh.size(), 0.0);
@@ -604,79 +677,92 @@ TEST_F(BackendOpsTest, MatmulBackwardAccumulatesSkipsAndIsDeterministic) {
   }
   EXPECT_TRUE(AllClose(fresh, want, kFwdRtol, kFwdAtol));
   const Floats pre = Concat(Concat(Floats(N * C, 0.0f), pre_w), pre_b);
-  for (size_t i = 0; i < want.size(); ++i) want[i] = double{pre[i]} + fresh[i];
-  EXPECT_TRUE(AllClose(acc, want, kAccRtol, kAccAtol));
-  // Empty dinp: skipped, and dweight/dbias come out the same.
-  const Floats skipped = run(pre_w, pre_b, false);
+  for (size_t i = N * C; i < want.size(); ++i) want[i] = double{pre[i]} + fresh[i];
+  EXPECT_TRUE(AllClose(Floats(acc.begin() + N * C, acc.end()),
+                       Vec(want.begin() + N * C, want.end()), kAccRtol, kAccAtol));
+  EXPECT_TRUE(BitwiseEqual(Floats(acc.begin(), acc.begin() + N * C),
+                           Floats(fresh.begin(), fresh.begin() + N * C)));
+  // Empty dinp: skipped (left poisoned), and dweight/dbias come out the same.
+  const Floats skipped = mc.Run(*this, pre_w, pre_b, false);
+  for (int i = 0; i < N * C; ++i) ASSERT_TRUE(std::isnan(skipped[i])) << "dinp written at " << i;
   EXPECT_TRUE(BitwiseEqual(Floats(skipped.begin() + N * C, skipped.end()),
                            Floats(acc.begin() + N * C, acc.end())));
-  // The bias column sums are ours (the GEMMs are OpenBLAS's): check them bitwise.
+  ExpectDeterministic([&] { return mc.Run(*this, pre_w, pre_b, true); });
+}
+
+// The bias column sums are the CPU backend's own (the GEMMs are OpenBLAS's).
+TEST_F(CpuOnlyOpsTest, MatmulBiasGradientIsTheSameForThreadCounts) {
+  const int N = 40, C = 24, OC = 36;
+  MatmulBackwardCase mc{N,
+                        C,
+                        OC,
+                        Up(Uniform(N * C, 71), {N, C}),
+                        Up(Uniform(OC * C, 72), {OC, C}),
+                        Up(Uniform(N * OC, 73), {N, OC})};
+  const Floats pre_w = Uniform(OC * C, 74), pre_b = Uniform(OC, 75);
   ExpectSameForThreadCounts([&] {
-    Floats r = run(pre_w, pre_b, false);
+    Floats r = mc.Run(*this, pre_w, pre_b, false);
     return Floats(r.end() - OC, r.end());
   });
 }
 
-TEST_F(BackendOpsTest, MatmulRejectsBadShapes) {
+TEST_P(BackendOpsTest, MatmulRejectsBadShapes) {
   const int N = 4, C = 6, OC = 5;
-  Floats inp(N * C), w(OC * C + OC), b(OC + 1), out(N * OC), dout(N * OC), dinp(N * C);
-  ExpectInvalid(
-      cpu_.MatmulForward(F32(out, {N, OC}), F32(inp, {N, C}), F32(w, {OC, C + 1}), Tensor()),
-      "weight");
-  ExpectInvalid(
-      cpu_.MatmulForward(F32(out, {N, OC}), F32(inp, {N, C}), F32(w, {OC, C}), F32(b, {OC + 1})),
-      "bias");
-  ExpectInvalid(
-      cpu_.MatmulForward(F32(out, {N, OC - 1}), F32(inp, {N, C}), F32(w, {OC, C}), Tensor()),
-      "MatmulForward");
-  ExpectInvalid(cpu_.MatmulBackward(F32(dinp, {N, C}), F32(w, {OC, C}), Tensor(),
-                                    F32(dout, {N, OC}), F32(inp, {N - 1, C}), F32(w, {OC, C})),
+  auto inp = Out({N, C}), w = Out({OC * C + OC}), b = Out({OC + 1}), out = Out({N, OC}),
+       dout = Out({N, OC}), dinp = Out({N, C});
+  ExpectInvalid(be().MatmulForward(out.t(), inp.t(), w.t({OC, C + 1}), Tensor()), "weight");
+  ExpectInvalid(be().MatmulForward(out.t(), inp.t(), w.t({OC, C}), b.t({OC + 1})), "bias");
+  ExpectInvalid(be().MatmulForward(out.t({N, OC - 1}), inp.t(), w.t({OC, C}), Tensor()),
+                "MatmulForward");
+  ExpectInvalid(be().MatmulBackward(dinp.t(), w.t({OC, C}), Tensor(), dout.t(), inp.t({N - 1, C}),
+                                    w.t({OC, C})),
                 "inp");
-  ExpectInvalid(cpu_.MatmulBackward(F32(dinp, {N, C}), Tensor(), Tensor(), F32(dout, {N, OC}),
-                                    F32(inp, {N, C}), F32(w, {OC, C})),
+  ExpectInvalid(be().MatmulBackward(dinp.t(), Tensor(), Tensor(), dout.t(), inp.t(), w.t({OC, C})),
                 "dweight");
 }
 
 // ---- GELU ------------------------------------------------------------------------
 
-TEST_F(BackendOpsTest, GeluForwardMatchesReference) {
-  Floats x = Uniform(1000, 81, -6.0f, 6.0f);
+TEST_P(BackendOpsTest, GeluForwardMatchesReference) {
+  Floats x = Uniform(1001, 81, -6.0f, 6.0f);
   for (float v : {0.0f, -0.0f, 1e-6f, -1e-6f, 10.0f, -10.0f, -20.0f, 30.0f}) x.push_back(v);
-  Floats out(x.size());
   const int64_t n = static_cast<int64_t>(x.size());
-  ASSERT_TRUE(cpu_.GeluForward(F32(out, {n}), F32(x, {n})).ok());
-  EXPECT_TRUE(AllClose(out, ref::Gelu(D(x)), kFwdRtol, kFwdAtol));
+  auto out = Out({n});
+  ASSERT_TRUE(be().GeluForward(out.t(), Up(x, {n}).t()).ok());
+  EXPECT_TRUE(AllClose(out.Get(), ref::Gelu(D(x)), kFwdRtol, kFwdAtol));
 }
 
-TEST_F(BackendOpsTest, GeluGradientMatchesFiniteDifferences) {
-  const int N = 6, C = 9;
-  Floats x = Uniform(N * C, 91, -4.0f, 4.0f), w = Uniform(N * C, 92), dinp(N * C);
-  ASSERT_TRUE(cpu_.GeluBackward(F32(dinp, {N, C}), F32(w, {N, C}), F32(x, {N, C})).ok());
+TEST_P(BackendOpsTest, GeluGradientMatchesFiniteDifferences) {
+  const int N = 7, C = 9;
+  const Floats x = Uniform(N * C, 91, -4.0f, 4.0f), w = Uniform(N * C, 92);
+  auto dx = Up(x, {N, C}), dw = Up(w, {N, C});
+  auto dinp = Out({N, C});
+  ASSERT_TRUE(be().GeluBackward(dinp.t(), dw.t(), dx.t()).ok());
+  const Floats got = dinp.Get();
   const Vec wd = D(w);
-  EXPECT_TRUE(AllClose(dinp,
+  EXPECT_TRUE(AllClose(got,
                        NumericGrad(D(x), [&](const Vec& v) { return ref::Dot(ref::Gelu(v), wd); }),
                        kGradRtol, kGradAtol));
   // dinp may alias dout.
-  Floats inplace = w;
-  ASSERT_TRUE(cpu_.GeluBackward(F32(inplace, {N, C}), F32(inplace, {N, C}), F32(x, {N, C})).ok());
-  EXPECT_TRUE(BitwiseEqual(inplace, dinp));
+  ASSERT_TRUE(be().GeluBackward(dw.t(), dw.t(), dx.t()).ok());
+  EXPECT_TRUE(BitwiseEqual(dw.Get(), got));
 }
 
-TEST_F(BackendOpsTest, GeluIsDeterministicAcrossThreadCounts) {
+TEST_F(CpuOnlyOpsTest, GeluIsTheSameForThreadCounts) {
   const int64_t n = 100003;  // above the parallel threshold, odd chunk boundaries
-  Floats x = Uniform(n, 93, -5.0f, 5.0f), dout = Uniform(n, 94);
+  auto x = Up(Uniform(n, 93, -5.0f, 5.0f), {n}), dout = Up(Uniform(n, 94), {n});
   ExpectSameForThreadCounts([&] {
-    Floats out(n), dinp(n);
-    EXPECT_TRUE(cpu_.GeluForward(F32(out, {n}), F32(x, {n})).ok());
-    EXPECT_TRUE(cpu_.GeluBackward(F32(dinp, {n}), F32(dout, {n}), F32(x, {n})).ok());
-    return Concat(out, dinp);
+    auto out = Out({n}), dinp = Out({n});
+    EXPECT_TRUE(be().GeluForward(out.t(), x.t()).ok());
+    EXPECT_TRUE(be().GeluBackward(dinp.t(), dout.t(), x.t()).ok());
+    return Concat(out.Get(), dinp.Get());
   });
 }
 
-TEST_F(BackendOpsTest, GeluRejectsBadShapes) {
-  Floats a(12), b(12), c(12);
-  ExpectInvalid(cpu_.GeluForward(F32(a, {3, 4}), F32(b, {4, 3})), "GeluForward");
-  ExpectInvalid(cpu_.GeluBackward(F32(a, {12}), F32(b, {2, 6}), F32(c, {12})), "dout");
+TEST_P(BackendOpsTest, GeluRejectsBadShapes) {
+  auto a = Out({12}), b = Out({12}), c = Out({12});
+  ExpectInvalid(be().GeluForward(a.t({3, 4}), b.t({4, 3})), "GeluForward");
+  ExpectInvalid(be().GeluBackward(a.t(), b.t({2, 6}), c.t()), "dout");
 }
 
 // ---- cross-entropy ---------------------------------------------------------------
@@ -687,18 +773,20 @@ struct CeForwardOut {
 };
 
 // The three forward steps on a single shard holding the whole vocabulary
-// (vocab_start 0, no reductions between the steps: one process).
-CeForwardOut CeForward(CpuBackend& cpu, Floats& logits, Ints& tg, int N, int Vp, int V) {
-  CeForwardOut o{Floats(N), Floats(N), Floats(N), Floats(N), Floats(N)};
-  EXPECT_TRUE(cpu.CrossEntropyRowMax(F32(o.row_max, {N}), F32(logits, {N, Vp}), 0, V).ok());
-  EXPECT_TRUE(cpu.CrossEntropyPartials(F32(o.sum_exp, {N}), F32(o.target_logit, {N}),
-                                       F32(logits, {N, Vp}), I32(tg, {N}), F32(o.row_max, {N}), 0,
-                                       V)
-                  .ok());
-  EXPECT_TRUE(cpu.CrossEntropyLoss(F32(o.loss, {N}), F32(o.lse, {N}), F32(o.row_max, {N}),
-                                   F32(o.sum_exp, {N}), F32(o.target_logit, {N}))
-                  .ok());
-  return o;
+// (vocab_start 0, no reductions between the steps: one process), on the
+// device; lse stays there for the backward.
+CeForwardOut CeForward(testing_backends::BackendHarness& h, DeviceArray<float>& logits,
+                       DeviceArray<int32_t>& tg, DeviceArray<float>& lse, int N, int V) {
+  auto row_max = h.Out({N}), sum_exp = h.Out({N}), target_logit = h.Out({N}), loss = h.Out({N});
+  lse.Poison();
+  Backend& be = h.be();
+  EXPECT_TRUE(be.CrossEntropyRowMax(row_max.t(), logits.t(), 0, V).ok());
+  EXPECT_TRUE(
+      be.CrossEntropyPartials(sum_exp.t(), target_logit.t(), logits.t(), tg.t(), row_max.t(), 0, V)
+          .ok());
+  EXPECT_TRUE(
+      be.CrossEntropyLoss(loss.t(), lse.t(), row_max.t(), sum_exp.t(), target_logit.t()).ok());
+  return {row_max.Get(), sum_exp.Get(), target_logit.Get(), loss.Get(), lse.Get()};
 }
 
 // Columns [begin, begin + width) of a row-major [N, cols] matrix.
@@ -711,60 +799,84 @@ Floats Columns(const Floats& x, int N, int cols, int begin, int width) {
   return r;
 }
 
-TEST_F(BackendOpsTest, CrossEntropyForwardMatchesReferenceAndIgnoresPadding) {
-  const int N = 7, Vp = 160, V = 150;
-  Floats logits = Uniform(N * Vp, 101, -4.0f, 4.0f);
-  for (int n = 0; n < N; ++n) {
-    for (int i = V; i < Vp; ++i) logits[n * Vp + i] = 1e4f;  // padding: must not count
-  }
-  for (int i = 0; i < V; ++i) logits[3 * Vp + i] += 1000.0f;  // large logits: stable
-  Ints tg = RandomInts(N, 102, V);
-  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
-  EXPECT_TRUE(AllClose(o.loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(o.lse, ref::LogSumExp(D(logits), N, Vp, V), kFwdRtol, kFwdAtol));
-  for (int n = 0; n < N; ++n) {
-    EXPECT_EQ(o.target_logit[n], logits[n * Vp + tg[n]]) << n;
-    EXPECT_EQ(o.row_max[n], *std::max_element(logits.begin() + n * Vp, logits.begin() + n * Vp + V))
-        << n;
+TEST_P(BackendOpsTest, CrossEntropyForwardMatchesReferenceAndIgnoresPadding) {
+  struct Shape {
+    int N, Vp, V;
+  };
+  uint32_t seed = 100;
+  for (Shape s : {Shape{7, 160, 150}, Shape{1, 128, 1}, Shape{13, 384, 257}}) {
+    const int N = s.N, Vp = s.Vp, V = s.V;
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " Vp=" << Vp << " V=" << V);
+    Floats logits = Uniform(N * Vp, ++seed, -4.0f, 4.0f);
+    for (int n = 0; n < N; ++n) {
+      for (int i = V; i < Vp; ++i) logits[n * Vp + i] = 1e4f;  // padding: must not count
+    }
+    for (int i = 0; i < V; ++i) logits[(N / 2) * Vp + i] += 1000.0f;  // large logits: stable
+    const Ints tg = RandomInts(N, ++seed, V);
+    auto dl = Up(logits, {N, Vp});
+    auto dtg = Up(tg, {N});
+    auto lse = Out({N});
+    CeForwardOut o = CeForward(*this, dl, dtg, lse, N, V);
+    EXPECT_TRUE(AllClose(o.loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(o.lse, ref::LogSumExp(D(logits), N, Vp, V), kFwdRtol, kFwdAtol));
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(o.target_logit[n], logits[n * Vp + tg[n]]) << n;
+      EXPECT_EQ(o.row_max[n],
+                *std::max_element(logits.begin() + n * Vp, logits.begin() + n * Vp + V))
+          << n;
+    }
   }
 }
 
-TEST_F(BackendOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
+TEST_P(BackendOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
   const int N = 3, Vp = 12, V = 10;
   const float dloss = 0.37f;
-  Floats logits = Uniform(N * Vp, 111, -3.0f, 3.0f);
-  Ints tg = {4, 0, 9};
-  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
-  Floats dlogits(N * Vp, 5.0f);  // padded columns must come back 0
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(dlogits, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                        F32(o.lse, {N}), 0, V, dloss)
-                  .ok());
+  const Floats logits = Uniform(N * Vp, 111, -3.0f, 3.0f);
+  const Ints tg = {4, 0, 9};
+  auto dl = Up(logits, {N, Vp});
+  auto dtg = Up(tg, {N});
+  auto lse = Out({N});
+  CeForward(*this, dl, dtg, lse, N, V);
+  auto dlogits = Out({N, Vp});  // padded columns must come back 0
+  ASSERT_TRUE(be().CrossEntropyBackward(dlogits.t(), dl.t(), dtg.t(), lse.t(), 0, V, dloss).ok());
   auto num = NumericGrad(D(logits), [&](const Vec& x) {
     double s = 0;
     for (double l : ref::CrossEntropy(x, tg, N, Vp, V)) s += l;
     return double{dloss} * s;
   });
-  EXPECT_TRUE(AllClose(dlogits, num, kGradRtol, kGradAtol));
+  const Floats got = dlogits.Get();
+  EXPECT_TRUE(AllClose(got, num, kGradRtol, kGradAtol));
   for (int n = 0; n < N; ++n) {
-    for (int i = V; i < Vp; ++i) EXPECT_EQ(dlogits[n * Vp + i], 0.0f) << n << "," << i;
+    for (int i = V; i < Vp; ++i) EXPECT_EQ(got[n * Vp + i], 0.0f) << n << "," << i;
   }
 }
 
-TEST_F(BackendOpsTest, CrossEntropyBackwardInPlace) {
-  const int N = 9, Vp = 256, V = 250;
+TEST_P(BackendOpsTest, CrossEntropyBackwardInPlaceAndDeterministic) {
+  const int N = 9, Vp = 256, V = 251;
   Floats logits = Uniform(N * Vp, 121, -5.0f, 5.0f);
   for (int n = 0; n < N; ++n) logits[n * Vp + V + 1] = 1e4f;  // padding garbage
-  Ints tg = RandomInts(N, 122, V);
-  CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
-  Floats separate(N * Vp);
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(separate, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                        F32(o.lse, {N}), 0, V, 0.5f)
-                  .ok());
-  Floats inplace = logits;
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(inplace, {N, Vp}), F32(inplace, {N, Vp}), I32(tg, {N}),
-                                        F32(o.lse, {N}), 0, V, 0.5f)
-                  .ok());
-  EXPECT_TRUE(BitwiseEqual(inplace, separate));
+  const Ints tg = RandomInts(N, 122, V);
+  auto dl = Up(logits, {N, Vp});
+  auto dtg = Up(tg, {N});
+  auto lse = Out({N});
+  const CeForwardOut first = CeForward(*this, dl, dtg, lse, N, V);
+  const CeForwardOut again = CeForward(*this, dl, dtg, lse, N, V);
+  EXPECT_TRUE(
+      BitwiseEqual(Concat(Concat(first.row_max, first.sum_exp), Concat(first.loss, first.lse)),
+                   Concat(Concat(again.row_max, again.sum_exp), Concat(again.loss, again.lse))));
+  auto separate = Out({N, Vp});
+  ASSERT_TRUE(be().CrossEntropyBackward(separate.t(), dl.t(), dtg.t(), lse.t(), 0, V, 0.5f).ok());
+  ASSERT_TRUE(be().CrossEntropyBackward(dl.t(), dl.t(), dtg.t(), lse.t(), 0, V, 0.5f).ok());
+  const Floats inplace = dl.Get();
+  EXPECT_TRUE(BitwiseEqual(inplace, separate.Get()));
+  const Vec want_lse = ref::LogSumExp(D(logits), N, Vp, V);
+  Vec want(N * Vp, 0.0);
+  for (int n = 0; n < N; ++n) {
+    for (int i = 0; i < V; ++i) {
+      want[n * Vp + i] = 0.5 * (std::exp(logits[n * Vp + i] - want_lse[n]) - (i == tg[n]));
+    }
+  }
+  EXPECT_TRUE(AllClose(inplace, want, kFwdRtol, kFwdAtol));
   for (int n = 0; n < N; ++n) {
     double row = 0;  // softmax - onehot sums to 0 over the real vocabulary
     for (int i = 0; i < V; ++i) row += inplace[n * Vp + i];
@@ -773,17 +885,16 @@ TEST_F(BackendOpsTest, CrossEntropyBackwardInPlace) {
   }
 }
 
-TEST_F(BackendOpsTest, CrossEntropyIsDeterministicAcrossThreadCounts) {
+TEST_F(CpuOnlyOpsTest, CrossEntropyIsTheSameForThreadCounts) {
   const int N = 80, Vp = 384, V = 250;  // N * V above the parallel threshold
-  Floats logits = Uniform(N * Vp, 123, -5.0f, 5.0f);
-  Ints tg = RandomInts(N, 124, V);
+  auto logits = Up(Uniform(N * Vp, 123, -5.0f, 5.0f), {N, Vp});
+  auto tg = Up(RandomInts(N, 124, V), {N});
+  auto lse = Out({N});
   ExpectSameForThreadCounts([&] {
-    CeForwardOut o = CeForward(cpu_, logits, tg, N, Vp, V);
-    Floats d(N * Vp);
-    EXPECT_TRUE(cpu_.CrossEntropyBackward(F32(d, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                          F32(o.lse, {N}), 0, V, 1.0f)
-                    .ok());
-    return Concat(Concat(Concat(o.row_max, o.sum_exp), Concat(o.loss, o.lse)), d);
+    CeForwardOut o = CeForward(*this, logits, tg, lse, N, V);
+    auto d = Out({N, Vp});
+    EXPECT_TRUE(be().CrossEntropyBackward(d.t(), logits.t(), tg.t(), lse.t(), 0, V, 1.0f).ok());
+    return Concat(Concat(Concat(o.row_max, o.sum_exp), Concat(o.loss, o.lse)), d.Get());
   });
 }
 
@@ -796,8 +907,8 @@ TEST_F(BackendOpsTest, CrossEntropyIsDeterministicAcrossThreadCounts) {
 // (rtol 1e-5, atol 1e-6, as forward vs reference), and each shard's dlogits
 // equals its columns of the unsplit dlogits (same tolerance: the lse differ by
 // a rounding or two).
-TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
-  const int N = 16, Vp = 384, V = 250;
+TEST_P(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
+  const int N = 17, Vp = 384, V = 250;
   const float dloss = 0.25f;
   Floats logits = Uniform(N * Vp, 131, -5.0f, 5.0f);
   for (int n = 0; n < N; ++n) {
@@ -807,21 +918,26 @@ TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
   Ints tg = RandomInts(N, 132, V);
   const int edges[] = {0, 95, 96, 191, 192, V - 1};  // targets at the shard boundaries
   for (int i = 0; i < 6; ++i) tg[i] = edges[i];
-  CeForwardOut whole = CeForward(cpu_, logits, tg, N, Vp, V);
-  Floats dwhole(N * Vp);
-  ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(dwhole, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                        F32(whole.lse, {N}), 0, V, dloss)
-                  .ok());
+  auto dl = Up(logits, {N, Vp});
+  auto dtg = Up(tg, {N});
+  auto whole_lse = Out({N});
+  const CeForwardOut whole = CeForward(*this, dl, dtg, whole_lse, N, V);
+  auto dwhole_d = Out({N, Vp});
+  ASSERT_TRUE(
+      be().CrossEntropyBackward(dwhole_d.t(), dl.t(), dtg.t(), whole_lse.t(), 0, V, dloss).ok());
+  const Floats dwhole = dwhole_d.Get();
   for (int shards : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << shards << " shards");
     const int Vs = Vp / shards;
-    std::vector<Floats> part(shards);
-    for (int k = 0; k < shards; ++k) part[k] = Columns(logits, N, Vp, k * Vs, Vs);
+    std::vector<DeviceArray<float>> part;
+    for (int k = 0; k < shards; ++k)
+      part.push_back(Up(Columns(logits, N, Vp, k * Vs, Vs), {N, Vs}));
     // Step 1: shard maxes, all-reduce MAX.
     Floats row_max(N, -std::numeric_limits<float>::infinity());
     for (int k = 0; k < shards; ++k) {
-      Floats m(N);
-      ASSERT_TRUE(cpu_.CrossEntropyRowMax(F32(m, {N}), F32(part[k], {N, Vs}), k * Vs, V).ok());
+      auto m_d = Out({N});
+      ASSERT_TRUE(be().CrossEntropyRowMax(m_d.t(), part[k].t(), k * Vs, V).ok());
+      const Floats m = m_d.Get();
       for (int n = 0; n < N; ++n) {
         if (k * Vs >= V) {  // padding only
           EXPECT_EQ(m[n], -std::numeric_limits<float>::max());
@@ -830,13 +946,15 @@ TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
       }
     }
     EXPECT_TRUE(BitwiseEqual(row_max, whole.row_max));
+    auto row_max_d = Up(row_max, {N});
     // Step 2: partial sums and target logits against the global max, all-reduce SUM.
     Floats sum_exp(N, 0.0f), target_logit(N, 0.0f);
     for (int k = 0; k < shards; ++k) {
-      Floats s(N), t(N);
-      ASSERT_TRUE(cpu_.CrossEntropyPartials(F32(s, {N}), F32(t, {N}), F32(part[k], {N, Vs}),
-                                            I32(tg, {N}), F32(row_max, {N}), k * Vs, V)
+      auto s_d = Out({N}), t_d = Out({N});
+      ASSERT_TRUE(be().CrossEntropyPartials(s_d.t(), t_d.t(), part[k].t(), dtg.t(), row_max_d.t(),
+                                            k * Vs, V)
                       .ok());
+      const Floats s = s_d.Get(), t = t_d.Get();
       for (int n = 0; n < N; ++n) {
         const bool holds = tg[n] >= k * Vs && tg[n] < (k + 1) * Vs;
         EXPECT_EQ(t[n], holds ? logits[n * Vp + tg[n]] : 0.0f) << "shard " << k << " row " << n;
@@ -849,19 +967,20 @@ TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
     }
     EXPECT_TRUE(BitwiseEqual(target_logit, whole.target_logit));
     // Step 3: the losses from the reduced statistics.
-    Floats loss(N), lse(N);
-    ASSERT_TRUE(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(row_max, {N}),
-                                      F32(sum_exp, {N}), F32(target_logit, {N}))
+    auto loss_d = Out({N}), lse_d = Out({N});
+    ASSERT_TRUE(be().CrossEntropyLoss(loss_d.t(), lse_d.t(), row_max_d.t(), Up(sum_exp, {N}).t(),
+                                      Up(target_logit, {N}).t())
                     .ok());
+    const Floats loss = loss_d.Get(), lse = lse_d.Get();
     EXPECT_TRUE(AllClose(loss, D(whole.loss), kFwdRtol, kFwdAtol));
     EXPECT_TRUE(AllClose(lse, D(whole.lse), kFwdRtol, kFwdAtol));
     EXPECT_TRUE(AllClose(loss, ref::CrossEntropy(D(logits), tg, N, Vp, V), kFwdRtol, kFwdAtol));
     // Backward: each shard its own columns, in place, from the reduced lse.
     for (int k = 0; k < shards; ++k) {
-      Floats d = part[k];
-      ASSERT_TRUE(cpu_.CrossEntropyBackward(F32(d, {N, Vs}), F32(d, {N, Vs}), I32(tg, {N}),
-                                            F32(lse, {N}), k * Vs, V, dloss)
-                      .ok());
+      ASSERT_TRUE(
+          be().CrossEntropyBackward(part[k].t(), part[k].t(), dtg.t(), lse_d.t(), k * Vs, V, dloss)
+              .ok());
+      const Floats d = part[k].Get();
       EXPECT_TRUE(AllClose(d, D(Columns(dwhole, N, Vp, k * Vs, Vs)), kFwdRtol, kFwdAtol))
           << "shard " << k;
       if (k * Vs >= V) {
@@ -871,66 +990,74 @@ TEST_F(BackendOpsTest, CrossEntropyShardsMatchTheUnsplitComputation) {
   }
 }
 
-TEST_F(BackendOpsTest, CrossEntropyRejectsBadInput) {
+TEST_P(BackendOpsTest, CrossEntropyRejectsBadShapes) {
   const int N = 2, Vp = 8;
-  Floats logits(N * Vp), loss(N), lse(N), mx(N), se(N, 1.0f), tl(N);
-  Ints tg = {1, 7};
-  EXPECT_TRUE(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 8).ok());
-  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N + 1}), F32(logits, {N, Vp}), 0, 8), "row_max");
-  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), -8, 8), "vocab_start");
-  ExpectInvalid(cpu_.CrossEntropyRowMax(F32(mx, {N}), F32(logits, {N, Vp}), 0, 0), "vocab_size");
-  EXPECT_TRUE(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {N}), F32(logits, {N, Vp}),
-                                        I32(tg, {N}), F32(mx, {N}), 0, 8)
-                  .ok());
-  ExpectInvalid(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {N}), F32(logits, {N, Vp}),
-                                          I32(tg, {N}), F32(mx, {N}), 0, 7),
-                "targets");  // 7 >= V
-  ExpectInvalid(cpu_.CrossEntropyPartials(F32(se, {N}), F32(tl, {1}), F32(logits, {N, Vp}),
-                                          I32(tg, {N}), F32(mx, {N}), 0, 8),
+  auto logits = Up(Floats(N * Vp, 0.0f), {N, Vp}), loss = Out({N + 1}), lse = Out({N}),
+       mx = Out({N + 1}), se = Up(Floats(N, 1.0f), {N}), tl = Out({N});
+  auto tg = Up(Ints{1, 7}, {N});
+  EXPECT_TRUE(be().CrossEntropyRowMax(mx.t({N}), logits.t(), 0, 8).ok());
+  ExpectInvalid(be().CrossEntropyRowMax(mx.t(), logits.t(), 0, 8), "row_max");
+  ExpectInvalid(be().CrossEntropyRowMax(mx.t({N}), logits.t(), -8, 8), "vocab_start");
+  ExpectInvalid(be().CrossEntropyRowMax(mx.t({N}), logits.t(), 0, 0), "vocab_size");
+  EXPECT_TRUE(be().CrossEntropyPartials(se.t(), tl.t(), logits.t(), tg.t(), mx.t({N}), 0, 8).ok());
+  ExpectInvalid(be().CrossEntropyPartials(se.t(), tl.t({1}), logits.t(), tg.t(), mx.t({N}), 0, 8),
                 "target_logit");
-  EXPECT_TRUE(
-      cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {N}), F32(tl, {N}))
-          .ok());
-  ExpectInvalid(cpu_.CrossEntropyLoss(F32(loss, {N}), F32(lse, {N}), F32(mx, {N}), F32(se, {1}),
-                                      F32(tl, {N})),
+  EXPECT_TRUE(be().CrossEntropyLoss(loss.t({N}), lse.t(), mx.t({N}), se.t(), tl.t()).ok());
+  ExpectInvalid(be().CrossEntropyLoss(loss.t({N}), lse.t(), mx.t({N}), se.t({1}), tl.t()),
                 "sum_exp");
-  ExpectInvalid(
-      cpu_.CrossEntropyLoss(Tensor(), F32(lse, {N}), F32(mx, {N}), F32(se, {N}), F32(tl, {N})),
-      "losses");
-  ExpectInvalid(cpu_.CrossEntropyBackward(F32(loss, {N}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                          F32(lse, {N}), 0, 8, 1.0f),
+  ExpectInvalid(be().CrossEntropyLoss(Tensor(), lse.t(), mx.t({N}), se.t(), tl.t()), "losses");
+  ExpectInvalid(be().CrossEntropyBackward(loss.t({N}), logits.t(), tg.t(), lse.t(), 0, 8, 1.0f),
                 "dlogits");
-  ExpectInvalid(cpu_.CrossEntropyBackward(F32(logits, {N, Vp}), F32(logits, {N, Vp}), I32(tg, {N}),
-                                          F32(lse, {1}), 0, 8, 1.0f),
+  ExpectInvalid(be().CrossEntropyBackward(logits.t(), logits.t(), tg.t(), lse.t({1}), 0, 8, 1.0f),
                 "lse");
+}
+
+// Targets live on the device: only the CPU backend range-checks them (the
+// CUDA kernels treat an out-of-range target as "not in this shard").
+TEST_F(CpuOnlyOpsTest, CrossEntropyRejectsBadTargets) {
+  const int N = 2, Vp = 8;
+  auto logits = Up(Floats(N * Vp, 0.0f), {N, Vp}), mx = Out({N}), se = Out({N}), tl = Out({N});
+  auto tg = Up(Ints{1, 7}, {N});
+  ASSERT_TRUE(be().CrossEntropyRowMax(mx.t(), logits.t(), 0, 8).ok());
+  ExpectInvalid(be().CrossEntropyPartials(se.t(), tl.t(), logits.t(), tg.t(), mx.t(), 0, 7),
+                "targets");  // 7 >= V
 }
 
 // ---- optimizer ---------------------------------------------------------------------
 
-TEST_F(BackendOpsTest, SumOfSquaresIsExactEnoughAndDeterministic) {
-  const int64_t n = 3 * (1 << 14) + 123;  // several chunks, the last one partial
-  Floats x = Uniform(n, 131, -3.0f, 3.0f);
-  // The result lands in one slot of a vector of sums, the others untouched.
-  Floats sums = {-1.0f, -1.0f, -1.0f};
-  ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), F32(sums, {3}).Slice(1, {1})).ok());
-  const double want = ref::SumOfSquares(x);
-  // Accumulated in double, rounded once: within half a float ulp.
-  EXPECT_NEAR(sums[1], want, 0.6 * std::ldexp(want, -23));
-  EXPECT_EQ(sums[0], -1.0f);
-  EXPECT_EQ(sums[2], -1.0f);
-  const int saved = omp_get_max_threads();
-  for (int nt : {1, 2, 3}) {
-    omp_set_num_threads(nt);
-    Floats again = {0.0f};
-    ASSERT_TRUE(cpu_.SumOfSquares(F32(x, {n}), F32(again, {1})).ok());
-    EXPECT_EQ(std::memcmp(&again[0], &sums[1], sizeof(float)), 0) << nt << " threads";
+TEST_P(BackendOpsTest, SumOfSquaresIsExactEnoughAndDeterministic) {
+  for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{3 * (1 << 14) + 123}}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Floats x = Uniform(n, 131 + n, -3.0f, 3.0f);
+    auto dx = Up(x, {n});
+    // The result lands in one slot of a vector of sums, the others untouched.
+    auto sums = Up(Floats{-1.0f, -1.0f, -1.0f}, {3});
+    ASSERT_TRUE(be().SumOfSquares(dx.t(), sums.t().Slice(1, {1})).ok());
+    const Floats got = sums.Get();
+    const double want = ref::SumOfSquares(x);
+    // Accumulated in double, rounded once: within half a float ulp.
+    EXPECT_NEAR(got[1], want, 0.6 * std::ldexp(want, -23));
+    EXPECT_EQ(got[0], -1.0f);
+    EXPECT_EQ(got[2], -1.0f);
+    auto again = Out({1});
+    ASSERT_TRUE(be().SumOfSquares(dx.t(), again.t()).ok());
+    EXPECT_TRUE(BitwiseEqual(again.Get(), Floats{got[1]}));
+    ExpectInvalid(be().SumOfSquares(dx.t(), sums.t({2})), "SumOfSquares");
+    ExpectInvalid(be().SumOfSquares(dx.t(), Tensor()), "SumOfSquares");
   }
-  omp_set_num_threads(saved);
-  ExpectInvalid(cpu_.SumOfSquares(F32(x, {n}), F32(sums, {2})), "SumOfSquares");
-  ExpectInvalid(cpu_.SumOfSquares(F32(x, {n}), Tensor()), "SumOfSquares");
 }
 
-TEST_F(BackendOpsTest, AdamWMatchesHandComputedStep) {
+TEST_F(CpuOnlyOpsTest, SumOfSquaresIsTheSameForThreadCounts) {
+  const int64_t n = 3 * (1 << 14) + 123;  // several chunks, the last one partial
+  auto x = Up(Uniform(n, 131, -3.0f, 3.0f), {n});
+  ExpectSameForThreadCounts([&] {
+    auto s = Out({1});
+    EXPECT_TRUE(be().SumOfSquares(x.t(), s.t()).ok());
+    return s.Get();
+  });
+}
+
+TEST_P(BackendOpsTest, AdamWMatchesHandComputedStep) {
   // One element, worked by hand: grad_scale 0.5, step 3, weight decay 0.1.
   //   g = 0.2 * 0.5 = 0.1
   //   m = 0.9 * 0.05 + 0.1 * 0.1 = 0.055        v = 0.999 * 0.004 + 0.001 * 0.01 = 0.004006
@@ -938,7 +1065,8 @@ TEST_F(BackendOpsTest, AdamWMatchesHandComputedStep) {
   //   vhat = 0.004006 / (1 - 0.999^3) = 0.004006 / 0.002997001 = 1.3366696...
   //   param = 0.5 - 0.01 * (mhat / (sqrt(vhat) + 1e-8) + 0.1 * 0.5)
   //         = 0.5 - 0.01 * (0.175544... + 0.05) = 0.49774455...
-  Floats param = {0.5f}, grad = {0.2f}, m = {0.05f}, v = {0.004f};
+  auto param = Up(Floats{0.5f}, {1}), grad = Up(Floats{0.2f}, {1}), m = Up(Floats{0.05f}, {1}),
+       v = Up(Floats{0.004f}, {1});
   AdamWParams p;
   p.lr = 0.01f;
   p.beta1 = 0.9f;
@@ -947,30 +1075,31 @@ TEST_F(BackendOpsTest, AdamWMatchesHandComputedStep) {
   p.weight_decay = 0.1f;
   p.grad_scale = 0.5f;
   p.step = 3;
-  ASSERT_TRUE(cpu_.AdamWUpdate(F32(param, {1}), F32(grad, {1}), F32(m, {1}), F32(v, {1}), p).ok());
+  ASSERT_TRUE(be().AdamWUpdate(param.t(), grad.t(), m.t(), v.t(), p).ok());
   const double mhat = 0.055 / 0.271, vhat = 0.004006 / 0.002997001;
   const double want = 0.5 - 0.01 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.05);
-  EXPECT_NEAR(m[0], 0.055, 1e-7);
-  EXPECT_NEAR(v[0], 0.004006, 1e-9);
-  EXPECT_NEAR(param[0], want, 1e-7);
-  EXPECT_NEAR(param[0], 0.4977445, 1e-6);
+  EXPECT_NEAR(m.Get()[0], 0.055, 1e-7);
+  EXPECT_NEAR(v.Get()[0], 0.004006, 1e-9);
+  const float got = param.Get()[0];
+  EXPECT_NEAR(got, want, 1e-7);
+  EXPECT_NEAR(got, 0.4977445, 1e-6);
 }
 
-TEST_F(BackendOpsTest, AdamWMatchesReferenceOverSteps) {
-  const int n = 40000;  // above the parallel threshold
-  Floats param = Uniform(n, 141), m(n, 0.0f), v(n, 0.0f);
+TEST_P(BackendOpsTest, AdamWMatchesReferenceOverSteps) {
+  const int rows = 201, cols = 199, n = rows * cols;  // above the CPU's parallel threshold
+  const Floats param0 = Uniform(n, 141);
+  auto param = Up(param0, {rows, cols}), m = Up(Floats(n, 0.0f), {rows, cols}),
+       v = Up(Floats(n, 0.0f), {rows, cols});
   std::vector<ref::AdamWElem> want(n);
-  for (int i = 0; i < n; ++i) want[i] = {param[i], 0.0, 0.0};
+  for (int i = 0; i < n; ++i) want[i] = {param0[i], 0.0, 0.0};
   AdamWParams p;
   p.lr = 3e-3f;
   p.weight_decay = 0.1f;
   p.grad_scale = 0.8f;
   for (int step = 1; step <= 3; ++step) {
     p.step = step;
-    Floats grad = Uniform(n, 150 + step);
-    ASSERT_TRUE(cpu_.AdamWUpdate(F32(param, {200, 200}), F32(grad, {200, 200}), F32(m, {200, 200}),
-                                 F32(v, {200, 200}), p)
-                    .ok());
+    const Floats grad = Uniform(n, 150 + step);
+    ASSERT_TRUE(be().AdamWUpdate(param.t(), Up(grad, {rows, cols}).t(), m.t(), v.t(), p).ok());
     for (int i = 0; i < n; ++i) {
       want[i] = ref::AdamW(want[i], grad[i], p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
                            p.grad_scale, step);
@@ -982,28 +1111,29 @@ TEST_F(BackendOpsTest, AdamWMatchesReferenceOverSteps) {
     wm[i] = want[i].m;
     wv[i] = want[i].v;
   }
-  EXPECT_TRUE(AllClose(param, wp, kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(m, wm, kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(v, wv, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(param.Get(), wp, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(m.Get(), wm, kFwdRtol, kFwdAtol));
+  EXPECT_TRUE(AllClose(v.Get(), wv, kFwdRtol, kFwdAtol));
 }
 
-TEST_F(BackendOpsTest, AdamWRejectsBadInput) {
-  Floats a(6), b(6), c(6), d(5);
+TEST_P(BackendOpsTest, AdamWRejectsBadInput) {
+  auto a = Out({6}), b = Out({6}), c = Out({6});
   AdamWParams p;
-  ExpectInvalid(cpu_.AdamWUpdate(F32(a, {6}), F32(b, {6}), F32(c, {6}), F32(d, {5}), p), "v");
+  ExpectInvalid(be().AdamWUpdate(a.t(), b.t(), c.t(), c.t({5}), p), "v");
   p.step = 0;
-  ExpectInvalid(cpu_.AdamWUpdate(F32(a, {6}), F32(b, {6}), F32(c, {6}), F32(c, {6}), p), "step");
+  ExpectInvalid(be().AdamWUpdate(a.t(), b.t(), c.t(), c.t(), p), "step");
 }
 
-TEST_F(BackendOpsTest, FillWritesEveryElement) {
-  for (int64_t n : {int64_t{7}, int64_t{70001}}) {
-    Floats x(n + 1, -1.0f);
-    ASSERT_TRUE(cpu_.Fill(F32(x, {n}), 2.5f).ok());
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(x[i], 2.5f) << i;
-    EXPECT_EQ(x[n], -1.0f);  // and not one past the end
+TEST_P(BackendOpsTest, FillWritesEveryElement) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{70001}}) {
+    auto x = Up(Floats(n + 1, -1.0f), {n + 1});
+    ASSERT_TRUE(be().Fill(x.t({n}), 2.5f).ok());
+    const Floats got = x.Get();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 2.5f) << i;
+    EXPECT_EQ(got[n], -1.0f);  // and not one past the end
   }
-  Ints i(4);
-  ExpectInvalid(cpu_.Fill(I32(i, {4}), 1.0f), "Fill");
+  auto i = Out<int32_t>({4});
+  ExpectInvalid(be().Fill(i.t(), 1.0f), "Fill");
 }
 
 }  // namespace
