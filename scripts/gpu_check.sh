@@ -1,61 +1,193 @@
 #!/usr/bin/env bash
-# GPU check: build ladder with the CUDA kernels and run the `gpu` test suite
-# (every kernel against the CPU reference). Run it on a machine with an NVIDIA
-# GPU:   scripts/gpu_check.sh [BUILD_DIR]      (default build-gpu)
-# Fails (non-zero) if the build or a test fails, or if the GPU tests skipped
-# although nvidia-smi sees a GPU (a driver/runtime mismatch, a missing device
-# node, ...). Without a GPU it still builds, reports the skip and exits 0.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# GPU check, one call on a machine with an NVIDIA GPU:
+#   scripts/gpu_check.sh [BUILD_DIR]
+# - With gpu-bundle/ present (scripts/gpu_bundle.sh made it on a build
+#   machine: ladder, the GPU tests and their libraries, run through
+#   gpu-bundle/run), it uses that and builds nothing: for a machine that has
+#   the CUDA image but none of ladder's packages and no network.
+# - Otherwise it installs the Debian packages if missing and builds
+#   BUILD_DIR (default build-gpu) with -Dcuda=enabled, as before.
+# Then: nvidia-smi; `ladder version`; every *_gpu_test (each kernel against
+# the CPU reference, and the NCCL communicator); the equivalence model
+# (tests/parallel/equivalence.conf, 20 steps on a small generated corpus)
+# trained with --device cuda and with --device cpu, compared by
+# tests/parallel/compare_runs.py within 1e-4. It ends with a summary table
+# (test, result, seconds), also written to $OUT/gpu_check_summary.txt when
+# $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
+# Exit 1 if anything failed, or if a GPU test skipped although nvidia-smi
+# sees a GPU (a driver/runtime mismatch, a missing device node, ...). Without
+# a GPU the tests report SKIP, the CUDA run is skipped, and it exits 0.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
 build_dir=${1:-build-gpu}
+start_all=$(date +%s.%N)
 
-# Build dependencies (Debian packages), installed only if missing.
-source scripts/lib/packages.sh
-install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
-  libopenblas-openmp-dev libcpp-httplib-dev nlohmann-json3-dev curl
+rows=()      # "name|result|seconds"
+failed=0
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+row() { rows+=("$1|$2|$3"); case $2 in FAIL*) failed=1 ;; esac; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(date +%s.%N)"; }
+keep_log() {  # a failed step's log, for $OUT
+  if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT/gpu_check_logs" && cp "$2" "$OUT/gpu_check_logs/$1.log"
+  fi
+}
 
 echo "== nvidia-smi"
 gpus=0
+t0=$(date +%s.%N)
 if command -v nvidia-smi >/dev/null && nvidia-smi; then
   gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
 fi
 echo "gpu_check: nvidia-smi sees $gpus GPU(s)"
+row nvidia-smi "$gpus GPU(s)" "$(since "$t0")"
 
-echo "== build ($build_dir, -Dcuda=enabled)"
-if [ -f "$build_dir/build.ninja" ]; then
-  meson configure "$build_dir" -Dcuda=enabled >/dev/null
+# run PROGRAM ARGS: ladder or a test, from the bundle or the build.
+if [ -x gpu-bundle/run ]; then
+  echo "== gpu-bundle/ (no build): $(head -1 gpu-bundle/MANIFEST 2>/dev/null)"
+  t0=$(date +%s.%N)
+  bundle_dir=$(gpu-bundle/run --unpack) || { echo "gpu_check: FAIL: gpu-bundle/ does not unpack"; exit 1; }
+  # OpenBLAS's kernels, chosen once as ladder would (gpu-bundle/run explains).
+  eval "$("$bundle_dir/run" --blas-env)"
+  run() { "$bundle_dir/run" "$@"; }
+  run_test() { timeout 300 "$bundle_dir/run" "$1"; }
+  tests=$(cd "$bundle_dir/bin" && for f in *_gpu_test; do [ -x "$f" ] && echo "$f"; done)
+  row "unpack gpu-bundle" ok "$(since "$t0")"
 else
-  meson setup "$build_dir" -Dcuda=enabled >/dev/null
-fi
-# Only what the gpu suite runs, plus the binary (its `version` line).
-gpu_tests=$(meson introspect "$build_dir" --tests | python3 -c '
+  # Build dependencies (Debian packages), installed only if missing.
+  source scripts/lib/packages.sh
+  install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
+    libopenblas-openmp-dev libcpp-httplib-dev nlohmann-json3-dev curl
+  echo "== build ($build_dir, -Dcuda=enabled)"
+  t0=$(date +%s.%N)
+  if [ -f "$build_dir/build.ninja" ]; then
+    meson configure "$build_dir" -Dcuda=enabled >/dev/null
+  else
+    meson setup "$build_dir" -Dcuda=enabled >/dev/null
+  fi || { echo "gpu_check: FAIL: meson could not configure $build_dir"; exit 1; }
+  # Only the gpu suite's programs, plus the binary.
+  gpu_paths=$(meson introspect "$build_dir" --tests | python3 -c '
 import json, os, sys
 print(" ".join(os.path.relpath(t["cmd"][0], sys.argv[1])
                for t in json.load(sys.stdin) if "ladder:gpu" in t["suite"]))' "$build_dir")
-if [ -z "$gpu_tests" ]; then
-  echo "gpu_check: FAIL: no tests in the gpu suite (was CUDA compiled?)"
-  exit 1
-fi
-ninja -C "$build_dir" ladder $gpu_tests
-"$build_dir/ladder" version
-
-echo "== gpu tests"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-status=0
-meson test -C "$build_dir" --suite gpu --no-rebuild --print-errorlogs | tee "$log" || status=$?
-skipped=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$log")
-if [ "$status" -ne 0 ]; then
-  echo "gpu_check: FAIL: gpu tests failed (meson test exit $status)"
-  exit 1
-fi
-if [ "${skipped:-0}" -ne 0 ]; then
-  if [ "$gpus" -gt 0 ]; then
-    echo "gpu_check: FAIL: $skipped gpu test(s) skipped although nvidia-smi sees $gpus GPU(s)"
-    grep -h "no CUDA device" "$build_dir/meson-logs/testlog.txt" | sort -u || true
+  if [ -z "$gpu_paths" ]; then
+    echo "gpu_check: FAIL: no tests in the gpu suite (was CUDA compiled?)"
     exit 1
   fi
-  echo "gpu_check: no GPU here: the build is checked, the kernels were not run"
-  exit 0
+  # shellcheck disable=SC2086
+  ninja -C "$build_dir" ladder $gpu_paths || { echo "gpu_check: FAIL: the build"; exit 1; }
+  declare -A test_path
+  tests=
+  for p in $gpu_paths; do
+    test_path[$(basename "$p")]=$build_dir/$p
+    tests+="$(basename "$p") "
+  done
+  run() {
+    local prog=$1
+    shift
+    if [ "$prog" = ladder ]; then "$build_dir/ladder" "$@"; else "${test_path[$prog]}" "$@"; fi
+  }
+  run_test() { timeout 300 "${test_path[$1]}"; }
+  row "build $build_dir" ok "$(since "$t0")"
 fi
-echo "gpu_check: OK: all gpu tests passed on $gpus GPU(s)"
+
+echo "== ladder version"
+t0=$(date +%s.%N)
+if run ladder version; then
+  row "ladder version" ok "$(since "$t0")"
+else
+  row "ladder version" FAIL "$(since "$t0")"
+fi
+
+echo "== gpu tests"
+if [ -z "$tests" ]; then
+  row "gpu tests" "FAIL (none found)" -
+fi
+skips=0
+for name in $tests; do
+  t0=$(date +%s.%N)
+  rc=0
+  run_test "$name" >"$logs/$name.log" 2>&1 || rc=$?
+  secs=$(since "$t0")
+  case $rc in
+    0) result=PASS ;;
+    77)
+      skips=$((skips + 1))
+      if [ "$gpus" -gt 0 ]; then result="FAIL (skipped with $gpus GPU(s) visible)"; else result="SKIP (no GPU)"; fi
+      ;;
+    124) result="FAIL (timeout 300 s)" ;;
+    *) result="FAIL (exit $rc)" ;;
+  esac
+  echo "$name: $result ($secs s)"
+  case $result in
+    PASS | SKIP*) ;;
+    *) tail -n 30 "$logs/$name.log"; keep_log "$name" "$logs/$name.log" ;;
+  esac
+  [ "$rc" -ne 77 ] || grep -h "SKIP\|no CUDA device" "$logs/$name.log" | head -2
+  row "$name" "$result" "$secs"
+done
+
+echo "== training: equivalence.conf, 20 steps, --device cuda vs --device cpu"
+work=$logs/train
+mkdir -p "$work"
+for i in $(seq 1 300); do echo "In the beginning God created the heaven and the earth. $i"; done >"$work/corpus.txt"
+train=(train --config tests/parallel/equivalence.conf --data "$work/corpus.txt" --steps 20 --log-every 20)
+t0=$(date +%s.%N)
+if OMP_NUM_THREADS=1 run ladder "${train[@]}" --device cpu --out "$work/cpu" >"$logs/train_cpu.log" 2>&1; then
+  row "train --device cpu" ok "$(since "$t0")"
+  cpu_ok=1
+else
+  tail -n 30 "$logs/train_cpu.log"; keep_log train_cpu "$logs/train_cpu.log"
+  row "train --device cpu" FAIL "$(since "$t0")"
+  cpu_ok=0
+fi
+if [ "$gpus" -eq 0 ]; then
+  row "train --device cuda" "SKIP (no GPU)" -
+  row "compare cuda vs cpu (1e-4)" "SKIP (no GPU)" -
+else
+  t0=$(date +%s.%N)
+  if run ladder "${train[@]}" --device cuda --out "$work/cuda" >"$logs/train_cuda.log" 2>&1 &&
+     grep -q "backend cuda" "$logs/train_cuda.log"; then
+    row "train --device cuda" ok "$(since "$t0")"
+    t0=$(date +%s.%N)
+    if [ "$cpu_ok" -eq 1 ] && python3 tests/parallel/compare_runs.py "$work/cpu" "$work/cuda" 1e-4 \
+         >"$logs/compare.log" 2>&1; then
+      row "compare cuda vs cpu (1e-4)" PASS "$(since "$t0")"
+    else
+      cat "$logs/compare.log"; keep_log compare "$logs/compare.log"
+      row "compare cuda vs cpu (1e-4)" FAIL "$(since "$t0")"
+    fi
+    grep -h "backend\|step" "$logs/train_cuda.log" | tail -n 3
+  else
+    tail -n 30 "$logs/train_cuda.log"; keep_log train_cuda "$logs/train_cuda.log"
+    row "train --device cuda" FAIL "$(since "$t0")"
+    row "compare cuda vs cpu (1e-4)" "FAIL (no cuda run)" -
+  fi
+fi
+row "kernel timing vs floor" "NOT RUN (a later step: no figures)" -
+
+# The summary, last.
+summary=$logs/summary.txt
+{
+  echo "== gpu_check summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $gpus GPU(s), $([ -n "${bundle_dir:-}" ] && echo gpu-bundle || echo "build $build_dir"))"
+  printf '%-34s %-44s %8s\n' test result seconds
+  for r in "${rows[@]}"; do
+    IFS='|' read -r name result secs <<<"$r"
+    printf '%-34s %-44s %8s\n' "$name" "$result" "$secs"
+  done
+  printf '%-34s %-44s %8s\n' total "" "$(since "$start_all")"
+  if [ "$failed" -ne 0 ]; then
+    echo "gpu_check: FAIL"
+  elif [ "$gpus" -eq 0 ]; then
+    echo "gpu_check: no GPU here: the programs start and the CPU side runs; the kernels were not run"
+  else
+    echo "gpu_check: OK: every gpu test passed and the cuda run equals the cpu run on $gpus GPU(s)"
+  fi
+} >"$summary"
+echo
+cat "$summary"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT" && cp "$summary" "$OUT/gpu_check_summary.txt"
+fi
+exit "$failed"
