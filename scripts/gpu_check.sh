@@ -14,12 +14,16 @@
 # tests/parallel/compare_runs.py within 1e-4. It ends with a summary table
 # (test, result, seconds), also written to $OUT/gpu_check_summary.txt when
 # $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
+# Each test has 90 s and each training run 120 s (GPU_CHECK_TEST_TIMEOUT,
+# GPU_CHECK_TRAIN_TIMEOUT), so that a hang cannot eat a short device loan.
 # Exit 1 if anything failed, or if a GPU test skipped although nvidia-smi
 # sees a GPU (a driver/runtime mismatch, a missing device node, ...). Without
 # a GPU the tests report SKIP, the CUDA run is skipped, and it exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build_dir=${1:-build-gpu}
+test_timeout=${GPU_CHECK_TEST_TIMEOUT:-90}
+train_timeout=${GPU_CHECK_TRAIN_TIMEOUT:-120}
 start_all=$(date +%s.%N)
 
 rows=()      # "name|result|seconds"
@@ -51,7 +55,8 @@ if [ -x gpu-bundle/run ]; then
   # OpenBLAS's kernels, chosen once as ladder would (gpu-bundle/run explains).
   eval "$("$bundle_dir/run" --blas-env)"
   run() { "$bundle_dir/run" "$@"; }
-  run_test() { timeout 300 "$bundle_dir/run" "$1"; }
+  ladder_cmd=("$bundle_dir/run" ladder)
+  run_test() { timeout "$test_timeout" "$bundle_dir/run" "$1"; }
   tests=$(cd "$bundle_dir/bin" && for f in *_gpu_test; do [ -x "$f" ] && echo "$f"; done)
   row "unpack gpu-bundle" ok "$(since "$t0")"
 else
@@ -88,7 +93,8 @@ print(" ".join(os.path.relpath(t["cmd"][0], sys.argv[1])
     shift
     if [ "$prog" = ladder ]; then "$build_dir/ladder" "$@"; else "${test_path[$prog]}" "$@"; fi
   }
-  run_test() { timeout 300 "${test_path[$1]}"; }
+  run_test() { timeout "$test_timeout" "${test_path[$1]}"; }
+  ladder_cmd=("$build_dir/ladder")
   row "build $build_dir" ok "$(since "$t0")"
 fi
 
@@ -116,7 +122,7 @@ for name in $tests; do
       skips=$((skips + 1))
       if [ "$gpus" -gt 0 ]; then result="FAIL (skipped with $gpus GPU(s) visible)"; else result="SKIP (no GPU)"; fi
       ;;
-    124) result="FAIL (timeout 300 s)" ;;
+    124) result="FAIL (timeout $test_timeout s)" ;;
     *) result="FAIL (exit $rc)" ;;
   esac
   echo "$name: $result ($secs s)"
@@ -134,7 +140,7 @@ mkdir -p "$work"
 for i in $(seq 1 300); do echo "In the beginning God created the heaven and the earth. $i"; done >"$work/corpus.txt"
 train=(train --config tests/parallel/equivalence.conf --data "$work/corpus.txt" --steps 20 --log-every 20)
 t0=$(date +%s.%N)
-if OMP_NUM_THREADS=1 run ladder "${train[@]}" --device cpu --out "$work/cpu" >"$logs/train_cpu.log" 2>&1; then
+if OMP_NUM_THREADS=1 timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cpu --out "$work/cpu" >"$logs/train_cpu.log" 2>&1; then
   row "train --device cpu" ok "$(since "$t0")"
   cpu_ok=1
 else
@@ -147,7 +153,7 @@ if [ "$gpus" -eq 0 ]; then
   row "compare cuda vs cpu (1e-4)" "SKIP (no GPU)" -
 else
   t0=$(date +%s.%N)
-  if run ladder "${train[@]}" --device cuda --out "$work/cuda" >"$logs/train_cuda.log" 2>&1 &&
+  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cuda --out "$work/cuda" >"$logs/train_cuda.log" 2>&1 &&
      grep -q "backend cuda" "$logs/train_cuda.log"; then
     row "train --device cuda" ok "$(since "$t0")"
     t0=$(date +%s.%N)
