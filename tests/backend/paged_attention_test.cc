@@ -1,10 +1,16 @@
-// Attention over the paged KV cache equals the training attention: the same
-// random q, k and v, written into randomly placed cache blocks, give the
-// same outputs as AttentionForward over the whole sequences (within 2e-6),
-// for every token at once (a prefill) and for last tokens alone (a decode).
-// Bad indices are refused before anything is read.
+// Attention over the paged KV cache equals the training attention, on every
+// backend of backend_test_util.h (cpu, cuda_sim, and cuda where a GPU is
+// usable): the same random q, k and v, written into randomly placed cache
+// blocks, give the same outputs as the backend's AttentionForward over the
+// whole sequences (within 2e-6 absolute: both are fp32 softmax-weighted means
+// of the same O(1) values, summed in different orders) and as the double
+// reference ref::CausalAttention (within 1e-5, attention_test's forward
+// tolerance), for every token at once (a prefill) and for last tokens alone
+// (a decode). Shapes: T = 37 and 19 (not multiples of the 16-row block),
+// HS = 8 and 20 (a scalar tail). Outputs start as NaN.
 //
-// The int8 cache, at every ISA level this CPU supports (cpu_isa.h):
+// The int8 cache, on every backend (and, CPU-only, at every ISA level this
+// CPU supports, cpu_isa.h):
 //  - equals fp32 attention over the cache's own dequantized values (q *
 //    scale) within 1e-5 x max|v| per element: only float rounding differs
 //    (the outputs are weighted means of v, so max|v| is their scale);
@@ -13,7 +19,12 @@
 //    score moves by at most ds = sum_d |q_d| max(k scale) / 2 / sqrt(HS), the
 //    softmax weights by at most e^(2 ds) - 1 in sum, and an output by at most
 //    max(v scale) / 2 + (e^(2 ds) - 1) max|v|.
-// Missing or misshapen scales are refused.
+// Missing or misshapen scales are refused on every backend.
+//
+// CPU-only: bad indices (a position past the block table, a block outside
+// the cache, a slot outside it) are InvalidArgument on the CPU backend; they
+// live on the device, so the CUDA kernels cannot refuse them and instead
+// skip the slot or write NaN (src/backend/cuda/paged_attention.h).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -21,35 +32,145 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "tests/backend/backend_test_util.h"
+#include "tests/backend/cpu_test_inputs.h"
+#include "tests/backend/reference_ops.h"
 
 namespace ladder {
 namespace {
 
-TEST(PagedAttentionTest, EqualsFullAttention) {
-  const int B = 3, T = 37, NH = 4, HS = 8, C = NH * HS, kBlock = 16;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> qkv(B * T * 3 * C);
-  for (float& x : qkv) x = u(rng);
-  CpuBackend be;
-  std::vector<float> want(B * T * C), lse(B * NH * T);
-  ASSERT_TRUE(be.AttentionForward(Tensor::F32(want.data(), {B, T, C}, Device::kCpu),
-                                  Tensor::F32(lse.data(), {B, NH, T}, Device::kCpu),
-                                  Tensor::F32(qkv.data(), {B, T, 3 * C}, Device::kCpu), NH,
-                                  AttentionKind::kFlash, Tensor())
-                  .ok());
+using Floats = std::vector<float>;
+using Ints = std::vector<int32_t>;
+constexpr int kBlock = 16;
 
-  // Each sequence's blocks at random places of a larger cache.
-  const int max_blocks = (T + kBlock - 1) / kBlock, blocks = B * max_blocks + 5;
-  std::vector<int32_t> order(blocks);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> tables(B * max_blocks);
-  std::copy(order.begin(), order.begin() + B * max_blocks, tables.begin());
-  const int N = B * T;
-  std::vector<int32_t> seq(N), pos(N), slots(N);
+class PagedAttentionTest : public testing_backends::BackendTest {};
+LADDER_INSTANTIATE_ON_ALL_BACKENDS(PagedAttentionTest);
+class CpuOnlyPagedAttentionTest : public testing_backends::CpuBackendTest {};
+
+// B sequences of T tokens, each sequence's blocks at random places of a
+// larger cache (5 spare blocks).
+struct Layout {
+  int B, T, max_blocks, blocks, N;
+  Ints tables, seq, pos, slots;
+  Layout(int b, int t, std::mt19937& rng)
+      : B(b), T(t), max_blocks((t + kBlock - 1) / kBlock), blocks(b * max_blocks + 5), N(b * t) {
+    Ints order(blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    tables.assign(order.begin(), order.begin() + B * max_blocks);
+    seq.resize(N);
+    pos.resize(N);
+    slots.resize(N);
+    for (int s = 0; s < B; ++s) {
+      for (int i = 0; i < T; ++i) {
+        seq[s * T + i] = s;
+        pos[s * T + i] = i;
+        slots[s * T + i] = tables[s * max_blocks + i / kBlock] * kBlock + i % kBlock;
+      }
+    }
+  }
+};
+
+TEST_P(PagedAttentionTest, EqualsFullAttention) {
+  struct Shape {
+    int B, T, NH, HS;
+  };
+  for (Shape sh : {Shape{3, 37, 4, 8}, Shape{2, 19, 3, 20}}) {
+    const int B = sh.B, T = sh.T, NH = sh.NH, HS = sh.HS, C = NH * HS;
+    SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " HS=" << HS);
+    std::mt19937 rng(7 + T);
+    const Floats qkv = testing_inputs::Uniform(B * T * 3 * C, 8 + T);
+    auto dqkv = Up(qkv, {B, T, 3 * C});
+    auto want_d = Out({B, T, C}), lse = Out({B, NH, T});
+    ASSERT_TRUE(
+        be().AttentionForward(want_d.t(), lse.t(), dqkv.t(), NH, AttentionKind::kFlash, Tensor())
+            .ok());
+    const Floats want = want_d.Get();
+    ref::Vec ref_out, ref_lse;
+    ref::CausalAttention(ref::ToDouble(qkv), B, T, NH, HS, &ref_out, &ref_lse);
+
+    Layout l(B, T, rng);
+    const int N = l.N, S = l.blocks * kBlock;
+    auto K = Out({S, C}), V = Out({S, C});  // NaN: rows never written must never be read
+    auto tab = Up(l.tables, {B, l.max_blocks});
+    const PagedKv kv{K.t(), V.t(), Tensor(), Tensor()};
+    ASSERT_TRUE(be().KvCacheWrite(kv, dqkv.t({N, 3 * C}), Up(l.slots, {N}).t(), NH).ok());
+    auto got_d = Out({N, C});
+    ASSERT_TRUE(be().PagedAttentionForward(got_d.t(), dqkv.t({N, 3 * C}), kv, tab.t(),
+                                           Up(l.seq, {N}).t(), Up(l.pos, {N}).t(), NH)
+                    .ok());
+    const Floats got = got_d.Get();
+    for (int i = 0; i < N * C; ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-6f) << i;
+      ASSERT_NEAR(got[i], ref_out[i], 1e-5) << i;
+    }
+
+    // Decode: only each sequence's last token asks.
+    Floats q_last(B * 3 * C);
+    Ints s_last(B), p_last(B);
+    for (int b = 0; b < B; ++b) {
+      std::copy_n(qkv.begin() + (b * T + T - 1) * 3 * C, 3 * C, q_last.begin() + b * 3 * C);
+      s_last[b] = b;
+      p_last[b] = T - 1;
+    }
+    auto one_d = Out({B, C});
+    ASSERT_TRUE(be().PagedAttentionForward(one_d.t(), Up(q_last, {B, 3 * C}).t(), kv, tab.t(),
+                                           Up(s_last, {B}).t(), Up(p_last, {B}).t(), NH)
+                    .ok());
+    const Floats one = one_d.Get();
+    for (int b = 0; b < B; ++b) {
+      for (int c = 0; c < C; ++c) {
+        ASSERT_NEAR(one[b * C + c], want[(b * T + T - 1) * C + c], 2e-6f) << b << "," << c;
+      }
+    }
+  }
+}
+
+// Indices on the device: refused by the CPU backend only (header comment).
+TEST_F(CpuOnlyPagedAttentionTest, BadIndicesAreInvalidArgument) {
+  const int B = 3, T = 37, NH = 4, HS = 8, C = NH * HS;
+  std::mt19937 rng(7);
+  Layout l(B, T, rng);
+  const int N = l.N, S = l.blocks * kBlock;
+  auto qkv = Up(testing_inputs::Uniform(N * 3 * C, 9), {N, 3 * C});
+  auto K = Out({S, C}), V = Out({S, C}), one = Out({B, C});
+  const PagedKv kv{K.t(), V.t(), Tensor(), Tensor()};
+  ASSERT_TRUE(be().KvCacheWrite(kv, qkv.t(), Up(l.slots, {N}).t(), NH).ok());
+  Ints s_last(B), p_last(B, T - 1);
+  std::iota(s_last.begin(), s_last.end(), 0);
+  auto attend = [&](const Ints& tables, const Ints& p) {
+    return be()
+        .PagedAttentionForward(one.t(), qkv.t({B, 3 * C}), kv, Up(tables, {B, l.max_blocks}).t(),
+                               Up(s_last, {B}).t(), Up(p, {B}).t(), NH)
+        .code();
+  };
+  ASSERT_EQ(attend(l.tables, p_last), absl::StatusCode::kOk);
+  // A position past the table, a block outside the cache, a slot outside it.
+  p_last[0] = l.max_blocks * kBlock;
+  EXPECT_EQ(attend(l.tables, p_last), absl::StatusCode::kInvalidArgument);
+  p_last[0] = T - 1;
+  Ints tables = l.tables;
+  tables[0] = l.blocks;
+  EXPECT_EQ(attend(tables, p_last), absl::StatusCode::kInvalidArgument);
+  Ints slots = l.slots;
+  slots[0] = S;
+  EXPECT_EQ(be().KvCacheWrite(kv, qkv.t(), Up(slots, {N}).t(), NH).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The int8 cache against fp32 attention (header comment) for head size HS,
+// on h's backend; for each of `levels` (CPU ISA levels) in turn, or once as
+// the backend is if `levels` is empty.
+void CheckInt8Cache(testing_backends::BackendHarness& h, int HS,
+                    const std::vector<CpuIsa>& levels) {
+  SCOPED_TRACE(::testing::Message() << "HS=" << HS);
+  const int B = 2, T = 37, NH = 3, C = NH * HS;
+  const int max_blocks = (T + kBlock - 1) / kBlock, S = B * max_blocks * kBlock, N = B * T;
+  const Floats qkv = testing_inputs::Uniform(N * 3 * C, 11 + HS);
+  // Sequence b owns blocks b * max_blocks + i, reversed so rows are not in order.
+  Ints tables(B * max_blocks), seq(N), pos(N), slots(N);
+  for (int i = 0; i < B * max_blocks; ++i) tables[i] = B * max_blocks - 1 - i;
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       seq[b * T + t] = b;
@@ -57,183 +178,107 @@ TEST(PagedAttentionTest, EqualsFullAttention) {
       slots[b * T + t] = tables[b * max_blocks + t / kBlock] * kBlock + t % kBlock;
     }
   }
-  std::vector<float> kc(blocks * kBlock * C, NAN), vc(blocks * kBlock * C, NAN);
-  Tensor K = Tensor::F32(kc.data(), {blocks * kBlock, C}, Device::kCpu),
-         V = Tensor::F32(vc.data(), {blocks * kBlock, C}, Device::kCpu);
-  Tensor tab = Tensor::I32(tables.data(), {B, max_blocks}, Device::kCpu);
-  const PagedKv kv{K, V, Tensor(), Tensor()};
-  ASSERT_TRUE(be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
-                              Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
-                  .ok());
-  std::vector<float> got(N * C);
-  ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(got.data(), {N, C}, Device::kCpu),
-                                       Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu), kv, tab,
-                                       Tensor::I32(seq.data(), {N}, Device::kCpu),
-                                       Tensor::I32(pos.data(), {N}, Device::kCpu), NH)
-                  .ok());
-  for (int i = 0; i < N * C; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f) << i;
+  Backend& be = h.be();
+  auto QKV = h.Up(qkv, {N, 3 * C});
+  auto tab = h.Up(tables, {B, max_blocks}), SEQ = h.Up(seq, {N}), POS = h.Up(pos, {N}),
+       SLOTS = h.Up(slots, {N});
+  auto kf = h.Out({S, C}), vf = h.Out({S, C});
+  const PagedKv fp32{kf.t(), vf.t(), Tensor(), Tensor()};
+  // Rows past a sequence's last token are neither written nor read: they keep
+  // the poison (and std::max below ignores the NaN).
+  auto k8 = h.Out<int8_t>({S, C}), v8 = h.Out<int8_t>({S, C});
+  auto ks = h.Out({S, NH}), vs = h.Out({S, NH});
+  const PagedKv int8{k8.t(), v8.t(), ks.t(), vs.t()};
+  ASSERT_TRUE(be.KvCacheWrite(fp32, QKV.t(), SLOTS.t(), NH).ok());
+  ASSERT_TRUE(be.KvCacheWrite(int8, QKV.t(), SLOTS.t(), NH).ok());
 
-  // Decode: only each sequence's last token asks.
-  std::vector<float> q_last(B * 3 * C), one(B * C);
-  std::vector<int32_t> s_last(B), p_last(B);
-  for (int b = 0; b < B; ++b) {
-    std::copy_n(qkv.begin() + (b * T + T - 1) * 3 * C, 3 * C, q_last.begin() + b * 3 * C);
-    s_last[b] = b;
-    p_last[b] = T - 1;
+  // An fp32 cache holding the int8 cache's values, dequantized.
+  const std::vector<int8_t> hk8 = k8.Get(), hv8 = v8.Get();
+  const Floats hks = ks.Get(), hvs = vs.Get(), hvf = vf.Get();
+  Floats kd(S * C), vd(S * C);
+  for (int r = 0; r < S; ++r) {
+    for (int c = 0; c < C; ++c) {
+      kd[r * C + c] = hk8[r * C + c] * hks[r * NH + c / HS];
+      vd[r * C + c] = hv8[r * C + c] * hvs[r * NH + c / HS];
+    }
   }
-  ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
-                                       Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv,
-                                       tab, Tensor::I32(s_last.data(), {B}, Device::kCpu),
-                                       Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
-                  .ok());
-  for (int b = 0; b < B; ++b) {
-    for (int c = 0; c < C; ++c) ASSERT_NEAR(one[b * C + c], want[(b * T + T - 1) * C + c], 2e-6f);
-  }
+  auto kdd = h.Up(kd, {S, C}), vdd = h.Up(vd, {S, C});
+  const PagedKv deq{kdd.t(), vdd.t(), Tensor(), Tensor()};
+  auto exact_d = h.Out({N, C}), deq_d = h.Out({N, C});
+  ASSERT_TRUE(
+      be.PagedAttentionForward(exact_d.t(), QKV.t(), fp32, tab.t(), SEQ.t(), POS.t(), NH).ok());
+  ASSERT_TRUE(
+      be.PagedAttentionForward(deq_d.t(), QKV.t(), deq, tab.t(), SEQ.t(), POS.t(), NH).ok());
+  const Floats exact = exact_d.Get(), dequantized = deq_d.Get();
 
-  // A position past the table, a block outside the cache, a slot outside it.
-  p_last[0] = max_blocks * kBlock;
-  EXPECT_EQ(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
-                                     Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv, tab,
-                                     Tensor::I32(s_last.data(), {B}, Device::kCpu),
-                                     Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  p_last[0] = T - 1;
-  tables[0] = blocks;
-  EXPECT_EQ(be.PagedAttentionForward(Tensor::F32(one.data(), {B, C}, Device::kCpu),
-                                     Tensor::F32(q_last.data(), {B, 3 * C}, Device::kCpu), kv, tab,
-                                     Tensor::I32(s_last.data(), {B}, Device::kCpu),
-                                     Tensor::I32(p_last.data(), {B}, Device::kCpu), NH)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  slots[0] = blocks * kBlock;
-  EXPECT_EQ(be.KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
-                            Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  // The quantization bound of the header comment.
+  float max_v = 0.0f, max_ks = 0.0f, max_vs = 0.0f, max_q1 = 0.0f;
+  for (float x : hvf) max_v = std::max(max_v, std::fabs(x));
+  for (float x : hks) max_ks = std::max(max_ks, x);
+  for (float x : hvs) max_vs = std::max(max_vs, x);
+  for (int n = 0; n < N; ++n) {
+    for (int hh = 0; hh < NH; ++hh) {
+      float q1 = 0.0f;
+      for (int d = 0; d < HS; ++d) q1 += std::fabs(qkv[n * 3 * C + hh * HS + d]);
+      max_q1 = std::max(max_q1, q1);
+    }
+  }
+  const float ds = max_q1 * max_ks / 2 / std::sqrt(static_cast<float>(HS));
+  const float quant_tol = max_vs / 2 + std::expm1(2 * ds) * max_v;
+
+  auto check = [&] {
+    auto got_d = h.Out({N, C});
+    ASSERT_TRUE(
+        be.PagedAttentionForward(got_d.t(), QKV.t(), int8, tab.t(), SEQ.t(), POS.t(), NH).ok());
+    const Floats got = got_d.Get();
+    for (int i = 0; i < N * C; ++i) {
+      ASSERT_NEAR(got[i], dequantized[i], 1e-5f * max_v) << i;
+      ASSERT_NEAR(got[i], exact[i], quant_tol) << i;
+    }
+  };
+  if (levels.empty()) check();
+  for (CpuIsa isa : levels) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    ScopedCpuIsa scoped(isa);
+    check();
+  }
 }
 
 // HS 8, 20 and 64: under one AVX-512 register, one plus a scalar tail, four.
-TEST(PagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
-  for (const int HS : {8, 20, 64}) {
-    SCOPED_TRACE(::testing::Message() << "HS=" << HS);
-    const int B = 2, T = 37, NH = 3, C = NH * HS, kBlock = 16;
-    const int max_blocks = (T + kBlock - 1) / kBlock, S = B * max_blocks * kBlock, N = B * T;
-    std::mt19937 rng(11 + HS);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> qkv(N * 3 * C);
-    for (float& x : qkv) x = u(rng);
-    // Sequence b owns blocks b * max_blocks + i, reversed so rows are not in order.
-    std::vector<int32_t> tables(B * max_blocks), seq(N), pos(N), slots(N);
-    for (int i = 0; i < B * max_blocks; ++i) tables[i] = B * max_blocks - 1 - i;
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        seq[b * T + t] = b;
-        pos[b * T + t] = t;
-        slots[b * T + t] = tables[b * max_blocks + t / kBlock] * kBlock + t % kBlock;
-      }
-    }
-    CpuBackend be;
-    const Tensor QKV = Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
-                 tab = Tensor::I32(tables.data(), {B, max_blocks}, Device::kCpu),
-                 SEQ = Tensor::I32(seq.data(), {N}, Device::kCpu),
-                 POS = Tensor::I32(pos.data(), {N}, Device::kCpu),
-                 SLOTS = Tensor::I32(slots.data(), {N}, Device::kCpu);
-    std::vector<float> kf(S * C), vf(S * C);
-    const PagedKv fp32{Tensor::F32(kf.data(), {S, C}, Device::kCpu),
-                       Tensor::F32(vf.data(), {S, C}, Device::kCpu), Tensor(), Tensor()};
-    std::vector<int8_t> k8(S * C), v8(S * C);
-    std::vector<float> ks(S * NH), vs(S * NH);
-    const PagedKv int8{Tensor::I8(k8.data(), {S, C}, Device::kCpu),
-                       Tensor::I8(v8.data(), {S, C}, Device::kCpu),
-                       Tensor::F32(ks.data(), {S, NH}, Device::kCpu),
-                       Tensor::F32(vs.data(), {S, NH}, Device::kCpu)};
-    ASSERT_TRUE(be.KvCacheWrite(fp32, QKV, SLOTS, NH).ok());
-    ASSERT_TRUE(be.KvCacheWrite(int8, QKV, SLOTS, NH).ok());
-
-    // An fp32 cache holding the int8 cache's values, dequantized.
-    std::vector<float> kd(S * C), vd(S * C);
-    for (int r = 0; r < S; ++r) {
-      for (int c = 0; c < C; ++c) {
-        kd[r * C + c] = k8[r * C + c] * ks[r * NH + c / HS];
-        vd[r * C + c] = v8[r * C + c] * vs[r * NH + c / HS];
-      }
-    }
-    const PagedKv deq{Tensor::F32(kd.data(), {S, C}, Device::kCpu),
-                      Tensor::F32(vd.data(), {S, C}, Device::kCpu), Tensor(), Tensor()};
-    std::vector<float> exact(N * C), dequantized(N * C);
-    ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(exact.data(), {N, C}, Device::kCpu), QKV, fp32,
-                                         tab, SEQ, POS, NH)
-                    .ok());
-    ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(dequantized.data(), {N, C}, Device::kCpu), QKV,
-                                         deq, tab, SEQ, POS, NH)
-                    .ok());
-
-    // The quantization bound of the header comment.
-    float max_v = 0.0f, max_ks = 0.0f, max_vs = 0.0f, max_q1 = 0.0f;
-    for (float x : vf) max_v = std::max(max_v, std::fabs(x));
-    for (float x : ks) max_ks = std::max(max_ks, x);
-    for (float x : vs) max_vs = std::max(max_vs, x);
-    for (int n = 0; n < N; ++n) {
-      for (int h = 0; h < NH; ++h) {
-        float q1 = 0.0f;
-        for (int d = 0; d < HS; ++d) q1 += std::fabs(qkv[n * 3 * C + h * HS + d]);
-        max_q1 = std::max(max_q1, q1);
-      }
-    }
-    const float ds = max_q1 * max_ks / 2 / std::sqrt(static_cast<float>(HS));
-    const float quant_tol = max_vs / 2 + std::expm1(2 * ds) * max_v;
-
-    for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-      if (isa > SupportedCpuIsa()) continue;
-      SCOPED_TRACE(CpuIsaName(isa));
-      ScopedCpuIsa scoped(isa);
-      std::vector<float> got(N * C, NAN);
-      ASSERT_TRUE(be.PagedAttentionForward(Tensor::F32(got.data(), {N, C}, Device::kCpu), QKV, int8,
-                                           tab, SEQ, POS, NH)
-                      .ok());
-      for (int i = 0; i < N * C; ++i) {
-        ASSERT_NEAR(got[i], dequantized[i], 1e-5f * max_v) << i;
-        ASSERT_NEAR(got[i], exact[i], quant_tol) << i;
-      }
-    }
-  }
+TEST_P(PagedAttentionTest, Int8CacheMatchesFp32) {
+  for (const int HS : {8, 20, 64}) CheckInt8Cache(*this, HS, {});
 }
 
-TEST(PagedAttentionTest, Int8ScalesAreChecked) {
+TEST_F(CpuOnlyPagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
+  for (const int HS : {8, 20, 64}) CheckInt8Cache(*this, HS, testing_inputs::Levels());
+}
+
+TEST_P(PagedAttentionTest, Int8ScalesAreChecked) {
   const int NH = 2, HS = 16, C = NH * HS, S = 32, N = 1;
-  std::vector<int8_t> k8(S * C), v8(S * C);
-  std::vector<float> ks(S * NH), vs(S * NH), qkv(N * 3 * C), out(N * C);
-  std::vector<int32_t> slots = {3}, table = {0, 1}, seq = {0}, pos = {3};
-  const Tensor K = Tensor::I8(k8.data(), {S, C}, Device::kCpu),
-               V = Tensor::I8(v8.data(), {S, C}, Device::kCpu),
-               KS = Tensor::F32(ks.data(), {S, NH}, Device::kCpu),
-               VS = Tensor::F32(vs.data(), {S, NH}, Device::kCpu);
-  CpuBackend be;
+  auto K = Up(std::vector<int8_t>(S * C, 0), {S, C}), V = Up(std::vector<int8_t>(S * C, 0), {S, C});
+  auto KSa = Up(Floats(S * NH, 0.0f), {S, NH}), VSa = Up(Floats(S * NH, 0.0f), {S, NH});
+  const Tensor KS = KSa.t(), VS = VSa.t();
+  auto qkv = Up(Floats(N * 3 * C, 0.5f), {N, 3 * C}), out = Out({N, C});
+  auto slots = Up(Ints{3}, {N}), table = Up(Ints{0, 1}, {1, 2}), seq = Up(Ints{0}, {N}),
+       pos = Up(Ints{3}, {N});
+  Backend& be = this->be();
   const auto write = [&](const PagedKv& kv) {
-    return be
-        .KvCacheWrite(kv, Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu),
-                      Tensor::I32(slots.data(), {N}, Device::kCpu), NH)
-        .code();
+    return be.KvCacheWrite(kv, qkv.t(), slots.t(), NH).code();
   };
   const auto attend = [&](const PagedKv& kv) {
-    return be
-        .PagedAttentionForward(Tensor::F32(out.data(), {N, C}, Device::kCpu),
-                               Tensor::F32(qkv.data(), {N, 3 * C}, Device::kCpu), kv,
-                               Tensor::I32(table.data(), {1, 2}, Device::kCpu),
-                               Tensor::I32(seq.data(), {N}, Device::kCpu),
-                               Tensor::I32(pos.data(), {N}, Device::kCpu), NH)
-        .code();
+    return be.PagedAttentionForward(out.t(), qkv.t(), kv, table.t(), seq.t(), pos.t(), NH).code();
   };
   constexpr auto kBad = absl::StatusCode::kInvalidArgument;
-  ASSERT_EQ(write({K, V, KS, VS}), absl::StatusCode::kOk);
-  ASSERT_EQ(attend({K, V, KS, VS}), absl::StatusCode::kOk);
+  ASSERT_EQ(write({K.t(), V.t(), KS, VS}), absl::StatusCode::kOk);
+  ASSERT_EQ(attend({K.t(), V.t(), KS, VS}), absl::StatusCode::kOk);
+  Tensor ks_i32 = KS;
+  ks_i32.dtype = DType::kI32;
   const PagedKv bad[] = {
-      {K, V, Tensor(), Tensor()},  // no scales: int8 k, v read as fp32
-      {K, V, KS, Tensor()},        // v scales missing
-      {K, V, Tensor::F32(ks.data(), {S, NH - 1}, Device::kCpu), VS},      // one scale per row short
-      {K, V, KS, Tensor::F32(vs.data(), {S / 2, NH}, Device::kCpu)},      // half the rows
-      {K, V, Tensor(ks.data(), DType::kI32, {S, NH}, Device::kCpu), VS},  // scales not f32
+      {K.t(), V.t(), Tensor(), Tensor()},      // no scales: int8 k, v read as fp32
+      {K.t(), V.t(), KS, Tensor()},            // v scales missing
+      {K.t(), V.t(), KSa.t({S, NH - 1}), VS},  // one scale per row short
+      {K.t(), V.t(), KS, VSa.t({S / 2, NH})},  // half the rows
+      {K.t(), V.t(), ks_i32, VS},              // scales not f32
   };
   for (const PagedKv& kv : bad) {
     EXPECT_EQ(write(kv), kBad);
