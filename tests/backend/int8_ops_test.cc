@@ -1,14 +1,21 @@
-// Tests of the int8-weight ops (MatmulInt8Forward, DequantizeRows) and of
-// quantize.h, at every ISA level this CPU supports (cpu_isa.h).
+// Tests of the int8-weight ops (MatmulInt8Forward, DequantizeRows) on every
+// backend of backend_test_util.h (cpu, cuda_sim, and cuda where a GPU is
+// usable), and of quantize.h. Weights and activations are uploaded to the
+// backend's device, outputs start as NaN and are read back.
 //
-// What each asserts:
+// What each asserts (on every backend unless marked CPU-only):
 //  - MatmulInt8Forward over up to kSmallBatch tokens equals, bit for bit,
 //    its definition (int8_matmul.cc: activations quantized per block of 32,
 //    exact integer block dots, one fma per block in order), written here as
 //    plain loops over the row-major matrix, so the panel layout, the tiles
-//    and every ISA level are held to one scalar reference.
-//  - Over more tokens (prefill: weights widened a panel at a time for
-//    sgemm) it is the float matmul over the dequantized weights, within
+//    and (CPU-only, at every ISA level this CPU supports, cpu_isa.h) every
+//    ISA level are held to one scalar reference. The CUDA backend computes
+//    the same definition for any number of tokens (int8_matmul.h), so there
+//    it is also checked bitwise at N = 41 and 67. No tolerance is needed on
+//    any backend: the block dots are exact integers and the fma order is
+//    fixed.
+//  - CPU-only: over more tokens (prefill: weights widened a panel at a time
+//    for sgemm) it is the float matmul over the dequantized weights, within
 //    1e-5 of the sum of |products| (sgemm's float rounding).
 //  - It is as close to the unquantized matmul (double, over the dequantized
 //    weights w = q * scale and the f32 activations) as activation
@@ -17,9 +24,14 @@
 //      |got - want| <= sum_b xs[b] / 2 * sum_{c in b} |w[c]| * (1 + 1e-4)
 //                      + 1e-5 * (sum_c |x[c] w[c]| + |bias|) + 1e-6
 //    (the second line: float rounding relative to the magnitudes summed).
-//  - determinism, thread- and batch-independence up to kSmallBatch tokens:
-//    bitwise.
+//    This holds for any number of tokens on every backend (on the CPU's
+//    prefill path the float matmul is closer still).
+//  - determinism and batch-independence up to kSmallBatch tokens: bitwise;
+//    CPU-only, at every ISA level and for one thread or all.
 //  - DequantizeRows: bitwise q * scale (one float multiply per value).
+//    CPU-only: InvalidArgument for a row outside [0, OC) (the rows live on
+//    the device; the CUDA kernel writes a row of NaN instead).
+//  - shape and dtype errors: InvalidArgument on every backend.
 //  - quantize round trip: |x - q * scale| <= scale * (0.5 + 1e-4): half a
 //    step, plus the float rounding of x / scale for |x / scale| <= 127.
 #include <omp.h>
@@ -35,6 +47,7 @@
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
 #include "src/backend/quantize.h"
+#include "tests/backend/backend_test_util.h"
 #include "tests/backend/cpu_test_inputs.h"
 
 namespace ladder {
@@ -51,8 +64,6 @@ struct Quantized {
   int64_t OC, C, G;
   std::vector<int8_t> q, q_panels;
   Floats scales, scale_panels;
-  Tensor Q() { return Tensor::I8(q_panels.data(), {OC, C}, Device::kCpu); }
-  Tensor S() { return Tensor::F32(scale_panels.data(), {OC, C / G}, Device::kCpu); }
   float Scale(int64_t o, int64_t c) const { return scales[o * (C / G) + c / G]; }
   float W(int64_t o, int64_t c) const { return q[o * C + c] * Scale(o, c); }
 };
@@ -71,15 +82,32 @@ Quantized MakeQuantized(int64_t OC, int64_t C, int64_t G, uint32_t seed) {
   return w;
 }
 
-// out [N, OC] at the given level.
-Floats Matmul(CpuBackend& be, CpuIsa isa, Floats& x, Quantized& w, Floats& bias, int64_t N) {
-  ScopedCpuIsa scoped(isa);
-  Floats out(N * w.OC, NAN);
-  const Tensor b = bias.empty() ? Tensor() : Tensor::F32(bias.data(), {w.OC}, Device::kCpu);
-  EXPECT_TRUE(be.MatmulInt8Forward(Tensor::F32(out.data(), {N, w.OC}, Device::kCpu),
-                                   Tensor::F32(x.data(), {N, w.C}, Device::kCpu), w.Q(), w.S(), b)
+// A Quantized weight's panels on a backend's device.
+struct DeviceWeight {
+  testing_backends::DeviceArray<int8_t> q;
+  testing_backends::DeviceArray<float> scales;
+  DeviceWeight(testing_backends::BackendHarness& h, const Quantized& w)
+      : q(h.Up(w.q_panels, {w.OC, w.C})), scales(h.Up(w.scale_panels, {w.OC, w.C / w.G})) {}
+};
+
+// out [N, OC] on h's backend (at the CPU's active ISA level).
+Floats Matmul(testing_backends::BackendHarness& h, const Floats& x, const DeviceWeight& dw,
+              const Quantized& w, const Floats& bias, int64_t N) {
+  auto out = h.Out({N, w.OC});
+  auto in = h.Up(x, {N, w.C});
+  auto b = h.Up(bias.empty() ? Floats(w.OC) : bias, {w.OC});
+  EXPECT_TRUE(h.be()
+                  .MatmulInt8Forward(out.t(), in.t(), dw.q.t(), dw.scales.t(),
+                                     bias.empty() ? Tensor() : b.t())
                   .ok());
-  return out;
+  return out.Get();
+}
+
+// The same at a given CPU ISA level.
+Floats Matmul(testing_backends::BackendHarness& h, CpuIsa isa, const Floats& x,
+              const DeviceWeight& dw, const Quantized& w, const Floats& bias, int64_t N) {
+  ScopedCpuIsa scoped(isa);
+  return Matmul(h, x, dw, w, bias, N);
 }
 
 // The activations of each token quantized in blocks of 32.
@@ -113,25 +141,38 @@ Floats Definition(const Activations& a, const Quantized& w, const Floats& bias, 
   return out;
 }
 
-TEST(Int8OpsTest, MatmulIsItsDefinitionAtEveryLevel) {
-  CpuBackend be;
+class Int8OpsTest : public testing_backends::BackendTest {};
+LADDER_INSTANTIATE_ON_ALL_BACKENDS(Int8OpsTest);
+class CpuOnlyInt8OpsTest : public testing_backends::CpuBackendTest {};
+
+// MatmulInt8Forward equals Definition bitwise for each shape of the lists,
+// with and without bias; at each of `levels` in turn (CPU ISA levels), or
+// once as the backend is if `levels` is empty.
+void ExpectDefinition(testing_backends::BackendHarness& h, std::initializer_list<int64_t> Ns,
+                      std::initializer_list<int64_t> Cs, std::initializer_list<int64_t> OCs,
+                      const std::vector<CpuIsa>& levels) {
   uint32_t seed = 1;
-  for (int64_t N : {1, 3, 8, 16}) {
-    for (int64_t C : {32, 96, 768}) {
-      for (int64_t OC : {16, 112, 2304}) {
+  for (int64_t N : Ns) {
+    for (int64_t C : Cs) {
+      for (int64_t OC : OCs) {
         for (int64_t G : {int64_t{32}, C}) {
-          Quantized w = MakeQuantized(OC, C, G, ++seed);
-          Floats x = Uniform(N * C, ++seed);
+          const Quantized w = MakeQuantized(OC, C, G, ++seed);
+          const DeviceWeight dw(h, w);
+          const Floats x = Uniform(N * C, ++seed);
           const Activations a = QuantizeActivations(x, N, C);
           for (bool with_bias : {false, true}) {
-            Floats bias = with_bias ? Uniform(OC, ++seed) : Floats();
+            const Floats bias = with_bias ? Uniform(OC, ++seed) : Floats();
             const Floats want = Definition(a, w, bias, N);
-            for (CpuIsa isa : Levels()) {
-              SCOPED_TRACE(::testing::Message()
-                           << CpuIsaName(isa) << " N=" << N << " C=" << C << " OC=" << OC
-                           << " G=" << G << " bias=" << with_bias);
-              const Floats got = Matmul(be, isa, x, w, bias, N);
-              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+            const auto check = [&](const char* level) {
+              SCOPED_TRACE(::testing::Message() << level << " N=" << N << " C=" << C << " OC=" << OC
+                                                << " G=" << G << " bias=" << with_bias);
+              const Floats got = Matmul(h, x, dw, w, bias, N);
+              ASSERT_TRUE(testing_backends::BitwiseEqual(got, want));
+            };
+            if (levels.empty()) check("");
+            for (CpuIsa isa : levels) {
+              ScopedCpuIsa scoped(isa);
+              check(CpuIsaName(isa));
             }
           }
         }
@@ -140,21 +181,36 @@ TEST(Int8OpsTest, MatmulIsItsDefinitionAtEveryLevel) {
   }
 }
 
-TEST(Int8OpsTest, MatmulIsWithinActivationQuantizationOfTheFloatMatmul) {
-  CpuBackend be;
+// Up to kSmallBatch tokens on every backend (odd N, C and OC not multiples
+// of any tile); the CUDA backend keeps to the definition beyond that too.
+TEST_P(Int8OpsTest, MatmulIsItsDefinition) {
+  ExpectDefinition(*this, {1, 3, 13, cpu::kSmallBatch}, {32, 96, 224}, {16, 112, 304}, {});
+  if (!is_cpu()) ExpectDefinition(*this, {41, 67}, {96}, {48}, {});
+}
+
+TEST_F(CpuOnlyInt8OpsTest, MatmulIsItsDefinitionAtEveryLevel) {
+  ExpectDefinition(*this, {1, 3, 8, 16}, {32, 96, 768}, {16, 112, 2304}, Levels());
+}
+
+// The activation-quantization bound of the header comment, at each of
+// `levels` (or once, if empty).
+void ExpectWithinActivationQuantization(testing_backends::BackendHarness& h,
+                                        std::initializer_list<int64_t> Ns,
+                                        const std::vector<CpuIsa>& levels) {
   uint32_t seed = 100;
-  for (int64_t N : {1, 5}) {
+  for (int64_t N : Ns) {
     for (int64_t C : {96, 768}) {
       const int64_t OC = 48;
-      Quantized w = MakeQuantized(OC, C, 32, ++seed);
+      const Quantized w = MakeQuantized(OC, C, 32, ++seed);
+      const DeviceWeight dw(h, w);
       // Activations with a few large outliers, as residual streams have.
       Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f);
       for (int64_t i = 7; i < N * C; i += 101) x[i] *= 20.0f;
-      Floats bias = Uniform(OC, ++seed);
+      const Floats bias = Uniform(OC, ++seed);
       const Activations a = QuantizeActivations(x, N, C);
-      for (CpuIsa isa : Levels()) {
-        SCOPED_TRACE(::testing::Message() << CpuIsaName(isa) << " N=" << N << " C=" << C);
-        const Floats got = Matmul(be, isa, x, w, bias, N);
+      const auto check = [&](const char* level) {
+        SCOPED_TRACE(::testing::Message() << level << " N=" << N << " C=" << C);
+        const Floats got = Matmul(h, x, dw, w, bias, N);
         for (int64_t n = 0; n < N; ++n) {
           for (int64_t o = 0; o < OC; ++o) {
             double want = bias[o], mag = std::fabs(bias[o]), quant = 0.0;
@@ -168,23 +224,39 @@ TEST(Int8OpsTest, MatmulIsWithinActivationQuantizationOfTheFloatMatmul) {
             ASSERT_LE(std::fabs(got[n * OC + o] - want), tol) << n << "," << o;
           }
         }
+      };
+      if (levels.empty()) check("");
+      for (CpuIsa isa : levels) {
+        ScopedCpuIsa scoped(isa);
+        check(CpuIsaName(isa));
       }
     }
   }
 }
 
-TEST(Int8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
-  CpuBackend be;
+// Small batches and prefill-sized ones.
+TEST_P(Int8OpsTest, MatmulIsWithinActivationQuantizationOfTheFloatMatmul) {
+  ExpectWithinActivationQuantization(*this, {1, 5, 17, 67}, {});
+}
+
+TEST_F(CpuOnlyInt8OpsTest, MatmulIsWithinActivationQuantizationAtEveryLevel) {
+  ExpectWithinActivationQuantization(*this, {1, 5}, Levels());
+}
+
+// The CPU backend's prefill path (more than kSmallBatch tokens: sgemm over
+// weights widened a panel at a time).
+TEST_F(CpuOnlyInt8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
   uint32_t seed = 200;
   for (int64_t N : {17, 64, 200}) {
     for (int64_t C : {96, 768}) {
       for (int64_t OC : {48, 2304}) {
         for (int64_t G : {int64_t{32}, C}) {
-          Quantized w = MakeQuantized(OC, C, G, ++seed);
-          Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
+          const Quantized w = MakeQuantized(OC, C, G, ++seed);
+          const DeviceWeight dw(*this, w);
+          const Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
           SCOPED_TRACE(::testing::Message()
                        << "N=" << N << " C=" << C << " OC=" << OC << " G=" << G);
-          const Floats got = Matmul(be, ActiveCpuIsa(), x, w, bias, N);
+          const Floats got = Matmul(*this, x, dw, w, bias, N);
           for (int64_t n = 0; n < N; ++n) {
             for (int64_t o = 0; o < OC; ++o) {
               double want = bias[o], mag = std::fabs(bias[o]);
@@ -202,51 +274,67 @@ TEST(Int8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
   }
 }
 
-// At a fixed level the result is a function of the inputs alone: two calls,
-// one thread or all, and a token alone or inside a batch of up to
-// kSmallBatch all give the same bits (each output element runs the same
-// operations wherever it lands).
-TEST(Int8OpsTest, DeterministicAndIndependentOfThreadsAndBatch) {
-  CpuBackend be;
+// The result is a function of the inputs alone: two calls, and a token
+// alone or inside a batch of up to kSmallBatch, give the same bits (each
+// output element runs the same operations wherever it lands).
+TEST_P(Int8OpsTest, DeterministicAndIndependentOfBatch) {
+  const int64_t N = cpu::kSmallBatch, C = 224, OC = 112;
+  const Quantized w = MakeQuantized(OC, C, 32, 11);
+  const DeviceWeight dw(*this, w);
+  const Floats x = Uniform(N * C, 12), bias = Uniform(OC, 13);
+  const Floats a = Matmul(*this, x, dw, w, bias, N), b = Matmul(*this, x, dw, w, bias, N);
+  EXPECT_TRUE(testing_backends::BitwiseEqual(a, b));
+  for (int64_t n : {int64_t{0}, int64_t{9}, N - 1}) {
+    const Floats row(x.begin() + n * C, x.begin() + (n + 1) * C);
+    const Floats alone = Matmul(*this, row, dw, w, bias, 1);
+    EXPECT_TRUE(
+        testing_backends::BitwiseEqual(Floats(a.begin() + n * OC, a.begin() + (n + 1) * OC), alone))
+        << n;
+  }
+}
+
+// And, at a fixed level, of the thread count and the batch, at every level.
+TEST_F(CpuOnlyInt8OpsTest, DeterministicAndIndependentOfThreadsAndBatchAtEveryLevel) {
   const int64_t N = cpu::kSmallBatch, C = 768, OC = 304;
-  Quantized w = MakeQuantized(OC, C, 32, 11);
-  Floats x = Uniform(N * C, 12), bias = Uniform(OC, 13);
+  const Quantized w = MakeQuantized(OC, C, 32, 11);
+  const DeviceWeight dw(*this, w);
+  const Floats x = Uniform(N * C, 12), bias = Uniform(OC, 13);
   const int threads = omp_get_max_threads();
   for (CpuIsa isa : Levels()) {
     SCOPED_TRACE(CpuIsaName(isa));
-    const Floats a = Matmul(be, isa, x, w, bias, N);
-    const Floats b = Matmul(be, isa, x, w, bias, N);
+    const Floats a = Matmul(*this, isa, x, dw, w, bias, N);
+    const Floats b = Matmul(*this, isa, x, dw, w, bias, N);
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     omp_set_num_threads(1);
-    const Floats one_thread = Matmul(be, isa, x, w, bias, N);
+    const Floats one_thread = Matmul(*this, isa, x, dw, w, bias, N);
     omp_set_num_threads(threads);
     EXPECT_EQ(0, std::memcmp(a.data(), one_thread.data(), a.size() * sizeof(float)));
     for (int64_t n : {int64_t{0}, int64_t{9}, N - 1}) {
-      Floats row(x.begin() + n * C, x.begin() + (n + 1) * C);
-      const Floats alone = Matmul(be, isa, row, w, bias, 1);
+      const Floats row(x.begin() + n * C, x.begin() + (n + 1) * C);
+      const Floats alone = Matmul(*this, isa, row, dw, w, bias, 1);
       EXPECT_EQ(0, std::memcmp(a.data() + n * OC, alone.data(), OC * sizeof(float))) << n;
     }
   }
 }
 
-TEST(Int8OpsTest, DequantizeRowsIsQTimesScale) {
-  CpuBackend be;
+TEST_P(Int8OpsTest, DequantizeRowsIsQTimesScale) {
   const int64_t OC = 48, C = 96;
   for (int64_t G : {32, 96}) {
-    Quantized w = MakeQuantized(OC, C, G, 21);
-    std::vector<int32_t> rows = {0, 47, 7, 7, 23};
+    const Quantized w = MakeQuantized(OC, C, G, 21);
+    const DeviceWeight dw(*this, w);
+    const std::vector<int32_t> rows = {0, 47, 7, 7, 23};
     const int64_t N = static_cast<int64_t>(rows.size());
-    Floats out(N * C, NAN);
-    ASSERT_TRUE(be.DequantizeRows(Tensor::F32(out.data(), {N, C}, Device::kCpu), w.Q(), w.S(),
-                                  Tensor::I32(rows.data(), {N}, Device::kCpu))
-                    .ok());
+    auto out_d = Out({N, C});
+    ASSERT_TRUE(be().DequantizeRows(out_d.t(), dw.q.t(), dw.scales.t(), Up(rows, {N}).t()).ok());
+    const Floats out = out_d.Get();
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], w.W(rows[n], c)) << n << "," << c;
     }
   }
 }
 
-TEST(Int8OpsTest, QuantizeRoundTrip) {
+// quantize.h runs on the host: no backend.
+TEST(QuantizeTest, RoundTrip) {
   const int64_t rows = 64, cols = 256, G = 32;
   Floats x = Uniform(rows * cols, 31, -3.0f, 3.0f);
   for (int64_t c = 0; c < G; ++c) x[5 * cols + c] = 0.0f;  // one all-zero group
@@ -270,55 +358,55 @@ TEST(Int8OpsTest, QuantizeRoundTrip) {
   EXPECT_EQ(scales[5 * (cols / G)], 0.0f);
 }
 
-TEST(Int8OpsTest, BadShapesAreInvalidArgument) {
-  CpuBackend be;
+TEST_P(Int8OpsTest, BadShapesAreInvalidArgument) {
+  Backend& be = this->be();
   const int64_t N = 2, C = 64, OC = 16;
-  Quantized w = MakeQuantized(OC, C, 32, 41);
-  Floats x = Uniform(N * C, 42), out(N * OC), bias(OC + 1), f32_q(OC * C);
-  std::vector<int8_t> q8(8 * C);
-  Floats scales8(8 * C / 32);
-  Floats scales16(OC * C / 16);
+  const Quantized w = MakeQuantized(OC, C, 32, 41);
+  const DeviceWeight dw(*this, w);
+  auto x = Up(Uniform(N * C, 42), {N, C});
+  auto out = Out({N, OC}), bias = Out({OC + 1}), f32_q = Out({OC, C});
+  auto q8 = Out<int8_t>({8, C});
+  auto scales8 = Out({8, C / 32}), scales16 = Out({OC, C / 16});
   const auto matmul = [&](Tensor o, Tensor in, Tensor q, Tensor s, Tensor b) {
     return be.MatmulInt8Forward(o, in, q, s, b).code();
   };
-  const Tensor O = Tensor::F32(out.data(), {N, OC}, Device::kCpu),
-               X = Tensor::F32(x.data(), {N, C}, Device::kCpu);
+  const Tensor O = out.t(), X = x.t(), Q = dw.q.t(), S = dw.scales.t();
   constexpr auto kBad = absl::StatusCode::kInvalidArgument;
-  ASSERT_EQ(matmul(O, X, w.Q(), w.S(), Tensor()), absl::StatusCode::kOk);
+  ASSERT_EQ(matmul(O, X, Q, S, Tensor()), absl::StatusCode::kOk);
   // 8 rows: not a whole panel.
-  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N, 8}, Device::kCpu), X,
-                   Tensor::I8(q8.data(), {8, C}, Device::kCpu),
-                   Tensor::F32(scales8.data(), {8, C / 32}, Device::kCpu), Tensor()),
-            kBad);
+  EXPECT_EQ(matmul(out.t({N, 8}), X, q8.t(), scales8.t(), Tensor()), kBad);
   // Groups of 16: not a multiple of 32.
-  EXPECT_EQ(matmul(O, X, w.Q(), Tensor::F32(scales16.data(), {OC, C / 16}, Device::kCpu), Tensor()),
-            kBad);
+  EXPECT_EQ(matmul(O, X, Q, scales16.t(), Tensor()), kBad);
   // inp with C / 2 columns.
-  EXPECT_EQ(matmul(O, Tensor::F32(x.data(), {2 * N, C / 2}, Device::kCpu), w.Q(), w.S(), Tensor()),
-            kBad);
+  EXPECT_EQ(matmul(O, x.t({2 * N, C / 2}), Q, S, Tensor()), kBad);
   // q stored as f32; inp as i32; out of the wrong width; bias of OC + 1.
-  EXPECT_EQ(matmul(O, X, Tensor::F32(f32_q.data(), {OC, C}, Device::kCpu), w.S(), Tensor()), kBad);
-  EXPECT_EQ(matmul(O, Tensor(x.data(), DType::kI32, {N, C}, Device::kCpu), w.Q(), w.S(), Tensor()),
-            kBad);
-  EXPECT_EQ(matmul(Tensor::F32(out.data(), {N * OC}, Device::kCpu), X, w.Q(), w.S(), Tensor()),
-            kBad);
-  EXPECT_EQ(matmul(O, X, w.Q(), w.S(), Tensor::F32(bias.data(), {OC + 1}, Device::kCpu)), kBad);
+  EXPECT_EQ(matmul(O, X, f32_q.t(), S, Tensor()), kBad);
+  Tensor x_i32 = X;
+  x_i32.dtype = DType::kI32;
+  EXPECT_EQ(matmul(O, x_i32, Q, S, Tensor()), kBad);
+  EXPECT_EQ(matmul(out.t({N * OC}), X, Q, S, Tensor()), kBad);
+  EXPECT_EQ(matmul(O, X, Q, S, bias.t()), kBad);
 
-  // DequantizeRows: rows out of range, out of the wrong width.
-  Floats rows_out(2 * C);
+  // DequantizeRows: out of the wrong width.
+  auto rows_out = Out({2 * C});
+  EXPECT_EQ(
+      be.DequantizeRows(rows_out.t({2, C / 2}), Q, S, Up(std::vector<int32_t>{0}, {1}).t()).code(),
+      kBad);
+}
+
+// Rows live on the device: only the CPU backend refuses one outside [0, OC).
+TEST_F(CpuOnlyInt8OpsTest, DequantizeRowsRejectsBadRows) {
+  const int64_t C = 64, OC = 16;
+  const Quantized w = MakeQuantized(OC, C, 32, 41);
+  const DeviceWeight dw(*this, w);
+  auto rows_out = Out({2, C});
   for (int32_t bad : {-1, static_cast<int32_t>(OC)}) {
-    std::vector<int32_t> rows = {0, bad};
-    EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C}, Device::kCpu), w.Q(), w.S(),
-                                Tensor::I32(rows.data(), {2}, Device::kCpu))
+    EXPECT_EQ(be().DequantizeRows(rows_out.t(), dw.q.t(), dw.scales.t(),
+                                  Up(std::vector<int32_t>{0, bad}, {2}).t())
                   .code(),
-              kBad)
+              absl::StatusCode::kInvalidArgument)
         << bad;
   }
-  std::vector<int32_t> rows = {0};
-  EXPECT_EQ(be.DequantizeRows(Tensor::F32(rows_out.data(), {2, C / 2}, Device::kCpu), w.Q(), w.S(),
-                              Tensor::I32(rows.data(), {1}, Device::kCpu))
-                .code(),
-            kBad);
 }
 
 }  // namespace
