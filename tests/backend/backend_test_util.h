@@ -181,7 +181,7 @@ class BackendHarness {
   }
 
  protected:
-  // Makes the backend `device`; false (with the reason) if it failed.
+  // Makes the backend `device`; the MakeBackend error if it cannot.
   absl::Status Make(const std::string& device) {
     absl::StatusOr<std::unique_ptr<Backend>> b = MakeBackend(device);
     if (!b.ok()) return b.status();
