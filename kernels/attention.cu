@@ -116,6 +116,28 @@ __device__ __forceinline__ void LoadTile(float* __restrict__ tile, int ld,
   }
 }
 
+// The backward's two score products for one warp: for the warp's kRows rows
+// a_i and c_i (row stride ld) and the lane's row b and e (stride ld),
+//   s[i] = a_i . b_lane   and   dp[i] = c_i . e_lane   over HS channels.
+// The dQ kernel calls it with (Q, dO) against (K, V): S = Q K^T, dP = dO V^T;
+// the dK/dV kernel with (K, V) against (Q, dO): the transposes S^T and dP^T.
+__device__ __forceinline__ void ScoreAndGradDots(const float* __restrict__ a,
+                                                 const float* __restrict__ c,
+                                                 const float* __restrict__ b,
+                                                 const float* __restrict__ e, int ld, int HS,
+                                                 int lane, float (&s)[kRows], float (&dp)[kRows]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
+  for (int d = 0; d < HS; ++d) {
+    const float bd = b[lane * ld + d], ed = e[lane * ld + d];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      s[i] += a[i * ld + d] * bd;
+      dp[i] += c[i * ld + d] * ed;
+    }
+  }
+}
+
 __device__ __forceinline__ void ZeroRows(float* __restrict__ p, int n) {
   for (int idx = threadIdx.x; idx < n; idx += blockDim.x) p[idx] = 0.0f;
 }
@@ -276,18 +298,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // S = Q K^T and dP = dO V^T for the warp's 8 rows; lane = key.
     float s[kRows], dp[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
-    const float* q_row = sQ + warp * kRows * ld;
-    const float* do_row = sdO + warp * kRows * ld;
-    for (int d = 0; d < HS; ++d) {
-      const float kd = sK[lane * ld + d], vd = sV[lane * ld + d];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        s[i] += q_row[i * ld + d] * kd;
-        dp[i] += do_row[i * ld + d] * vd;
-      }
-    }
+    ScoreAndGradDots(sQ + warp * kRows * ld, sdO + warp * kRows * ld, sK, sV, ld, HS, lane, s, dp);
     const int key = j0 + lane;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
@@ -384,18 +395,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // S^T = K Q^T and dP^T = V dO^T for the warp's 8 keys; lane = query.
     float s[kRows], dp[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
-    const float* k_row = sK + warp * kRows * ld;
-    const float* v_row = sV + warp * kRows * ld;
-    for (int d = 0; d < HS; ++d) {
-      const float qd = sQ[lane * ld + d], dod = sdO[lane * ld + d];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        s[i] += k_row[i * ld + d] * qd;
-        dp[i] += v_row[i * ld + d] * dod;
-      }
-    }
+    ScoreAndGradDots(sK + warp * kRows * ld, sV + warp * kRows * ld, sQ, sdO, ld, HS, lane, s, dp);
     const int query = i0 + lane;
     const float Dq = sD[lane], Lq = sL[lane];
 #pragma unroll
