@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,9 +63,16 @@ struct AdamWParams {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled; 0 for biases and LayerNorm
-  float grad_scale = 1.0f;    // multiplies the gradient first (clipping)
-  int step = 1;               // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies the gradient first (clipping)
+  int step = 1;             // 1-based, for bias correction
+};
+
+// One tensor of an AdamW update: the parameter, its gradient and its two
+// moments (all of one shape), and its decoupled weight decay (0 for biases
+// and LayerNorm).
+struct AdamWTensor {
+  Tensor param, grad, m, v;
+  float weight_decay = 0.0f;
 };
 
 using DeviceBuffer = std::unique_ptr<void, std::function<void(void*)>>;
@@ -263,9 +271,11 @@ class Backend {
   // sum is accumulated in double in a fixed order (the same bits every time,
   // whatever the parallelism) and rounded to float once at the end.
   virtual absl::Status SumOfSquares(Tensor x, Tensor out) = 0;
-  // AdamW on one tensor: g = grad * grad_scale; m,v moments; decoupled decay:
-  // param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param).
-  virtual absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+  // AdamW on every tensor of `tensors` (on a GPU in one launch): for each,
+  // g = grad * grad_scale; m, v moments; decoupled decay:
+  // param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param). The
+  // tensors must not overlap. Every tensor is checked before any is updated.
+  virtual absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                                    const AdamWParams& p) = 0;
 
   // ---- memory helpers -------------------------------------------------------

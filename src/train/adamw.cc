@@ -81,12 +81,17 @@ absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, doubl
   if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) {
     p.grad_scale = static_cast<float>(cfg_.grad_clip / grad_norm);
   }
+  // Every segment in one call (one launch on a GPU).
   const Tensor m = moment_m(), v = moment_v();
-  return ForEachSegment([&](int i, int64_t first, int64_t count) {
-    p.weight_decay = table_->spec(i).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+  std::vector<AdamWTensor> tensors;
+  RETURN_IF_ERROR(ForEachSegment([&](int i, int64_t first, int64_t count) {
     auto at = [&](const Tensor& t) { return t.Slice(first, {count}); };
-    return backend_->AdamWUpdate(at(weights), at(grads), at(m), at(v), p);
-  });
+    const float decay =
+        table_->spec(i).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    tensors.push_back({at(weights), at(grads), at(m), at(v), decay});
+    return absl::OkStatus();
+  }));
+  return backend_->AdamWUpdate(tensors, p);
 }
 
 }  // namespace ladder

@@ -1071,10 +1071,9 @@ TEST_P(BackendOpsTest, AdamWMatchesHandComputedStep) {
   p.beta1 = 0.9f;
   p.beta2 = 0.999f;
   p.eps = 1e-8f;
-  p.weight_decay = 0.1f;
   p.grad_scale = 0.5f;
   p.step = 3;
-  ASSERT_TRUE(be().AdamWUpdate(param.t(), grad.t(), m.t(), v.t(), p).ok());
+  ASSERT_TRUE(be().AdamWUpdate({{param.t(), grad.t(), m.t(), v.t(), 0.1f}}, p).ok());
   const double mhat = 0.055 / 0.271, vhat = 0.004006 / 0.002997001;
   const double want = 0.5 - 0.01 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.05);
   EXPECT_NEAR(m.Get()[0], 0.055, 1e-7);
@@ -1084,43 +1083,62 @@ TEST_P(BackendOpsTest, AdamWMatchesHandComputedStep) {
   EXPECT_NEAR(got, 0.4977445, 1e-6);
 }
 
+// Two tensors in one call, each with its own weight decay (the matrix decays,
+// the bias-like vector does not), over three steps.
 TEST_P(BackendOpsTest, AdamWMatchesReferenceOverSteps) {
   const int rows = 201, cols = 199, n = rows * cols;  // above the CPU's parallel threshold
-  const Floats param0 = Uniform(n, 141);
+  const int nb = 37;
+  const float decay[2] = {0.1f, 0.0f};
+  const Floats param0 = Uniform(n, 141), bias0 = Uniform(nb, 142);
   auto param = Up(param0, {rows, cols}), m = Up(Floats(n, 0.0f), {rows, cols}),
        v = Up(Floats(n, 0.0f), {rows, cols});
-  std::vector<ref::AdamWElem> want(n);
+  auto bias = Up(bias0, {nb}), mb = Up(Floats(nb, 0.0f), {nb}), vb = Up(Floats(nb, 0.0f), {nb});
+  std::vector<ref::AdamWElem> want(n), want_b(nb);
   for (int i = 0; i < n; ++i) want[i] = {param0[i], 0.0, 0.0};
+  for (int i = 0; i < nb; ++i) want_b[i] = {bias0[i], 0.0, 0.0};
   AdamWParams p;
   p.lr = 3e-3f;
-  p.weight_decay = 0.1f;
   p.grad_scale = 0.8f;
   for (int step = 1; step <= 3; ++step) {
     p.step = step;
-    const Floats grad = Uniform(n, 150 + step);
-    ASSERT_TRUE(be().AdamWUpdate(param.t(), Up(grad, {rows, cols}).t(), m.t(), v.t(), p).ok());
+    const Floats grad = Uniform(n, 150 + step), grad_b = Uniform(nb, 160 + step);
+    auto g = Up(grad, {rows, cols}), gb = Up(grad_b, {nb});
+    ASSERT_TRUE(be().AdamWUpdate({{param.t(), g.t(), m.t(), v.t(), decay[0]},
+                                  {bias.t(), gb.t(), mb.t(), vb.t(), decay[1]}},
+                                 p)
+                    .ok());
     for (int i = 0; i < n; ++i) {
-      want[i] = ref::AdamW(want[i], grad[i], p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+      want[i] = ref::AdamW(want[i], grad[i], p.lr, p.beta1, p.beta2, p.eps, decay[0],
                            p.grad_scale, step);
     }
+    for (int i = 0; i < nb; ++i) {
+      want_b[i] = ref::AdamW(want_b[i], grad_b[i], p.lr, p.beta1, p.beta2, p.eps, decay[1],
+                             p.grad_scale, step);
+    }
   }
-  Vec wp(n), wm(n), wv(n);
-  for (int i = 0; i < n; ++i) {
-    wp[i] = want[i].param;
-    wm[i] = want[i].m;
-    wv[i] = want[i].v;
-  }
-  EXPECT_TRUE(AllClose(param.Get(), wp, kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(m.Get(), wm, kFwdRtol, kFwdAtol));
-  EXPECT_TRUE(AllClose(v.Get(), wv, kFwdRtol, kFwdAtol));
+  auto expect = [&](const std::vector<ref::AdamWElem>& w, const Floats& got_p, const Floats& got_m,
+                    const Floats& got_v) {
+    const size_t k = w.size();
+    Vec wp(k), wm(k), wv(k);
+    for (size_t i = 0; i < k; ++i) {
+      wp[i] = w[i].param;
+      wm[i] = w[i].m;
+      wv[i] = w[i].v;
+    }
+    EXPECT_TRUE(AllClose(got_p, wp, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(got_m, wm, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(got_v, wv, kFwdRtol, kFwdAtol));
+  };
+  expect(want, param.Get(), m.Get(), v.Get());
+  expect(want_b, bias.Get(), mb.Get(), vb.Get());
 }
 
 TEST_P(BackendOpsTest, AdamWRejectsBadInput) {
   auto a = Out({6}), b = Out({6}), c = Out({6});
   AdamWParams p;
-  ExpectInvalid(be().AdamWUpdate(a.t(), b.t(), c.t(), c.t({5}), p), "v");
+  ExpectInvalid(be().AdamWUpdate({{a.t(), b.t(), c.t(), c.t({5}), 0.0f}}, p), "v[0]");
   p.step = 0;
-  ExpectInvalid(be().AdamWUpdate(a.t(), b.t(), c.t(), c.t(), p), "step");
+  ExpectInvalid(be().AdamWUpdate({{a.t(), b.t(), c.t(), c.t(), 0.0f}}, p), "step");
 }
 
 TEST_P(BackendOpsTest, FillWritesEveryElement) {

@@ -149,7 +149,7 @@ TEST(AdamWGpuTest, MultiTensorMatchesCpu) {
       {65, 768, 0.1f, 0, {}, {}, {}, {}},       {99, 101, 0.0f, 1, {}, {}, {}, {}},
       {0, 1, 0.0f, 0, {}, {}, {}, {}},
   };
-  std::vector<cuda::AdamWSlot> slots;
+  std::vector<AdamWTensor> slots;
   std::vector<std::unique_ptr<GpuFloats>> buffers;
   for (size_t k = 0; k < params.size(); ++k) {
     Param& p = params[k];
@@ -160,7 +160,7 @@ TEST(AdamWGpuTest, MultiTensorMatchesCpu) {
     p.m = Normal(alloc, s + 2, 0.0f, 0.01f);
     p.v = Normal(alloc, s + 3, 0.0f, 0.01f);
     for (float& x : p.v) x *= x;  // second moments are non-negative
-    cuda::AdamWSlot slot;
+    AdamWTensor slot;
     for (const std::vector<float>* h : {&p.w, &p.g, &p.m, &p.v}) {
       buffers.push_back(std::make_unique<GpuFloats>(*h, p.offset));
       ASSERT_TRUE(buffers.back()->ok());
@@ -181,18 +181,16 @@ TEST(AdamWGpuTest, MultiTensorMatchesCpu) {
   AdamWParams hp;
   hp.lr = 0.01f;
   hp.grad_scale = 0.5f;
-  hp.weight_decay = 123.0f;  // must be ignored by the multi-tensor op
   for (int step = 1; step <= 2; ++step) {
     hp.step = step;
     std::vector<Param> before = params;
     for (Param& p : params) {
-      AdamWParams cp = hp;
-      cp.weight_decay = p.weight_decay;
-      const Tensor w = Tensor::F32(p.w.data(), {p.rows, p.cols}, Device::kCpu);
-      ASSERT_TRUE(cpu.AdamWUpdate(w, Tensor::F32(p.g.data(), {p.rows, p.cols}, Device::kCpu),
-                                  Tensor::F32(p.m.data(), {p.rows, p.cols}, Device::kCpu),
-                                  Tensor::F32(p.v.data(), {p.rows, p.cols}, Device::kCpu), cp)
-                      .ok());
+      auto host = [&](std::vector<float>& x) {
+        return Tensor::F32(x.data(), {p.rows, p.cols}, Device::kCpu);
+      };
+      ASSERT_TRUE(
+          cpu.AdamWUpdate({{host(p.w), host(p.g), host(p.m), host(p.v), p.weight_decay}}, hp)
+              .ok());
     }
     const absl::Status st = cuda::AdamWUpdate(slots, hp, descriptors.View({descriptors.size()}));
     ASSERT_TRUE(st.ok()) << st;
@@ -232,7 +230,7 @@ TEST(OptimizerGpuArgs, RejectsBadArguments) {
   s = cuda::SumOfSquares(gf({1}), gf({8}), Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "missing scratch";
 
-  cuda::AdamWSlot slot{gf({2, 4}), gf({2, 4}), gf({2, 4}), gf({4, 2}), 0.0f};
+  AdamWTensor slot{gf({2, 4}), gf({2, 4}), gf({2, 4}), gf({4, 2}), 0.0f};
   AdamWParams hp;
   s = cuda::AdamWUpdate({slot}, hp, gf({64}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "v of the wrong shape";

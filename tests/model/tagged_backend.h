@@ -148,10 +148,14 @@ class TaggedBackend final : public Backend {
     const char* op = Count("SumOfSquares");
     return cpu_.SumOfSquares(In(op, x), In(op, out));
   }
-  absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+  absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                            const AdamWParams& p) override {
     const char* op = Count("AdamWUpdate");
-    return cpu_.AdamWUpdate(In(op, param), In(op, grad), In(op, m), In(op, v), p);
+    std::vector<AdamWTensor> on_cpu;
+    for (const AdamWTensor& t : tensors) {
+      on_cpu.push_back({In(op, t.param), In(op, t.grad), In(op, t.m), In(op, t.v), t.weight_decay});
+    }
+    return cpu_.AdamWUpdate(on_cpu, p);
   }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     Count("Allocate");

@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
                                     int64_t vocab_start, int vocab_size, float dloss) override;
 
   absl::Status SumOfSquares(Tensor x, Tensor out) override;
-  absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+  absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                            const AdamWParams& p) override;
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;

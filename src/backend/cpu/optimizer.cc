@@ -68,37 +68,44 @@ absl::Status CpuBackend::SumOfSquares(Tensor x, Tensor out) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                                      const AdamWParams& p) {
   constexpr char kOp[] = "AdamWUpdate";
-  int64_t rows = 0, cols = 0;
-  RETURN_IF_ERROR(cpu::RowView(kOp, "param", param, DType::kF32, &rows, &cols));
-  RETURN_IF_ERROR(cpu::CheckRows(kOp, "grad", grad, DType::kF32, rows, cols));
-  RETURN_IF_ERROR(cpu::CheckRows(kOp, "m", m, DType::kF32, rows, cols));
-  RETURN_IF_ERROR(cpu::CheckRows(kOp, "v", v, DType::kF32, rows, cols));
   if (p.step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", p.step, " must be >= 1"));
   }
-  const int64_t n = rows * cols;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const AdamWTensor& t = tensors[k];
+    int64_t rows = 0, cols = 0;
+    RETURN_IF_ERROR(
+        cpu::RowView(kOp, absl::StrCat("param[", k, "]"), t.param, DType::kF32, &rows, &cols));
+    RETURN_IF_ERROR(
+        cpu::CheckRows(kOp, absl::StrCat("grad[", k, "]"), t.grad, DType::kF32, rows, cols));
+    RETURN_IF_ERROR(cpu::CheckRows(kOp, absl::StrCat("m[", k, "]"), t.m, DType::kF32, rows, cols));
+    RETURN_IF_ERROR(cpu::CheckRows(kOp, absl::StrCat("v[", k, "]"), t.v, DType::kF32, rows, cols));
+  }
   // Bias corrections, computed once in double (beta2^step is close to 1 for
   // small steps, so 1 - beta2^step would lose digits in float).
   const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, p.step)));
   const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta2}, p.step)));
-  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay;
-  const float gs = p.grad_scale;
-  float* w = param.f32();
-  const float* g = grad.f32();
-  float* m1 = m.f32();
-  float* m2 = v.f32();
+  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, gs = p.grad_scale;
+  for (const AdamWTensor& t : tensors) {
+    const int64_t n = t.param.numel();
+    const float wd = t.weight_decay;
+    float* w = t.param.f32();
+    const float* g = t.grad.f32();
+    float* m1 = t.m.f32();
+    float* m2 = t.v.f32();
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float mi = b1 * m1[i] + (1.0f - b1) * gi;
-    const float vi = b2 * m2[i] + (1.0f - b2) * gi * gi;
-    m1[i] = mi;
-    m2[i] = vi;
-    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-    w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * gs;
+      const float mi = b1 * m1[i] + (1.0f - b1) * gi;
+      const float vi = b2 * m2[i] + (1.0f - b2) * gi * gi;
+      m1[i] = mi;
+      m2[i] = vi;
+      const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
+      w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+    }
   }
   return absl::OkStatus();
 }

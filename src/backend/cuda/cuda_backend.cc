@@ -1,5 +1,6 @@
 #include "src/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -200,10 +201,11 @@ absl::Status CudaBackend::SumOfSquares(Tensor x, Tensor out) {
   return cuda::SumOfSquares(out, x, scratch, stream_);
 }
 
-absl::Status CudaBackend::AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+absl::Status CudaBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                                       const AdamWParams& p) {
-  ASSIGN_OR_RETURN(Tensor descriptors, Scratch(cuda::AdamWDescriptorBytes(1), DType::kF32));
-  return cuda::AdamWUpdate({{param, grad, m, v, p.weight_decay}}, p, descriptors, stream_);
+  const int64_t bytes = cuda::AdamWDescriptorBytes(static_cast<int>(tensors.size()));
+  ASSIGN_OR_RETURN(Tensor descriptors, Scratch(std::max<int64_t>(bytes, 8), DType::kF32));
+  return cuda::AdamWUpdate(tensors, p, descriptors, stream_);
 }
 
 // ---- memory -------------------------------------------------------------------

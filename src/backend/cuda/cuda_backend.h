@@ -75,7 +75,7 @@ class CudaBackend final : public Backend {
   absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
                                     int64_t vocab_start, int vocab_size, float dloss) override;
   absl::Status SumOfSquares(Tensor x, Tensor out) override;
-  absl::Status AdamWUpdate(Tensor param, Tensor grad, Tensor m, Tensor v,
+  absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                            const AdamWParams& p) override;
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;

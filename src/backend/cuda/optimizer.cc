@@ -40,7 +40,7 @@ int64_t AdamWDescriptorBytes(int count) {
   return count <= 0 ? 0 : static_cast<int64_t>(sizeof(kernels::AdamWTensor)) * count;
 }
 
-absl::Status AdamWUpdate(const std::vector<AdamWSlot>& slots, const AdamWParams& p,
+absl::Status AdamWUpdate(const std::vector<AdamWTensor>& slots, const AdamWParams& p,
                          Tensor descriptors, cudaStream_t stream) {
   if (p.step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(kAdamW, ": step ", p.step, " must be >= 1"));
@@ -52,7 +52,7 @@ absl::Status AdamWUpdate(const std::vector<AdamWSlot>& slots, const AdamWParams&
   if (count == 0) return absl::OkStatus();
   std::vector<kernels::AdamWTensor> host(slots.size());
   for (int i = 0; i < count; ++i) {
-    const AdamWSlot& s = slots[static_cast<size_t>(i)];
+    const AdamWTensor& s = slots[static_cast<size_t>(i)];
     const std::string name = absl::StrCat("param[", i, "]");
     int64_t rows = 0, cols = 0;
     RETURN_IF_ERROR(RowView(kAdamW, name, s.param, DType::kF32, &rows, &cols));

@@ -30,23 +30,16 @@ absl::Status SumOfSquares(Tensor out, Tensor x, Tensor scratch, cudaStream_t str
 
 // ---- multi-tensor AdamW ---------------------------------------------------------------
 
-// One parameter tensor and its state: grad, m, v have param's shape.
-struct AdamWSlot {
-  Tensor param, grad, m, v;
-  float weight_decay = 0.0f;  // decoupled; 0 for biases and LayerNorm weights
-};
-
 // Bytes of GPU memory the descriptors of `count` tensors take.
 int64_t AdamWDescriptorBytes(int count);
 
-// Backend::AdamWUpdate's formula applied to every slot in ONE kernel launch,
-// with each slot's own weight_decay (p.weight_decay is not read; every other
-// field of p is). descriptors: a GPU tensor of any dtype with at least
-// AdamWDescriptorBytes(slots.size()) bytes, 8-byte aligned; the slots'
+// Backend::AdamWUpdate applied to every tensor in ONE kernel launch.
+// descriptors: a GPU tensor of any dtype with at least
+// AdamWDescriptorBytes(tensors.size()) bytes, 8-byte aligned; the tensors'
 // descriptors are copied into it (from pageable memory: the copy is staged
 // before this returns, so nothing here needs to outlive the call) and the
-// kernel reads them from there. Slots must not overlap one another.
-absl::Status AdamWUpdate(const std::vector<AdamWSlot>& slots, const AdamWParams& p,
+// kernel reads them from there. Tensors must not overlap one another.
+absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors, const AdamWParams& p,
                          Tensor descriptors, cudaStream_t stream = nullptr);
 
 LADDER_CUDA_END
