@@ -12,7 +12,8 @@
 namespace ladder {
 namespace {
 
-// The CUDA backend on a GPU, where this binary was built with CUDA.
+// The CUDA backend on a GPU. Only reached when CudaDeviceCount found one,
+// which a binary without CUDA never does.
 absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
 #if defined(LADDER_HAVE_CUDA)
   return NewCudaBackend();
@@ -20,13 +21,6 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
   return absl::FailedPreconditionError("this build has no CUDA backend");
 #endif
 }
-
-constexpr bool kCudaBackendInBuild =
-#if defined(LADDER_HAVE_CUDA)
-    true;
-#else
-    false;
-#endif
 
 }  // namespace
 
@@ -46,14 +40,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device) {
     }
     return MakeGpuBackend();
   }
-  // auto: the GPU where this binary can drive it, else the CPU, said once.
-  const bool cuda = gpu && kCudaBackendInBuild;
-  if (gpu && !cuda) why = "a GPU is present but this build has no CUDA backend";
+  // auto: the GPU where one is usable (every CUDA build has the CUDA backend),
+  // else the CPU, said once.
   if (IsFirstLaunchedRank()) {
-    std::fprintf(stderr, "ladder: device auto: %s (%s)\n", cuda ? "cuda" : "cpu",
-                 cuda ? "a GPU is usable" : why.c_str());
+    std::fprintf(stderr, "ladder: device auto: %s (%s)\n", gpu ? "cuda" : "cpu",
+                 gpu ? "a GPU is usable" : why.c_str());
   }
-  if (cuda) return MakeGpuBackend();
+  if (gpu) return MakeGpuBackend();
   return std::make_unique<CpuBackend>();
 }
 

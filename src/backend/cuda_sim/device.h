@@ -128,53 +128,47 @@ inline int __all_sync(unsigned mask, int predicate) {
 
 // ---- atomics: threads never run at the same time --------------------------------
 
+namespace internal {
+// old = *address; *address = next(old); return old.
+template <typename T, typename F>
+T AtomicUpdate(T* address, F next) {
+  const T old = *address;
+  *address = next(old);
+  return old;
+}
+}  // namespace internal
+
 template <typename T>
 T atomicAdd(T* address, T val) {
-  const T old = *address;
-  *address = old + val;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return old + val; });
 }
 template <typename T>
 T atomicSub(T* address, T val) {
-  const T old = *address;
-  *address = old - val;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return old - val; });
 }
 template <typename T>
 T atomicMax(T* address, T val) {
-  const T old = *address;
-  *address = old < val ? val : old;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return old < val ? val : old; });
 }
 template <typename T>
 T atomicMin(T* address, T val) {
-  const T old = *address;
-  *address = val < old ? val : old;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return val < old ? val : old; });
 }
 template <typename T>
 T atomicExch(T* address, T val) {
-  const T old = *address;
-  *address = val;
-  return old;
+  return internal::AtomicUpdate(address, [val](T) { return val; });
 }
 template <typename T>
 T atomicCAS(T* address, T compare, T val) {
-  const T old = *address;
-  if (old == compare) *address = val;
-  return old;
+  return internal::AtomicUpdate(address, [=](T old) { return old == compare ? val : old; });
 }
 template <typename T>
 T atomicOr(T* address, T val) {
-  const T old = *address;
-  *address = old | val;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return old | val; });
 }
 template <typename T>
 T atomicAnd(T* address, T val) {
-  const T old = *address;
-  *address = old & val;
-  return old;
+  return internal::AtomicUpdate(address, [val](T old) { return old & val; });
 }
 
 // ---- math intrinsics ----------------------------------------------------------

@@ -85,10 +85,9 @@ size_t DeviceBytesInUse() {
 bool IsDeviceRange(const void* ptr, size_t bytes) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mu);
-  auto it = registry->upper_bound(addr);
-  if (it == registry->begin()) return false;
-  --it;
-  const uintptr_t end = it->first + it->second.size;
+  const auto* found = Find(addr);
+  if (found == nullptr) return false;
+  const uintptr_t end = found->first + found->second.size;
   return addr <= end && bytes <= end - addr;
 }
 
