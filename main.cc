@@ -24,7 +24,7 @@ constexpr Subcommand kSubcommands[] = {
     {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand,
-     "train | decode | serve | checkpoint: measure against this machine's ceilings"},
+     "train | decode | matmul | ops | serve | checkpoint: measure against this machine's ceilings"},
     {"version", ladder::VersionCommand, "print the version and the compiled backends"},
 };
 

@@ -11,19 +11,24 @@
 # the CPU reference, and the NCCL communicator); the equivalence model
 # (tests/parallel/equivalence.conf, 20 steps on a small generated corpus)
 # trained with --device cuda and with --device cpu, compared by
-# tests/parallel/compare_runs.py within 1e-4. It ends with a summary table
-# (test, result, seconds), also written to $OUT/gpu_check_summary.txt when
-# $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
-# Each test has 90 s and each training run 120 s (GPU_CHECK_TEST_TIMEOUT,
-# GPU_CHECK_TRAIN_TIMEOUT), so that a hang cannot eat a short device loan.
+# tests/parallel/compare_runs.py within 1e-4; `ladder bench ops --device
+# cuda`, every backend op timed against its floor (its table printed before
+# the summary, its TSV copied to $OUT/bench_ops.tsv). It ends with a summary
+# table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
+# when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
+# Each test has 90 s, each training run and the benchmark 120 s
+# (GPU_CHECK_TEST_TIMEOUT, GPU_CHECK_TRAIN_TIMEOUT, GPU_CHECK_BENCH_TIMEOUT),
+# so that a hang cannot eat a short device loan.
 # Exit 1 if anything failed, or if a GPU test skipped although nvidia-smi
 # sees a GPU (a driver/runtime mismatch, a missing device node, ...). Without
-# a GPU the tests report SKIP, the CUDA run is skipped, and it exits 0.
+# a GPU the tests report SKIP, the CUDA run and the benchmark are skipped,
+# and it exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build_dir=${1:-build-gpu}
 test_timeout=${GPU_CHECK_TEST_TIMEOUT:-90}
 train_timeout=${GPU_CHECK_TRAIN_TIMEOUT:-120}
+bench_timeout=${GPU_CHECK_BENCH_TIMEOUT:-120}
 start_all=$(date +%s.%N)
 
 rows=()      # "name|result|seconds"
@@ -171,7 +176,29 @@ else
     row "compare cuda vs cpu (1e-4)" "FAIL (no cuda run)" -
   fi
 fi
-row "kernel timing vs floor" "NOT RUN (a later step: no figures)" -
+
+# Every backend op on a GPT-2 124M layer's shapes against its floor (bytes /
+# copy bandwidth, FLOPs / matmul rate, both measured in the same run): the
+# table is printed before the summary, the TSV kept under $OUT.
+echo "== bench ops --device cuda: every op against its floor"
+if [ "$gpus" -eq 0 ]; then
+  row "bench ops" "SKIP (no GPU)" -
+else
+  t0=$(date +%s.%N)
+  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench ops --device cuda --out "$logs/bench_ops.tsv" \
+       >"$logs/bench_ops.log" 2>&1 && [ -s "$logs/bench_ops.tsv" ]; then
+    # "geomean G, worst OP R" from the TSV's of_floor column (the last).
+    bench_result=$(awk -F'\t' 'NR > 1 && $NF > 0 {
+        n++; s += log($NF); if (worst == "" || $NF < w) { w = $NF; worst = $1 } }
+      END { if (n) printf "%.3f of floor (geomean), worst %s %.3f", exp(s / n), worst, w }' \
+      "$logs/bench_ops.tsv")
+    row "bench ops" "${bench_result:-FAIL (empty table)}" "$(since "$t0")"
+    if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$logs/bench_ops.tsv" "$OUT/bench_ops.tsv"; fi
+  else
+    tail -n 30 "$logs/bench_ops.log"; keep_log bench_ops "$logs/bench_ops.log"
+    row "bench ops" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
+  fi
+fi
 
 # The summary, last.
 summary=$logs/summary.txt
@@ -192,6 +219,11 @@ summary=$logs/summary.txt
   fi
 } >"$summary"
 echo
+if [ -s "$logs/bench_ops.tsv" ]; then
+  echo "== bench ops: every op against its floor (of floor = floor / measured; 1.0 = at the floor)"
+  cat "$logs/bench_ops.log"
+  echo
+fi
 cat "$summary"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT" && cp "$summary" "$OUT/gpu_check_summary.txt"

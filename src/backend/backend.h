@@ -293,6 +293,12 @@ class Backend {
   // buffer may be reused at once.
   virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
   virtual absl::Status CopyFromHost(Tensor dst, const void* src) = 0;
+  // dst = src, bytes copied on the device (no round trip through the host).
+  // Both live on this device, have one dtype and the same number of elements
+  // (their shapes may differ: a copy is a reshape too) and must not overlap;
+  // InvalidArgument otherwise. Ordered like an op: enqueued on the stream,
+  // it sees every op called before it and every op called after sees dst.
+  virtual absl::Status Copy(Tensor dst, Tensor src) = 0;
 };
 
 // Scratch floats AttentionForward/Backward need for a kind and shape.

@@ -106,6 +106,28 @@ inline absl::Status CheckNumel(Device device, absl::string_view op, absl::string
   return CheckDevice(device, op, what, t);
 }
 
+// OK iff dst and src are non-empty views of one dtype and the same number of
+// elements (their shapes may differ), both on `device`, whose byte ranges do
+// not overlap: Backend::Copy's arguments.
+inline absl::Status CheckCopy(Device device, absl::string_view op, const Tensor& dst,
+                              const Tensor& src) {
+  if (dst.empty() || src.empty() || !DimsValid(dst) || !DimsValid(src) || dst.dtype != src.dtype ||
+      dst.numel() != src.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dst ", internal::Describe(dst, dst.dtype),
+                                                   " and src ", internal::Describe(src, dst.dtype),
+                                                   " must be non-empty with one dtype and numel"));
+  }
+  RETURN_IF_ERROR(CheckDevice(device, op, "dst", dst));
+  RETURN_IF_ERROR(CheckDevice(device, op, "src", src));
+  const char* d = static_cast<const char*>(dst.data);
+  const char* s = static_cast<const char*>(src.data);
+  const size_t n = dst.bytes();
+  if (n > 0 && d < s + n && s < d + n) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dst and src overlap"));
+  }
+  return absl::OkStatus();
+}
+
 // The dimensions of causal self-attention over qkv [B,T,3C] with NH heads of
 // HS = C / NH channels (Backend::AttentionForward's layout).
 struct AttentionDims {

@@ -164,17 +164,22 @@ int BenchCommand(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "matmul") {
     return BenchMatmulCommand(argc - 1, argv + 1);
   }
+  if (argc >= 1 && std::string(argv[0]) == "ops") {
+    return BenchOpsCommand(argc - 1, argv + 1);
+  }
   if (argc >= 1 && std::string(argv[0]) == "serve") {
     return BenchServeCommand(argc - 1, argv + 1);
   }
   if (argc < 1 || std::string(argv[0]) != "train") {
     if (argc >= 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
       std::printf(
-          "usage: ladder bench train|checkpoint|decode|matmul|serve [flags]   (each has --help)\n");
+          "usage: ladder bench train|checkpoint|decode|matmul|ops|serve [flags]   (each has "
+          "--help)\n");
       return 0;
     }
     std::fprintf(stderr,
-                 "ladder bench: expected 'train', 'checkpoint', 'decode', 'matmul' or 'serve'%s\n",
+                 "ladder bench: expected 'train', 'checkpoint', 'decode', 'matmul', 'ops' or "
+                 "'serve'%s\n",
                  argc >= 1 ? absl::StrCat(", got '", argv[0], "'").c_str() : "");
     return 2;
   }

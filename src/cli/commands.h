@@ -11,10 +11,11 @@ int GenerateCommand(int argc, char** argv);   // generate.cc
 int ServeCommand(int argc, char** argv);      // serve.cc: the OpenAI-compatible server
 int TokenizerCommand(int argc, char** argv);  // tokenizer.cc: train | encode | decode
 int DataCommand(int argc, char** argv);       // data.cc: prepare
-int BenchCommand(int argc, char** argv);  // bench.cc: train | decode | matmul | serve | checkpoint
+int BenchCommand(int argc, char** argv);  // bench.cc: train, and dispatches the others below
 int BenchCheckpointCommand(int argc, char** argv);  // bench_checkpoint.cc
 int BenchDecodeCommand(int argc, char** argv);      // bench_decode.cc
 int BenchMatmulCommand(int argc, char** argv);      // bench_matmul.cc
+int BenchOpsCommand(int argc, char** argv);         // bench_ops.cc
 int BenchServeCommand(int argc, char** argv);       // bench_serve.cc
 int PlanCommand(int argc, char** argv);             // plan.cc
 int CheckpointCommand(int argc, char** argv);       // checkpoint.cc: inspect | convert

@@ -1153,5 +1153,29 @@ TEST_P(BackendOpsTest, FillWritesEveryElement) {
   ExpectInvalid(be().Fill(i.t(), 1.0f), "Fill");
 }
 
+TEST_P(BackendOpsTest, CopyIsBitwiseAndRejectsMismatches) {
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{300001}}) {
+    const Floats x = Uniform(n, 71 + static_cast<uint32_t>(n));
+    auto src = Up(x, {n});
+    auto dst = Out({n + 1});  // poisoned, one element more than the copy
+    ASSERT_TRUE(be().Copy(dst.t({n}), src.t()).ok());
+    const Floats got = dst.Get();
+    EXPECT_TRUE(BitwiseEqual(Floats(got.begin(), got.begin() + n), x)) << n;
+    EXPECT_TRUE(std::isnan(got[n])) << "wrote past the end, n=" << n;
+  }
+  // Another dtype, and a reshape: i32 [3,4] into [12].
+  const Ints ids = RandomInts(12, 5, 1000);
+  auto isrc = Up(ids, {3, 4});
+  auto idst = Out<int32_t>({12});
+  ASSERT_TRUE(be().Copy(idst.t(), isrc.t()).ok());
+  EXPECT_TRUE(BitwiseEqual(idst.Get(), ids));
+
+  auto a = Out({8}), b = Out({9});
+  ExpectInvalid(be().Copy(b.t(), a.t()), "Copy");        // numel
+  ExpectInvalid(be().Copy(isrc.t({8}), a.t()), "Copy");  // dtype
+  ExpectInvalid(be().Copy(b.t({8}), b.t().Slice(1, {8})), "overlap");
+  ExpectInvalid(be().Copy(Tensor(), a.t()), "Copy");  // empty
+}
+
 }  // namespace
 }  // namespace ladder

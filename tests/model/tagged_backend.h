@@ -174,6 +174,10 @@ class TaggedBackend final : public Backend {
     const char* op = Count("CopyFromHost");
     return cpu_.CopyFromHost(In(op, dst), src);
   }
+  absl::Status Copy(Tensor dst, Tensor src) override {
+    const char* op = Count("Copy");
+    return cpu_.Copy(In(op, dst), In(op, src));
+  }
 
  private:
   const char* Count(const char* op) {

@@ -79,6 +79,7 @@ class CpuBackend final : public Backend {
     std::memcpy(dst.data, src, dst.bytes());
     return absl::OkStatus();
   }
+  absl::Status Copy(Tensor dst, Tensor src) override;
 
  private:
   // Shared with the buffers' deleters, so a buffer may outlive the backend.

@@ -253,6 +253,12 @@ absl::Status CudaBackend::CopyFromHost(Tensor dst, const void* src) {
       "CopyFromHost");
 }
 
+absl::Status CudaBackend::Copy(Tensor dst, Tensor src) {
+  RETURN_IF_ERROR(ladder::CheckCopy(Device::kCuda, "Copy", dst, src));
+  return CudaStatus(
+      cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDeviceToDevice, stream_), "Copy");
+}
+
 LADDER_CUDA_END
 
 namespace ladder {

@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   absl::Status Fill(Tensor x, float value) override;
   absl::Status CopyToHost(void* dst, Tensor src) override;
   absl::Status CopyFromHost(Tensor dst, const void* src) override;
+  absl::Status Copy(Tensor dst, Tensor src) override;
 
  private:
   CudaBackend(cudaStream_t stream, std::unique_ptr<Matmuls> matmuls);
