@@ -147,8 +147,7 @@ absl::Status Run(const Flags& f) {
   const int64_t C = kC, NH = kNH, HS = C / NH;
   const int64_t copy_bytes =
       std::max<int64_t>(int64_t{64} << 20, kCopyBytes / kFullTokens * std::min(N, kFullTokens));
-  // The floor GEMM: [N, K] x [K, K]^T, K up to 4096 (the widest of the
-  // layer's matmuls is 4C = 3072).
+  // The square-ish floor GEMM: [N, K] x [K, K]^T, K = N/2 in [C, 4096].
   const int64_t K = std::clamp<int64_t>(N / 2 / 128 * 128, C, 4096);
 
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
@@ -184,23 +183,15 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(Tensor gemm_a, make_random({N, K}));
   ASSIGN_OR_RETURN(Tensor gemm_w, make_random({W, K}));
   ASSIGN_OR_RETURN(Tensor gemm_out, buf.Make(DType::kF32, {N, W}));
-  ASSIGN_OR_RETURN(const double square_s, TimeOp(
-                                              be, f.reps,
-                                              [&] {
-                                                return be.MatmulForward(
-                                                    gemm_out.Slice(0, {N, K}), gemm_a,
-                                                    gemm_w.Slice(0, {K, K}), Tensor());
-                                              },
-                                              flush));
-  ASSIGN_OR_RETURN(const double wide_s, TimeOp(
-                                            be, f.reps,
-                                            [&] {
-                                              return be.MatmulForward(gemm_out.Slice(0, {N, 4 * C}),
-                                                                      gemm_a.Slice(0, {N, C}),
-                                                                      gemm_w.Slice(0, {4 * C, C}),
-                                                                      Tensor());
-                                            },
-                                            flush));
+  auto square = [&] {
+    return be.MatmulForward(gemm_out.Slice(0, {N, K}), gemm_a, gemm_w.Slice(0, {K, K}), Tensor());
+  };
+  auto wide = [&] {
+    return be.MatmulForward(gemm_out.Slice(0, {N, 4 * C}), gemm_a.Slice(0, {N, C}),
+                            gemm_w.Slice(0, {4 * C, C}), Tensor());
+  };
+  ASSIGN_OR_RETURN(const double square_s, TimeOp(be, f.reps, square, flush));
+  ASSIGN_OR_RETURN(const double wide_s, TimeOp(be, f.reps, wide, flush));
   const double square_rate = 2.0 * N * K * K / square_s, wide_rate = 2.0 * N * 4 * C * C / wide_s;
   const double matmul_rate = std::max(square_rate, wide_rate);
   const std::string matmul_shape = square_rate >= wide_rate
