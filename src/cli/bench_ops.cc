@@ -143,10 +143,10 @@ absl::Status Run(const Flags& f) {
   const int64_t Vp = (V + 127) / 128 * 128;
   const int64_t P =
       f.params > 0 ? f.params
-                   : std::max<int64_t>(1024, kGpt2Params / kFullTokens * std::min(N, kFullTokens));
+                   : std::max<int64_t>(1024, kGpt2Params * std::min(N, kFullTokens) / kFullTokens);
   const int64_t C = kC, NH = kNH, HS = C / NH;
   const int64_t copy_bytes =
-      std::max<int64_t>(int64_t{64} << 20, kCopyBytes / kFullTokens * std::min(N, kFullTokens));
+      std::max<int64_t>(int64_t{64} << 20, kCopyBytes * std::min(N, kFullTokens) / kFullTokens);
   // The square-ish floor GEMM: [N, K] x [K, K]^T, K = N/2 in [C, 4096].
   const int64_t K = std::clamp<int64_t>(N / 2 / 128 * 128, C, 4096);
 
