@@ -8,16 +8,18 @@
 #include "src/backend/cuda/cuda_backends.h"
 #include "src/backend/cuda/cuda_device.h"
 #include "src/core/launcher_env.h"
+#include "src/parallel/mpi_comm.h"
 
 namespace ladder {
 namespace {
 
 // The CUDA backend on a GPU. Only reached when CudaDeviceCount found one,
 // which a binary without CUDA never does.
-absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend() {
+absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend(int gpus) {
 #if defined(LADDER_HAVE_CUDA)
-  return NewCudaBackend();
+  return NewCudaBackend(LaunchedLocalRank() % gpus);
 #else
+  (void)gpus;
   return absl::FailedPreconditionError("this build has no CUDA backend");
 #endif
 }
@@ -32,13 +34,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device) {
                                                    "' (expected auto, cpu, cuda or cuda-sim)"));
   }
   std::string why;  // why no GPU is usable
-  const bool gpu = CudaDeviceCount(&why) > 0;
+  const int gpus = CudaDeviceCount(&why);
+  const bool gpu = gpus > 0;
   if (device == "cuda") {
     if (!gpu) {
       return absl::FailedPreconditionError(
           absl::StrCat("--device cuda: no usable GPU (", why, ")"));
     }
-    return MakeGpuBackend();
+    return MakeGpuBackend(gpus);
   }
   // auto: the GPU where one is usable (every CUDA build has the CUDA backend),
   // else the CPU, said once.
@@ -46,8 +49,22 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view device) {
     std::fprintf(stderr, "ladder: device auto: %s (%s)\n", gpu ? "cuda" : "cpu",
                  gpu ? "a GPU is usable" : why.c_str());
   }
-  if (gpu) return MakeGpuBackend();
+  if (gpu) return MakeGpuBackend(gpus);
   return std::make_unique<CpuBackend>();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeDeviceCommunicator(const Backend& backend,
+                                                                     Communicator& host,
+                                                                     double timeout_seconds) {
+  if (backend.memory_is_host()) {
+    return CreateMpiCommunicator(host.axis(), host.members(), timeout_seconds, backend.device());
+  }
+#if defined(LADDER_HAVE_CUDA)
+  return NewNcclCommunicator(backend, host, timeout_seconds);
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat("no communicator for ", backend.name(), "'s memory in this build"));
+#endif
 }
 
 }  // namespace ladder

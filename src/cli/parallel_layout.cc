@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/backend/backend_factory.h"
 #include "src/core/status.h"
 #include "src/parallel/mpi_comm.h"
+#include "src/parallel/routed_comm.h"
 
 namespace ladder {
 
@@ -98,10 +101,18 @@ absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend
   GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp)};
   ASSIGN_OR_RETURN(Grid grid,
                    Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
-  // MPI moves host memory: the CPU's, or the simulator's device memory. A
-  // GPU backend's tensors are refused by MPI with an error naming the call.
-  const Device device = backend.memory_is_host() ? backend.device() : Device::kCpu;
-  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout, device));
+  ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));
+  if (backend.device() != Device::kCpu) {
+    // A device backend's groups of two or more carry two kinds of buffers:
+    // its tensors (NCCL on a GPU; MPI over the simulator's host memory) and
+    // host values (MPI). A group of one copies nothing and stays as it is.
+    for (std::unique_ptr<Communicator>& host : comms.by_axis) {
+      if (host->size() == 1) continue;
+      ASSIGN_OR_RETURN(std::unique_ptr<Communicator> device,
+                       MakeDeviceCommunicator(backend, *host, f.comm_timeout));
+      host = std::make_unique<RoutedCommunicator>(std::move(host), std::move(device));
+    }
+  }
   return ParallelRun{grid, std::move(comms)};
 }
 

@@ -43,8 +43,10 @@ struct ParallelRun {
   // The trainer's groups for this rank, as the flags set them.
   TrainerOptions groups(const LayoutFlags& f);
 };
-// Builds the grid and the communicators (collective over all ranks) for
-// buffers of `backend` (MPI carries them where its memory is the host's).
+// Builds the grid and the communicators (collective over all ranks). On the
+// CPU, MPI carries every buffer. With a device backend each group of two or
+// more is a RoutedCommunicator: host buffers over MPI, the backend's tensors
+// over MakeDeviceCommunicator's carrier (NCCL on a GPU).
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend);
 
 // Runs a command body under MPI when launched by mpirun: initializes MPI,

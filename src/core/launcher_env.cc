@@ -14,4 +14,17 @@ bool IsFirstLaunchedRank() {
   return true;
 }
 
+int LaunchedLocalRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* rank = std::getenv(name);
+    if (rank == nullptr) continue;
+    char* end = nullptr;
+    const long value = std::strtol(rank, &end, 10);
+    if (end != rank && *end == '\0' && value >= 0 && value < (1 << 20)) {
+      return static_cast<int>(value);
+    }
+  }
+  return 0;
+}
+
 }  // namespace ladder

@@ -9,4 +9,11 @@ namespace ladder {
 // messages that every rank would print alike come from the first rank only.
 bool IsFirstLaunchedRank();
 
+// This process's rank among the job's processes on the same machine, as the
+// launcher says (Open MPI, MPICH/Intel MPI, Slurm); 0 outside a job or when
+// the launcher does not say. A rank computing on a GPU takes GPU
+// (local rank mod GPUs), so `mpirun -np 8` on an 8-GPU machine gives each
+// rank its own device.
+int LaunchedLocalRank();
+
 }  // namespace ladder

@@ -2,9 +2,11 @@
 // one axis group (src/parallel/grid.h), whatever carries them.
 //
 // Implementations: MpiCommunicator (host buffers over MPI; mpi_comm.h),
-// NcclCommunicator (device buffers over NCCL; nccl_comm.h, CUDA builds) and
-// SelfCommunicator (a group of one; self_comm.h). Parallel model code is
-// written against this class only.
+// NcclCommunicator (device buffers over NCCL; nccl_comm.h, CUDA builds),
+// SelfCommunicator (a group of one; self_comm.h) and RoutedCommunicator (a
+// device backend's groups: each call to MPI or to the device's carrier by
+// where its buffers live; routed_comm.h). Parallel model code is written
+// against this class only.
 //
 // Contract shared by every implementation:
 //  - Calls are collective over the group unless noted: every member makes the
@@ -133,7 +135,7 @@ class Communicator {
 };
 
 // A rank's communicators, one per axis (built by CreateHostCommunicators in
-// mpi_comm.h, or by the NCCL factory for device buffers).
+// mpi_comm.h, each wrapped in a RoutedCommunicator for a device backend).
 struct Communicators {
   std::array<std::unique_ptr<Communicator>, kNumAxes> by_axis;
   Communicator& operator[](Axis axis) const { return *by_axis[static_cast<int>(axis)]; }

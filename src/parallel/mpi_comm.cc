@@ -322,8 +322,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(Axis axis,
                                            comm, timeout_seconds, device);
 }
 
-absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds,
-                                                      Device device) {
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds) {
   if (grid.world_size() != MpiRuntime::world_size() || grid.rank() != MpiRuntime::world_rank()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the grid is for rank ", grid.rank(), " of ", grid.world_size(),
@@ -343,7 +342,7 @@ absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double t
   Communicators comms;
   for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
     ASSIGN_OR_RETURN(comms.by_axis[static_cast<int>(axis)],
-                     CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds, device));
+                     CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds));
   }
   return comms;
 }

@@ -83,8 +83,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
 // Under MPI it first waits (watched by the timeout) for every rank to arrive,
 // so a rank that never starts is named instead of hanging the creation.
 // InvalidArgument if the grid's world size or rank differ from MpiRuntime's.
-// `device` as for CreateMpiCommunicator.
-absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds,
-                                                      Device device = Device::kCpu);
+// The communicators carry CPU tensors; a device backend's are added per
+// group (RoutedCommunicator, routed_comm.h).
+absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double timeout_seconds);
 
 }  // namespace ladder

@@ -6,9 +6,11 @@
 // parallel training tests on a multi-GPU machine.
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cuda/cuda_device.h"
 #include "src/parallel/nccl_comm.h"
 #include "src/parallel/self_comm.h"
@@ -57,6 +59,30 @@ TEST(NcclCommunicatorTest, GroupOfOneRunsEveryCall) {
   cudaFree(a);
   cudaFree(b);
   cudaStreamDestroy(stream);
+}
+
+// The carrier a training run gets for the CUDA backend's tensors: NCCL on the
+// backend's own stream, so a collective sees the ops enqueued before it
+// without a host wait in between (Fill, AllReduce, CopyToHost: nothing else
+// synchronizes).
+TEST(NcclCommunicatorTest, TheBackendsCarrierRunsInItsStreamOrder) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << why;
+  auto backend = MakeBackend("cuda");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  SelfCommunicator host(Axis::kTensor, 0);
+  auto made = MakeDeviceCommunicator(**backend, host, 60);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const int64_t n = 1 << 20;
+  auto buf = (*backend)->Allocate(n * sizeof(float));
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  Tensor x = Tensor::F32(static_cast<float*>(buf->get()), {n}, Device::kCuda);
+  ASSERT_TRUE((*backend)->Fill(x, 2.5f).ok());
+  ASSERT_TRUE((*made)->AllReduce(x, ReduceOp::kMax).ok());
+  ASSERT_TRUE((*made)->Broadcast(x, 0).ok());
+  std::vector<float> out(n, 0.0f);
+  ASSERT_TRUE((*backend)->CopyToHost(out.data(), x).ok());
+  EXPECT_EQ(out, std::vector<float>(n, 2.5f));
 }
 
 }  // namespace

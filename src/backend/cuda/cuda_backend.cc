@@ -1,6 +1,7 @@
 #include "src/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,9 @@
 #include "src/backend/cuda/optimizer.h"
 #include "src/backend/cuda/paged_attention.h"
 #include "src/backend/cuda/residual_layernorm.h"
+#if !defined(LADDER_CUDA_SIM)
+#include "src/parallel/nccl_comm.h"
+#endif
 
 LADDER_CUDA_BEGIN
 namespace {
@@ -33,8 +37,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&stream), "cudaStreamCreate"));
   absl::StatusOr<std::unique_ptr<Matmuls>> matmuls = Matmuls::Create(stream);
@@ -265,11 +269,25 @@ namespace ladder {
 
 #if defined(LADDER_CUDA_SIM)
 absl::StatusOr<std::unique_ptr<Backend>> NewCudaSimBackend() {
-#else
-absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend() {
-#endif
-  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend, cuda::CudaBackend::Create());
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend, cuda::CudaBackend::Create(0));
   return std::unique_ptr<Backend>(std::move(backend));
 }
+#else
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int ordinal) {
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend, cuda::CudaBackend::Create(ordinal));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(const Backend& backend,
+                                                                  Communicator& host,
+                                                                  double timeout_seconds) {
+  const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend);
+  if (gpu == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NCCL carries only the CUDA backend's tensors, not ", std::string(backend.name()), "'s"));
+  }
+  return CreateNcclCommunicator(host, gpu->stream(), timeout_seconds);
+}
+#endif
 
 }  // namespace ladder

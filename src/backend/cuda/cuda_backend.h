@@ -28,9 +28,10 @@ LADDER_CUDA_BEGIN
 
 class CudaBackend final : public Backend {
  public:
-  // Device 0's stream, cuBLASLt handle and workspace. Fails (with the
-  // runtime's reason) where no device is usable.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create();
+  // A stream, cuBLASLt handle and workspace on device `ordinal`, which
+  // becomes the calling thread's current device. Fails (with the runtime's
+  // reason) where that device is not usable.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
   ~CudaBackend() override;
 
   std::string_view name() const override;
@@ -38,6 +39,9 @@ class CudaBackend final : public Backend {
   absl::Status Synchronize() override;
   // The simulator's device memory is host memory (so MPI can carry it).
   bool memory_is_host() const override;
+  // The stream every op is enqueued on (a communicator that must be ordered
+  // with the ops enqueues on it too).
+  cudaStream_t stream() const { return stream_; }
 
   absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
                                 Tensor wpe, int64_t vocab_start) override;
