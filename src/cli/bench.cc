@@ -59,7 +59,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // Every rank measures the ceiling at the same time and the rates are
   // summed: the rate all ranks reach together on the cores they share.
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
-  const GemmCeiling ceiling = MeasureGemmCeiling();
+  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend));
   float rate = static_cast<float>(ceiling.gflops);
   RETURN_IF_ERROR(
       par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));

@@ -153,7 +153,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
   const Grid& grid = par.grid;
-  const double peak = MeasureGemmCeiling(1024).gflops;
+  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend, 1024));
+  const double peak = ceiling.gflops;
   TrainerOptions options = par.groups(f.layout);
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);

@@ -3,11 +3,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
+#include "src/core/philox.h"
+#include "src/core/status.h"
 #include "src/core/timer.h"
 
 namespace ladder {
@@ -31,6 +34,39 @@ GemmCeiling MeasureGemmCeiling(int max_n, int reps) {
   if (gflops > best.gflops) {
     best = {gflops, absl::StrCat("ladder's fp32 kernel (", CpuIsaName(ActiveCpuIsa()), ") ", kN,
                                  "x", kC, "x", kC)};
+  }
+  return best;
+}
+
+absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_n, int reps) {
+  if (backend.device() == Device::kCpu) return MeasureGemmCeiling(max_n, reps);
+  const std::vector<int64_t> sizes = backend.memory_is_host()
+                                         ? std::vector<int64_t>{128, 256}
+                                         : std::vector<int64_t>{2048, 4096, 8192};
+  GemmCeiling best;
+  PhiloxStream rng(0, kSyntheticDataStream);
+  for (const int64_t n : sizes) {
+    ASSIGN_OR_RETURN(DeviceBuffer memory, backend.Allocate(3 * n * n * sizeof(float)));
+    float* base = static_cast<float*>(memory.get());
+    const Tensor a = Tensor::F32(base, {n, n}, backend.device());
+    const Tensor w = Tensor::F32(base + n * n, {n, n}, backend.device());
+    const Tensor out = Tensor::F32(base + 2 * n * n, {n, n}, backend.device());
+    std::vector<float> host(2 * n * n);
+    for (float& x : host) x = rng.NextUniform() - 0.5f;
+    RETURN_IF_ERROR(backend.CopyFromHost(Tensor::F32(base, {2 * n * n}, backend.device()),
+                                         host.data()));
+    absl::Status failed;
+    auto run = [&] {
+      absl::Status s = backend.MatmulForward(out, a, w, Tensor());
+      if (s.ok()) s = backend.Synchronize();
+      if (!s.ok() && failed.ok()) failed = s;
+    };
+    const double seconds = BestSeconds(run, reps);
+    RETURN_IF_ERROR(failed);
+    const double gflops = 2.0 * n * n * static_cast<double>(n) / seconds / 1e9;
+    if (gflops > best.gflops) {
+      best = {gflops, absl::StrCat(std::string(backend.name()), " MatmulForward ", n, "^3")};
+    }
   }
   return best;
 }
