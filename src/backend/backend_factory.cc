@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeDeviceCommunicator(const Backe
   return NewNcclCommunicator(backend, host, timeout_seconds);
 #else
   return absl::FailedPreconditionError(
-      absl::StrCat("no communicator for ", backend.name(), "'s memory in this build"));
+      absl::StrCat("no communicator for ", std::string(backend.name()), "'s memory in this build"));
 #endif
 }
 
