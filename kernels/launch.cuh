@@ -31,7 +31,8 @@
 //     indices, __syncthreads, the *_sync warp shuffles and votes,
 //     __syncwarp, atomics, and the math functions of <cmath>. Warp-level
 //     matrix instructions go through kernels/ wrappers (one place with the
-//     inline PTX and its simulated twin), never inline PTX in a kernel.
+//     inline PTX and its simulated twin: kernels/tensor_core.cuh for
+//     mma.sync, ldmatrix and cp.async), never inline PTX in a kernel.
 //     `#pragma unroll` is fine (g++ ignores it).
 #pragma once
 

@@ -26,6 +26,17 @@
 //    in the last bits: tests compare against tolerances, not bits).
 //  - __trap() and a failed assert(): the launch fails with cudaErrorAssert.
 //  - vector types float2, float4, int2, int4, uint2, uint4 and make_*().
+//  - tensor-core instructions, through kernels/tensor_core.cuh only (their
+//    simulated twins are in tensor_core.h, which details the checks):
+//    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and
+//    ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16 are warp
+//    collectives of all 32 lanes (a missing lane or a different variant fails
+//    like a partial-mask shuffle; fragments follow the PTX layouts; the mma
+//    sums in fp32 in k order, so a GPU may differ in the last bits);
+//    ldmatrix row addresses must be 16-byte aligned and inside the block's
+//    shared memory. cp.async.cg.shared.global (16 bytes), commit_group and
+//    wait_group N: the destination is poisoned at issue and the copy happens
+//    at the wait that covers its group, so a read before the wait sees NaN.
 // Static __shared__ arrays are deliberately not defined: kernels use dynamic
 // shared memory (kernels/launch.cuh DynamicShared), which is poisoned.
 #pragma once
@@ -58,13 +69,30 @@ inline thread_local dim3 gridDim{1, 1, 1};
 
 namespace internal {
 
-enum class WarpOp : uint8_t { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync };
+// kMma and kLdMatrix are the tensor-core instructions (tensor_core.h): always
+// the full warp, their operands passed by pointer (WarpMatrix).
+enum class WarpOp : uint8_t {
+  kShfl,
+  kShflUp,
+  kShflDown,
+  kShflXor,
+  kBallot,
+  kAny,
+  kAll,
+  kSync,
+  kMma,
+  kLdMatrix,
+};
 
 // Suspends the running thread at __syncthreads until the block is released.
 void SyncThreads();
 // Suspends the running lane at a warp collective; returns its result (the
 // shuffled value's bits, or the vote's mask/bool).
 uint64_t WarpCollective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+// Suspends the running lane at a tensor-core collective of the whole warp
+// (kMma, kLdMatrix): `in` points to the lane's operands, `out` receives its
+// results when all 32 lanes have arrived (tensor_core.h).
+void WarpMatrix(WarpOp op, int arg, const void* in, void* out);
 // Fails the launch (cudaErrorAssert) with `what`; does not return.
 [[noreturn]] void Trap(const char* what);
 

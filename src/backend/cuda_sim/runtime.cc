@@ -317,6 +317,7 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorAssert: return "cudaErrorAssert";
     case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
@@ -336,6 +337,7 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorAssert: return "device-side assert triggered";
     case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
   return "unknown error";

@@ -65,6 +65,7 @@ enum cudaError {
   cudaErrorIllegalAddress = 700,
   cudaErrorAssert = 710,
   cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError_t = cudaError;

@@ -22,6 +22,7 @@
 #include "src/backend/cuda_sim/fiber.h"
 #include "src/backend/cuda_sim/memory.h"
 #include "src/backend/cuda_sim/runtime.h"
+#include "src/backend/cuda_sim/tensor_core.h"
 
 namespace ladder {
 namespace cuda_sim {
@@ -35,6 +36,13 @@ constexpr size_t kMaxShared = 227 * 1024;
 
 enum class Wait : uint8_t { kRunnable, kBarrier, kWarp, kDone };
 
+// A cp.async copy waiting for its thread's cp.async.wait_group.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  int64_t group;  // -1 until cp.async.commit_group
+};
+
 // One simulated thread of the running block.
 struct SimThread {
   FiberSp sp = nullptr;
@@ -47,6 +55,12 @@ struct SimThread {
   int width = 32;
   uint64_t value = 0;
   uint64_t result = 0;
+  // At a tensor-core collective (WarpMatrix): the lane's operands and results.
+  const void* in = nullptr;
+  void* out = nullptr;
+  // cp.async: copies issued and not yet completed, and the groups committed.
+  std::vector<PendingCopy> copies;
+  int64_t groups = 0;
 };
 
 // The launch running on this host thread.
@@ -79,8 +93,24 @@ std::string Where(const Run& r, int t) {
   return s;
 }
 
-const char* OpName(WarpOp op) {
+bool IsMatrixOp(WarpOp op) { return op == WarpOp::kMma || op == WarpOp::kLdMatrix; }
+
+// ldmatrix's `arg`: the number of matrices, plus kTrans for .trans.
+constexpr int kTrans = 8;
+
+const char* OpName(WarpOp op, int arg = 0) {
   switch (op) {
+    case WarpOp::kMma: return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+    case WarpOp::kLdMatrix:
+      switch (arg) {
+        case 1: return "ldmatrix.sync.aligned.m8n8.x1.shared.b16";
+        case 2: return "ldmatrix.sync.aligned.m8n8.x2.shared.b16";
+        case 4: return "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
+        case 1 | kTrans: return "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16";
+        case 2 | kTrans: return "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16";
+        case 4 | kTrans: return "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
+      }
+      return "ldmatrix (invalid variant)";
     case WarpOp::kShfl: return "__shfl_sync";
     case WarpOp::kShflUp: return "__shfl_up_sync";
     case WarpOp::kShflDown: return "__shfl_down_sync";
@@ -98,7 +128,7 @@ std::string Doing(const SimThread& t) {
     case Wait::kDone: return "had exited";
     case Wait::kBarrier: return "was waiting at __syncthreads";
     case Wait::kWarp:
-      return absl::StrFormat("was waiting at %s with mask 0x%08x", OpName(t.op), t.mask);
+      return absl::StrFormat("was waiting at %s with mask 0x%08x", OpName(t.op, t.arg), t.mask);
     case Wait::kRunnable: return "was running";
   }
   return "?";
@@ -192,6 +222,51 @@ void OnFault(int sig, siginfo_t* info, void* context) {
 
 // ---- warps and barriers ---------------------------------------------------------
 
+// True iff [p, p + bytes) lies in the running block's dynamic shared memory.
+bool InShared(const Run& r, const void* p, size_t bytes) {
+  const auto base = reinterpret_cast<uintptr_t>(r.shared.data());
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= base && a - base <= r.request->shared_bytes &&
+         bytes <= r.request->shared_bytes - (a - base);
+}
+
+// Computes a tensor-core collective (tensor_core.h) whose 32 lanes, from
+// thread `first` on, have all arrived: every lane's results into its `out`.
+void ResolveMatrix(Run& r, int first, WarpOp op, int arg) {
+  auto lane = [&](int l) -> SimThread& { return r.threads[static_cast<size_t>(first + l)]; };
+  if (op == WarpOp::kMma) {
+    const MmaFragments* in[32];
+    float* d[32];
+    for (int l = 0; l < warpSize; ++l) {
+      in[l] = static_cast<const MmaFragments*>(lane(l).in);
+      d[l] = static_cast<float*>(lane(l).out);
+    }
+    MmaM16N8K16Bf16Warp(in, d);
+    return;
+  }
+  const int num = arg & ~kTrans;
+  const void* rows[32] = {};
+  uint32_t* regs[32];
+  for (int l = 0; l < warpSize; ++l) {
+    regs[l] = static_cast<uint32_t*>(lane(l).out);
+    if (l >= 8 * num) continue;  // .x1 and .x2 use the addresses of lanes 0-7 and 0-15 only
+    const void* p = lane(l).in;
+    const std::string where =
+        absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(op, arg), ": row address ",
+                     absl::StrFormat("%p", p), " (row ", l % 8, " of matrix ", l / 8, ")");
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      FailBlock(cudaErrorMisalignedAddress, absl::StrCat(where, " is not 16-byte aligned"));
+    }
+    if (!InShared(r, p, 16)) {
+      FailBlock(cudaErrorIllegalAddress,
+                absl::StrCat(where, ": its 16 bytes are not inside the block's ",
+                             r.request->shared_bytes, " bytes of dynamic shared memory"));
+    }
+    rows[l] = p;
+  }
+  LdMatrixWarp(num, (arg & kTrans) != 0, rows, regs);
+}
+
 // Resolves the collectives waiting in warp `w` whose lanes have all arrived.
 // A collective that can never complete fails the block. True if any resolved.
 bool ResolveWarp(Run& r, int w) {
@@ -203,8 +278,15 @@ bool ResolveWarp(Run& r, int w) {
     SimThread& t = r.threads[static_cast<size_t>(first + l)];
     if (t.wait != Wait::kWarp) continue;
     const unsigned mask = t.mask;
-    const std::string where = absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(t.op),
-                                           absl::StrFormat(" with mask 0x%08x", mask));
+    const bool matrix = IsMatrixOp(t.op);
+    const std::string where = absl::StrCat(
+        Where(r, first + l), " (lane ", l, "): ", OpName(t.op, t.arg),
+        matrix ? std::string() : absl::StrFormat(" with mask 0x%08x", mask));
+    if (matrix && lanes < warpSize) {
+      FailBlock(cudaErrorIllegalInstruction,
+                absl::StrCat(where, ": needs all 32 lanes of the warp, and the block has only ",
+                             lanes, " threads in this warp"));
+    }
     if ((mask & (1u << l)) == 0) {
       FailBlock(cudaErrorIllegalInstruction, absl::StrCat(where, ": the lane is not in its mask"));
     }
@@ -220,11 +302,20 @@ bool ResolveWarp(Run& r, int w) {
     for (int j = 0; j < lanes; ++j) {
       if ((mask & (1u << j)) == 0) continue;
       const SimThread& o = r.threads[static_cast<size_t>(first + j)];
-      if (o.wait != Wait::kWarp || o.op != t.op || o.mask != mask) {
+      if (o.wait != Wait::kWarp || o.op != t.op || o.mask != mask ||
+          (matrix && o.arg != t.arg)) {
         FailBlock(cudaErrorIllegalInstruction,
-                  absl::StrCat(where, ": lane ", j, " of the mask never arrives (it ", Doing(o),
-                               ")"));
+                  absl::StrCat(where, ": lane ", j, matrix ? " of the warp" : " of the mask",
+                               " never arrives (it ", Doing(o), ")"));
       }
+    }
+    if (matrix) {
+      ResolveMatrix(r, first, t.op, t.arg);
+      for (int j = 0; j < warpSize; ++j) {
+        r.threads[static_cast<size_t>(first + j)].wait = Wait::kRunnable;
+      }
+      progress = true;
+      continue;
     }
     // Every lane of the mask is here: compute each one's result.
     uint64_t votes = 0;
@@ -265,7 +356,9 @@ bool ResolveWarp(Run& r, int w) {
         case WarpOp::kBallot: o.result = votes; break;
         case WarpOp::kAny: o.result = votes != 0; break;
         case WarpOp::kAll: o.result = votes == (mask & 0xffffffffull); break;
-        case WarpOp::kSync: o.result = 0; break;
+        case WarpOp::kSync:
+        case WarpOp::kMma:  // resolved by ResolveMatrix above
+        case WarpOp::kLdMatrix: o.result = 0; break;
       }
     }
     for (int j = 0; j < lanes; ++j) {
@@ -306,6 +399,8 @@ bool RunBlock(Run& r) {
   for (int t = 0; t < n; ++t) {
     SimThread& th = r.threads[static_cast<size_t>(t)];
     th.wait = Wait::kRunnable;
+    th.copies.clear();  // a thread's copies end with its block
+    th.groups = 0;
     th.sp = r.stacks.Prepare(t, FiberMain, nullptr);
   }
   if (sigsetjmp(r.fault_jump, 0) != 0) {
@@ -346,6 +441,18 @@ uint64_t WarpCollective(WarpOp op, unsigned mask, uint64_t value, int arg, int w
   t.width = width;
   Suspend(Wait::kWarp);
   return run->threads[static_cast<size_t>(run->current)].result;
+}
+
+void WarpMatrix(WarpOp op, int arg, const void* in, void* out) {
+  if (run == nullptr || run->current < 0) Trap("tensor-core instruction outside a kernel");
+  SimThread& t = run->threads[static_cast<size_t>(run->current)];
+  t.op = op;
+  t.mask = 0xffffffffu;
+  t.arg = arg;
+  t.width = warpSize;
+  t.in = in;
+  t.out = out;
+  Suspend(Wait::kWarp);
 }
 
 void Trap(const char* what) {
@@ -460,6 +567,74 @@ cudaError_t Launch(const LaunchRequest& q) {
 }
 
 }  // namespace internal
+
+// ---- tensor-core instructions (tensor_core.h) ------------------------------------
+
+void MmaM16N8K16Bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  const internal::MmaFragments in{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}, {c[0], c[1], c[2], c[3]}};
+  float out[4];
+  internal::WarpMatrix(internal::WarpOp::kMma, 0, &in, out);
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+void LdMatrix(int num, bool trans, uint32_t* r, const void* row) {
+  if (num != 1 && num != 2 && num != 4) internal::Trap("ldmatrix of other than 1, 2 or 4 matrices");
+  uint32_t out[4];
+  internal::WarpMatrix(internal::WarpOp::kLdMatrix, num | (trans ? internal::kTrans : 0), row,
+                       out);
+  for (int i = 0; i < num; ++i) r[i] = out[i];
+}
+
+void CpAsync16(void* smem, const void* gmem) {
+  using namespace internal;
+  if (run == nullptr || run->current < 0) Trap("cp.async outside a kernel");
+  Run& r = *run;
+  auto fail = [&](cudaError_t code, const std::string& what) {
+    FailBlock(code, absl::StrCat(Where(r, r.current), ": cp.async.cg.shared.global [",
+                                 absl::StrFormat("%p], [%p], 16: ", smem, gmem), what));
+  };
+  if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
+    fail(cudaErrorMisalignedAddress, "both addresses must be 16-byte aligned");
+  }
+  if (!InShared(r, smem, 16)) {
+    fail(cudaErrorIllegalAddress,
+         absl::StrCat("the destination's 16 bytes are not inside the block's ",
+                      r.request->shared_bytes, " bytes of dynamic shared memory"));
+  }
+  if (!IsDeviceRange(gmem, 16)) {
+    fail(cudaErrorIllegalAddress, "the source's 16 bytes are not inside one device allocation");
+  }
+  // In flight: the destination holds garbage until a wait_group completes the copy.
+  std::memset(smem, kPoisonByte, 16);
+  r.threads[static_cast<size_t>(r.current)].copies.push_back({smem, gmem, -1});
+}
+
+void CpAsyncCommitGroup() {
+  using namespace internal;
+  if (run == nullptr || run->current < 0) Trap("cp.async.commit_group outside a kernel");
+  SimThread& t = run->threads[static_cast<size_t>(run->current)];
+  for (PendingCopy& c : t.copies) {
+    if (c.group < 0) c.group = t.groups;
+  }
+  ++t.groups;  // an empty group is a group too
+}
+
+void CpAsyncWaitGroup(int n) {
+  using namespace internal;
+  if (run == nullptr || run->current < 0) Trap("cp.async.wait_group outside a kernel");
+  SimThread& t = run->threads[static_cast<size_t>(run->current)];
+  // Complete every committed group but the n most recent, in issue order.
+  const int64_t done_below = t.groups - n;
+  size_t kept = 0;
+  for (PendingCopy& c : t.copies) {
+    if (c.group >= 0 && c.group < done_below) {
+      std::memcpy(c.dst, c.src, 16);
+    } else {
+      t.copies[kept++] = c;
+    }
+  }
+  t.copies.resize(kept);
+}
 
 void* DynamicSharedMemory() {
   using internal::run;
