@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -16,6 +15,7 @@
 #include "src/core/bf16.h"
 #include "src/core/file_util.h"
 #include "src/core/status.h"
+#include "src/formats/fp16.h"
 
 namespace ladder {
 namespace {
@@ -267,18 +267,6 @@ uint32_t Load32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
 }
 
-// IEEE half to float, exactly.
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24
-    const float f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf, NaN
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
 }  // namespace
 
 int64_t SafetensorsTensor::numel() const {
@@ -459,7 +447,7 @@ absl::StatusOr<std::vector<float>> SafetensorsToFloats(const SafetensorsTensor& 
         out[i] = std::bit_cast<float>(Load32(p));
         break;
       case SafeDType::kF16:
-        out[i] = HalfToFloat(Load16(p));
+        out[i] = Fp16ToFloat(Load16(p));
         break;
       default:  // kBF16
         out[i] = Bf16ToFloat(Load16(p));
