@@ -68,7 +68,7 @@ else
   # Build dependencies (Debian packages), installed only if missing.
   source scripts/lib/packages.sh
   install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
-    libopenblas-openmp-dev libcpp-httplib-dev nlohmann-json3-dev curl
+    libopenblas-openmp-dev libcpp-httplib-dev nlohmann-json3-dev libicu-dev curl
   echo "== build ($build_dir, -Dcuda=enabled)"
   t0=$(date +%s.%N)
   if [ -f "$build_dir/build.ninja" ]; then

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "src/core/file_util.h"
 #include "src/core/status.h"
+#include "src/tokenizer/gpt2_pretokenize.h"
 #include "src/tokenizer/pretokenize.h"
 
 namespace ladder {
@@ -32,7 +33,10 @@ struct ChunkHash {
 
 Tokenizer::Tokenizer() {
   tokens_.reserve(256);
-  for (int b = 0; b < 256; ++b) tokens_.emplace_back(1, static_cast<char>(b));
+  for (int b = 0; b < 256; ++b) {
+    tokens_.emplace_back(1, static_cast<char>(b));
+    byte_ids_[b] = b;
+  }
 }
 
 Tokenizer Tokenizer::ByteLevel() { return Tokenizer(); }
@@ -40,6 +44,7 @@ Tokenizer Tokenizer::ByteLevel() { return Tokenizer(); }
 void Tokenizer::AddMerge(int32_t a, int32_t b) {
   ranks_.emplace(PairKey(a, b), static_cast<int32_t>(merges_.size()));
   merges_.emplace_back(a, b);
+  merge_ids_.push_back(static_cast<int32_t>(tokens_.size()));
   tokens_.push_back(tokens_[a] + tokens_[b]);
 }
 
@@ -169,31 +174,48 @@ absl::StatusOr<Tokenizer> Tokenizer::Train(absl::string_view text, int vocab_siz
 std::vector<int32_t> Tokenizer::Encode(absl::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 2);
-  if (merges_.empty()) {
-    for (unsigned char c : text) out.push_back(c);
-    return out;
+  if (end_of_text_ >= 0) {
+    // The special token is cut out before pre-tokenization sees the text.
+    for (size_t at; (at = text.find(kEndOfText)) != absl::string_view::npos;) {
+      EncodePlain(text.substr(0, at), &out);
+      out.push_back(end_of_text_);
+      text.remove_prefix(at + kEndOfText.size());
+    }
   }
-  // Natural text repeats a few thousand chunks over and over.
-  std::unordered_map<absl::string_view, std::vector<int32_t>, ChunkHash> cache;
-  for (absl::string_view chunk : SplitChunks(text)) {
-    auto [it, inserted] = cache.try_emplace(chunk);
-    if (inserted) EncodeChunk(chunk, &it->second);
-    out.insert(out.end(), it->second.begin(), it->second.end());
-  }
+  EncodePlain(text, &out);
   return out;
 }
 
-// Merges are applied lowest rank first and, within a rank, leftmost first,
-// over a linked list of symbols: O(n log n) even for a huge chunk. A merge
-// only creates pairs of higher rank (its new id is larger than every id an
-// earlier merge uses), so popping by (rank, position) is the same as applying
-// each merge in turn to the whole chunk, which is what training did.
+void Tokenizer::EncodePlain(absl::string_view text, std::vector<int32_t>* out) const {
+  if (merges_.empty()) {
+    for (unsigned char c : text) out->push_back(byte_ids_[c]);
+    return;
+  }
+  // Natural text repeats a few thousand chunks over and over.
+  std::unordered_map<absl::string_view, std::vector<int32_t>, ChunkHash> cache;
+  const std::vector<absl::string_view> chunks =
+      kind_ == TokenizerKind::kGpt2 ? SplitGpt2Chunks(text) : SplitChunks(text);
+  for (absl::string_view chunk : chunks) {
+    auto [it, inserted] = cache.try_emplace(chunk);
+    if (inserted) EncodeChunk(chunk, &it->second);
+    out->insert(out->end(), it->second.begin(), it->second.end());
+  }
+}
+
+// GPT-2's `bpe()`: the lowest ranked pair present is merged at every
+// occurrence, left to right, before any other pair is looked at; then the
+// next lowest, and so on. Over a linked list of symbols with a heap of
+// (rank, position) this is O(n log n) even for a huge chunk: all entries of
+// the lowest rank are taken off the heap together and applied in position
+// order (a merge never creates its own pair again, since its result differs
+// from both parts), and only then are the pairs they created pushed. Entries
+// whose pair changed since they were pushed are skipped.
 void Tokenizer::EncodeChunk(absl::string_view chunk, std::vector<int32_t>* out) const {
   const int n = static_cast<int>(chunk.size());
   std::vector<int32_t> sym(n);
   std::vector<int> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
-    sym[i] = static_cast<unsigned char>(chunk[i]);
+    sym[i] = byte_ids_[static_cast<unsigned char>(chunk[i])];
     prev[i] = i - 1;
     next[i] = i + 1;  // n means none
   }
@@ -209,18 +231,30 @@ void Tokenizer::EncodeChunk(absl::string_view chunk, std::vector<int32_t>* out) 
     }
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
+  std::vector<int> batch, touched;
   while (!heap.empty()) {
-    const auto [rank, i] = heap.top();
-    heap.pop();
-    // Stale if i was absorbed or its pair changed since the push.
-    if (sym[i] < 0 || next[i] >= n || rank_of(i) != rank) continue;
-    const int j = next[i];
-    sym[i] = 256 + rank;
-    sym[j] = -1;
-    next[i] = next[j];
-    if (next[j] < n) prev[next[j]] = i;
-    push(prev[i]);
-    push(i);
+    const int32_t rank = heap.top().first;
+    batch.clear();
+    while (!heap.empty() && heap.top().first == rank) {
+      batch.push_back(heap.top().second);
+      heap.pop();
+    }
+    touched.clear();
+    for (int i : batch) {
+      // Stale if i was absorbed or its pair changed since the push.
+      if (sym[i] < 0 || next[i] >= n || rank_of(i) != rank) continue;
+      const int j = next[i];
+      sym[i] = merge_ids_[rank];
+      sym[j] = -1;
+      next[i] = next[j];
+      if (next[j] < n) prev[next[j]] = i;
+      touched.push_back(i);
+    }
+    for (int i : touched) {
+      if (sym[i] < 0) continue;
+      push(prev[i]);
+      push(i);
+    }
   }
   for (int i = 0; i < n; i = next[i]) out->push_back(sym[i]);
 }
@@ -238,6 +272,10 @@ absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids) c
 }
 
 absl::Status Tokenizer::Save(const std::string& path) const {
+  if (kind_ != TokenizerKind::kLadder) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot write '", path, "': a GPT-2 tokenizer is saved as vocab.json + merges.txt"));
+  }
   std::string text = absl::StrCat(kMagic, " ", kVersion, "\nvocab_size ", vocab_size(), "\n");
   for (const auto& [a, b] : merges_) absl::StrAppend(&text, a, " ", b, "\n");
   return WriteFileAtomically(path, text);

@@ -1,0 +1,182 @@
+// GPT-2's tokenizer files (docs/formats.md, "GPT-2 tokenizer"):
+//   vocab.json   one JSON object, token text -> id, token text spelled in
+//                GPT-2's byte alphabet (byte_unicode.h); `<|endoftext|>` is
+//                the special end-of-text token
+//   merges.txt   an optional "#version: ..." first line, then one merge
+//                "A B" per line in rank order (A and B token texts)
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "src/core/file_util.h"
+#include "src/core/status.h"
+#include "src/tokenizer/bpe.h"
+#include "src/tokenizer/byte_unicode.h"
+
+namespace ladder {
+namespace {
+
+uint64_t PairKey(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+// How a token's bytes are spelled as a vocab.json key or a merges.txt part.
+std::string Spell(const std::string& bytes) {
+  if (bytes == Tokenizer::kEndOfText) return bytes;
+  return BytesToSymbols(bytes);
+}
+
+std::string Quoted(absl::string_view text) {
+  return nlohmann::json(std::string(text)).dump(-1, ' ', false,
+                                                nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+absl::StatusOr<Tokenizer> Tokenizer::LoadGpt2(const std::string& vocab_path,
+                                              const std::string& merges_path) {
+  // vocab.json
+  ASSIGN_OR_RETURN(std::string vocab_text, ReadFile(vocab_path));
+  auto vocab_error = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": ", parts...));
+  };
+  nlohmann::json vocab;
+  std::unordered_set<std::string> seen;  // keys of the top object, to catch duplicates
+  std::string duplicate;
+  auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+        !seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  try {
+    vocab = nlohmann::json::parse(vocab_text, on_event);
+  } catch (const std::exception& e) {
+    return vocab_error("not valid JSON (", e.what(), ")");
+  }
+  if (!duplicate.empty()) return vocab_error("token ", Quoted(duplicate), " appears twice");
+  seen = {};
+  if (!vocab.is_object()) {
+    return vocab_error("expected a JSON object of token -> id, got ", vocab.type_name());
+  }
+  if (vocab.size() < 256 || vocab.size() > static_cast<size_t>(kMaxVocabSize)) {
+    return vocab_error(vocab.size(), " tokens, outside [256, ", kMaxVocabSize,
+                       "] (every byte needs one)");
+  }
+  const int32_t size = static_cast<int32_t>(vocab.size());
+  Tokenizer tok;
+  tok.kind_ = TokenizerKind::kGpt2;
+  tok.tokens_.assign(static_cast<size_t>(size), std::string());
+  std::vector<std::string> key_of(static_cast<size_t>(size));  // to name duplicates
+  std::unordered_map<std::string, int32_t> id_of;  // spelled token -> id
+  id_of.reserve(static_cast<size_t>(size));
+  for (const auto& item : vocab.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
+    if (!value.is_number_integer()) {
+      return vocab_error("token ", Quoted(key), ": id must be an integer, got ", value.dump());
+    }
+    const int64_t id = value.get<int64_t>();
+    if (id < 0 || id >= size) {
+      return vocab_error("token ", Quoted(key), ": id ", id, " out of range [0, ", size,
+                         ") (ids must be 0..N-1 for N tokens)");
+    }
+    if (!tok.tokens_[id].empty()) {
+      return vocab_error("tokens ", Quoted(key_of[id]), " and ", Quoted(key), " share id ", id);
+    }
+    std::string bytes;
+    if (key == kEndOfText) {
+      bytes = key;
+      tok.end_of_text_ = static_cast<int32_t>(id);
+    } else if (std::optional<std::string> b = SymbolsToBytes(key); b && !b->empty()) {
+      bytes = std::move(*b);
+    } else {
+      return vocab_error("token ", Quoted(key),
+                         " is not spelled in GPT-2's byte alphabet (nor is it <|endoftext|>)");
+    }
+    key_of[id] = key;
+    tok.tokens_[id] = std::move(bytes);
+    id_of.emplace(key, static_cast<int32_t>(id));
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = id_of.find(BytesToSymbols(std::string(1, static_cast<char>(b))));
+    if (it == id_of.end()) {
+      return vocab_error("no token for byte 0x", absl::Hex(b, absl::kZeroPad2), " (",
+                         Quoted(BytesToSymbols(std::string(1, static_cast<char>(b)))),
+                         "); every byte needs one");
+    }
+    tok.byte_ids_[b] = it->second;
+  }
+
+  // merges.txt
+  ASSIGN_OR_RETURN(std::string merges_text, ReadFile(merges_path));
+  std::vector<absl::string_view> lines = absl::StrSplit(merges_text, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();  // final newline
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto merge_error = [&](auto&&... parts) {
+      return absl::InvalidArgumentError(absl::StrCat(merges_path, ":", i + 1, ": ", parts...));
+    };
+    absl::string_view line = lines[i];
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (i == 0 && absl::StartsWith(line, "#version")) continue;
+    const std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+      return merge_error("expected a merge 'A B' (two tokens, one space), got ", Quoted(line));
+    }
+    int32_t ids[2];
+    for (int k = 0; k < 2; ++k) {
+      auto it = id_of.find(std::string(parts[k]));
+      if (it == id_of.end()) {
+        return merge_error("merge part ", Quoted(parts[k]), " is not in ", vocab_path);
+      }
+      ids[k] = it->second;
+    }
+    const std::string result = absl::StrCat(parts[0], parts[1]);
+    auto made = id_of.find(result);
+    if (made == id_of.end()) {
+      return merge_error("merge result ", Quoted(result), " is not in ", vocab_path);
+    }
+    if (!tok.ranks_.emplace(PairKey(ids[0], ids[1]), static_cast<int32_t>(tok.merges_.size()))
+             .second) {
+      return merge_error("duplicate merge ", Quoted(line));
+    }
+    tok.merges_.emplace_back(ids[0], ids[1]);
+    tok.merge_ids_.push_back(made->second);
+  }
+  return tok;
+}
+
+absl::Status Tokenizer::SaveGpt2(const std::string& vocab_path,
+                                 const std::string& merges_path) const {
+  // Written by hand, in id order, one token a line.
+  std::unordered_map<std::string, int32_t> seen;
+  std::string vocab = "{";
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    std::string key = Spell(tokens_[id]);
+    absl::StrAppend(&vocab, id == 0 ? "\n" : ",\n", Quoted(key), ": ", id);
+    if (auto [it, added] = seen.emplace(std::move(key), id); !added) {
+      // BPE training can reach the same bytes by two merge paths; ladder's
+      // format keeps both ids, vocab.json cannot.
+      return absl::FailedPreconditionError(absl::StrCat("cannot write '", vocab_path, "': ids ",
+                                                        it->second, " and ", id,
+                                                        " are the same token ", Quoted(it->first)));
+    }
+  }
+  vocab += "\n}\n";
+  RETURN_IF_ERROR(WriteFileAtomically(vocab_path, vocab));
+  std::string merges = "#version: 0.2\n";
+  for (const auto& [a, b] : merges_) {
+    absl::StrAppend(&merges, Spell(tokens_[a]), " ", Spell(tokens_[b]), "\n");
+  }
+  return WriteFileAtomically(merges_path, merges);
+}
+
+}  // namespace ladder
