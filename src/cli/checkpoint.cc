@@ -10,6 +10,7 @@
 #include "src/cli/commands.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
+#include "src/tokenizer/tokenizer_dir.h"
 #include "src/model/model_file.h"
 
 namespace ladder {
@@ -44,11 +45,15 @@ absl::Status Convert(const std::string& dir, const std::string& out) {
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", out, "': ", ec.message()));
-  const std::string tokenizer = c.step_dir + "/tokenizer.bpe";
-  if (std::filesystem::exists(tokenizer)) {
-    std::filesystem::copy_file(tokenizer, out + "/tokenizer.bpe",
-                               std::filesystem::copy_options::overwrite_existing, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot copy '", tokenizer, "'"));
+  // The tokenizer's files, of either kind (src/tokenizer/tokenizer_dir.h).
+  for (TokenizerKind kind : {TokenizerKind::kLadder, TokenizerKind::kGpt2}) {
+    for (const std::string& name : TokenizerFileNames(kind)) {
+      const std::string tokenizer = c.step_dir + "/" + name;
+      if (!std::filesystem::exists(tokenizer)) continue;
+      std::filesystem::copy_file(tokenizer, out + "/" + name,
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return absl::InternalError(absl::StrCat("cannot copy '", tokenizer, "'"));
+    }
   }
   RETURN_IF_ERROR(SaveModelFile(out + "/model.bin", c.manifest.model, c.weights));
   std::printf("wrote %s/model.bin (step %lld)\n", out.c_str(),

@@ -5,17 +5,19 @@
 #include "absl/strings/str_cat.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/core/status.h"
+#include "src/tokenizer/tokenizer_dir.h"
 
 namespace ladder {
 namespace {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<ModelDir> WithTokenizer(ModelFile model, const std::string& tokenizer_path) {
-  ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(tokenizer_path));
+// The tokenizer in `dir`, either kind (src/tokenizer/tokenizer_dir.h).
+absl::StatusOr<ModelDir> WithTokenizer(ModelFile model, const std::string& dir) {
+  ASSIGN_OR_RETURN(Tokenizer tok, LoadTokenizerDir(dir));
   if (tok.vocab_size() != model.config.vocab_size) {
     return absl::FailedPreconditionError(
-        absl::StrCat("tokenizer '", tokenizer_path, "' has ", tok.vocab_size(),
+        absl::StrCat("the tokenizer in '", dir, "' has ", tok.vocab_size(),
                      " tokens but the model expects ", model.config.vocab_size));
   }
   return ModelDir{std::move(model), std::move(tok)};
@@ -27,20 +29,20 @@ absl::StatusOr<ModelDir> LoadModelDir(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(path));
-    return WithTokenizer(std::move(model),
-                         (fs::path(path).parent_path() / "tokenizer.bpe").string());
+    const fs::path parent = fs::path(path).parent_path();
+    return WithTokenizer(std::move(model), parent.empty() ? "." : parent.string());
   }
   if (!fs::is_directory(path, ec)) {
     return absl::NotFoundError(absl::StrCat("model '", path, "' does not exist"));
   }
   if (fs::exists(path + "/model.bin", ec)) {
     ASSIGN_OR_RETURN(ModelFile model, LoadModelFile(path + "/model.bin"));
-    return WithTokenizer(std::move(model), path + "/tokenizer.bpe");
+    return WithTokenizer(std::move(model), path);
   }
   if (HasCheckpoint(path) || fs::exists(path + "/manifest", ec)) {
     ASSIGN_OR_RETURN(CheckpointSummary c, VerifyCheckpoint(path));
     return WithTokenizer(ModelFile{c.manifest.model, std::move(c.weights)},
-                         c.step_dir + "/tokenizer.bpe");
+                         c.step_dir);
   }
   return absl::NotFoundError(
       absl::StrCat("'", path, "' holds neither model.bin nor a checkpoint (see docs/formats.md)"));
@@ -51,7 +53,7 @@ absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
-  RETURN_IF_ERROR(tokenizer.Save(dir + "/tokenizer.bpe"));
+  RETURN_IF_ERROR(SaveTokenizerDir(tokenizer, dir));
   return SaveModelFile(dir + "/model.bin", cfg, weights);
 }
 

@@ -1,13 +1,15 @@
 // Where `generate`, `eval`, `serve` and `bench serve` find a trained model
 // (--model PATH), in any of three forms:
 //   a run directory     as `ladder train --out DIR` leaves it:
-//                       DIR/model.bin and DIR/tokenizer.bpe
+//                       DIR/model.bin and DIR's tokenizer
 //   a checkpoint        a checkpoint directory (its `latest`) or one of its
 //                       step-N directories, saved with any parallel layout
 //                       (consolidated on load; the tokenizer is the one
 //                       saved in the step directory)
-//   a model file        FILE (src/model/model_file.h), with tokenizer.bpe
+//   a model file        FILE (src/model/model_file.h), with its tokenizer
 //                       beside it
+// The tokenizer is either kind: tokenizer.bpe (ladder's) or vocab.json +
+// merges.txt (GPT-2's), as src/tokenizer/tokenizer_dir.h decides.
 #pragma once
 
 #include <memory>

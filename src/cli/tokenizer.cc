@@ -1,6 +1,7 @@
 // ladder tokenizer train | encode | decode: learn a byte-level BPE tokenizer
 // and apply it to stdin (for inspection and shell pipelines).
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "src/core/status.h"
 #include "src/core/timer.h"
 #include "src/tokenizer/bpe.h"
+#include "src/tokenizer/tokenizer_dir.h"
 
 namespace ladder {
 namespace {
@@ -87,11 +89,14 @@ int RunOnStdin(int argc, char** argv, const char* command, const char* summary,
                const StdinTransform& transform) {
   std::string path;
   FlagSet flags(command, summary);
-  flags.String("tokenizer", &path, "tokenizer file");
+  flags.String("tokenizer", &path,
+               "tokenizer file (ladder's), or a directory holding tokenizer.bpe or vocab.json + "
+               "merges.txt (GPT-2's)");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     RETURN_IF_ERROR(NoPositional(flags));
     RETURN_IF_ERROR(Require(path, "tokenizer"));
-    ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
+    ASSIGN_OR_RETURN(Tokenizer tok, std::filesystem::is_directory(path) ? LoadTokenizerDir(path)
+                                                                        : Tokenizer::Load(path));
     ASSIGN_OR_RETURN(std::string input, ReadStdin());
     ASSIGN_OR_RETURN(std::string output, transform(tok, input));
     return WriteStdout(output);

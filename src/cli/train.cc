@@ -23,6 +23,7 @@
 #include "src/data/dataset.h"
 #include "src/parallel/mpi_comm.h"
 #include "src/tools/ceiling.h"
+#include "src/tokenizer/tokenizer_dir.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -40,13 +41,15 @@ struct TrainFlags {
   bool strict = false, async_save = false;
 };
 
-// The tokenizer for a run: an explicit file, the one beside prepared shards,
-// plain bytes for a 256 vocabulary, or one trained on the text now.
+// The tokenizer for a run: an explicit file (or directory holding either
+// kind), the one beside prepared shards, plain bytes for a 256 vocabulary,
+// or one trained on the text now.
 absl::StatusOr<Tokenizer> ResolveTokenizer(const RunConfig& rc) {
-  if (!rc.tokenizer.empty()) return Tokenizer::Load(rc.tokenizer);
-  if (std::filesystem::is_directory(rc.data)) {
-    return Tokenizer::Load(rc.data + "/tokenizer.bpe");
+  if (!rc.tokenizer.empty()) {
+    if (std::filesystem::is_directory(rc.tokenizer)) return LoadTokenizerDir(rc.tokenizer);
+    return Tokenizer::Load(rc.tokenizer);
   }
+  if (std::filesystem::is_directory(rc.data)) return LoadTokenizerDir(rc.data);
   if (rc.model.vocab_size == 256) return Tokenizer::ByteLevel();
   ASSIGN_OR_RETURN(std::string text, ReadFile(rc.data));
   Timer t;
@@ -166,7 +169,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   ckpt.grid = &grid;
   ckpt.world = &par.comms[Axis::kWorld];
   ckpt.zero = static_cast<int>(f.layout.zero);
-  ckpt.write_extra = [&tok](const std::string& dir) { return tok.Save(dir + "/tokenizer.bpe"); };
+  ckpt.write_extra = [&tok](const std::string& dir) { return SaveTokenizerDir(tok, dir); };
   if (!resume_from.empty()) {
     ASSIGN_OR_RETURN(std::string loaded, LoadCheckpoint(resume_from, *trainer, ckpt, f.strict));
     if (lead) {
@@ -292,8 +295,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(model.GetLogicalWeights(&weights));
   if (!lead) return absl::OkStatus();
   RETURN_IF_ERROR(SaveModelDir(f.out, rc.model, weights, tok));
-  std::fprintf(stderr, "saved %s/model.bin and %s/tokenizer.bpe (%.0fs)\n", f.out.c_str(),
-               f.out.c_str(), run_timer.Seconds());
+  std::fprintf(stderr, "saved %s/model.bin and its tokenizer (%.0fs)\n", f.out.c_str(),
+               run_timer.Seconds());
   return absl::OkStatus();
 }
 
@@ -308,9 +311,10 @@ int TrainCommand(int argc, char** argv) {
   constexpr const char* kConfig = "the config's";
   flags.String("data", &f.data, "text file or prepared shard directory", kConfig);
   flags.String("out", &f.out,
-               "output directory: metrics.jsonl, model.bin, tokenizer.bpe (required)");
+               "output directory: metrics.jsonl, model.bin, the tokenizer (required)");
   flags.String(
-      "tokenizer", &f.tokenizer, "tokenizer file",
+      "tokenizer", &f.tokenizer,
+      "tokenizer file (ladder's), or a directory holding tokenizer.bpe or vocab.json + merges.txt",
       "the config's, else the shard directory's, bytes for vocab 256, or trained on the data");
   flags.Int("steps", &f.steps, "optimizer steps", kConfig);
   flags.Int("seed", &f.seed, "random seed for weights and batches", kConfig);

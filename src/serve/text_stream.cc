@@ -37,7 +37,14 @@ TextStream::TextStream(const Tokenizer* tokenizer, std::vector<std::string> stop
   }
 }
 
-std::string TextStream::Push(int32_t token) { return PushBytes(tokenizer_->TokenBytes(token)); }
+std::string TextStream::Push(int32_t token) {
+  if (token == tokenizer_->end_of_text()) {
+    std::string out = Finish();
+    stopped_ = true;
+    return out;
+  }
+  return PushBytes(tokenizer_->TokenBytes(token));
+}
 
 std::string TextStream::PushBytes(absl::string_view bytes) {
   if (stopped_ || finished_) return "";

@@ -14,6 +14,11 @@
 //
 // The concatenation of all deltas is the decoded text cut before the first
 // stop string, independent of how the bytes were split into tokens.
+//
+// The tokenizer's end-of-text token (Tokenizer::end_of_text(), GPT-2's
+// `<|endoftext|>`) ends the generation: Push of it flushes what is held, as
+// Finish does, and stops the stream; its text is never emitted. This is how
+// `generate` and `serve` stop at it.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,7 @@ class TextStream {
   TextStream(const Tokenizer* tokenizer, std::vector<std::string> stops);
 
   // Appends one token's bytes (id in [0, vocab_size)); returns the delta.
+  // The end-of-text token stops the stream instead.
   std::string Push(int32_t token);
   // Appends raw bytes; returns the delta. Once stopped, returns "".
   std::string PushBytes(absl::string_view bytes);
@@ -39,7 +45,8 @@ class TextStream {
   // one completes). Later calls return "".
   std::string Finish();
 
-  // A stop string was found; nothing more will be emitted.
+  // A stop string or the end-of-text token was found; nothing more will be
+  // emitted.
   bool stopped() const { return stopped_; }
 
  private:
