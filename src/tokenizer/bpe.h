@@ -60,7 +60,8 @@ class Tokenizer {
   // kMaxVocabSize.
   static absl::StatusOr<Tokenizer> Train(absl::string_view text, int vocab_size);
 
-  // Reads a tokenizer file; every error names the file and line.
+  // Reads ladder's tokenizer file (tokenizer.bpe); every error names the file
+  // and line. GPT-2's vocab.json + merges.txt go through LoadGpt2.
   static absl::StatusOr<Tokenizer> Load(const std::string& path);
   // Writes ladder's tokenizer file; FailedPrecondition for GPT-2's kind,
   // which has its own pair of files (SaveGpt2).
