@@ -22,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenizer", ladder::TokenizerCommand, "train | encode | decode a byte-level BPE tokenizer"},
     {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
     {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
+    {"import", ladder::ImportCommand, "hf: a Hugging Face GPT-2 directory into a ladder model"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand,
      "train | decode | matmul | ops | serve | checkpoint: measure against this machine's ceilings"},

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `ladder import hf` end to end against an independent reference: a tiny
+# GPT-2 written in Hugging Face's layout by hf_gpt2_reference.py (pure Python,
+# no ladder code), imported, and scored by `ladder eval` on cpu and cuda-sim:
+# the loss must equal the reference's float64 forward within 1e-5 relative.
+# The imported model generates; bad directories are refused with one line,
+# exit code 2 and no output directory.
+#   hf_import_test.sh LADDER_BINARY SOURCE_ROOT
+set -u
+ladder=$1
+root=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+reference=$(python3 "$root/tests/formats/hf_gpt2_reference.py" "$tmp/hf") || {
+  echo "FAIL: the reference script failed"
+  exit 1
+}
+echo "reference loss (float64, Python): $reference"
+"$ladder" import hf "$tmp/hf" "$tmp/model" || fail "import hf failed"
+for f in model.bin vocab.json merges.txt; do
+  [ -s "$tmp/model/$f" ] || fail "the imported directory has no $f"
+done
+for device in cpu cuda-sim; do
+  loss=$("$ladder" eval --model "$tmp/model" --text "$tmp/hf/text.txt" --device "$device" \
+    2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])') ||
+    fail "eval --device $device failed"
+  echo "ladder eval --device $device: $loss"
+  python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(b))' \
+    "$loss" "$reference" || fail "$device loss $loss differs from the reference $reference"
+done
+"$ladder" generate --model "$tmp/model" --prompt "Hello" --max-tokens 4 --temperature 0 \
+  --device cpu >"$tmp/gen" 2>&1 || fail "generate with the imported model failed: $(cat "$tmp/gen")"
+
+# Refusals: one line, exit 2, nothing written.
+expect_refused() {  # NAME WORDS: import $tmp/NAME must fail naming WORDS
+  "$ladder" import hf "$tmp/$1" "$tmp/out-$1" >/dev/null 2>"$tmp/err"
+  local code=$?
+  [ "$code" -eq 2 ] || fail "$1: exit code $code, expected 2"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$1: not one line: $(cat "$tmp/err")"
+  grep -q -- "$2" "$tmp/err" || fail "$1: the error does not say '$2': $(cat "$tmp/err")"
+  [ ! -e "$tmp/out-$1" ] || fail "$1: an output directory was left"
+}
+cp -r "$tmp/hf" "$tmp/no-weights" && rm "$tmp/no-weights/model.safetensors"
+expect_refused no-weights "model.safetensors"
+cp -r "$tmp/hf" "$tmp/relu"
+sed -i 's/"gelu_new"/"relu"/' "$tmp/relu/config.json"
+expect_refused relu "activation_function"
+cp -r "$tmp/hf" "$tmp/no-merges" && rm "$tmp/no-merges/merges.txt"
+expect_refused no-merges "merges.txt"
+head -c 1000 "$tmp/hf/model.safetensors" >"$tmp/short.safetensors"
+cp -r "$tmp/hf" "$tmp/truncated" && mv "$tmp/short.safetensors" "$tmp/truncated/model.safetensors"
+expect_refused truncated "safetensors"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "hf import: OK"
