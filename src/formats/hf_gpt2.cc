@@ -40,6 +40,9 @@ struct LadderName {
   bool transposed = false;
 };
 LadderName ToLadder(const std::string& hf) {
+  // The embeddings are nn.Embedding modules in HF: their parameter is
+  // "<name>.weight"; ladder names the tables themselves.
+  if (hf == "wte.weight" || hf == "wpe.weight") return {hf.substr(0, 3), false};
   static const std::pair<const char*, const char*> kRenames[] = {
       {".attn.c_attn.", ".attn.qkv."},
       {".attn.c_proj.", ".attn.proj."},
@@ -55,8 +58,9 @@ LadderName ToLadder(const std::string& hf) {
   return {hf, false};
 }
 
-// Ladder's names of the renamed tensors.
+// Ladder's names of the renamed tensors (HF never writes them).
 bool IsLadderOnlyName(const std::string& name) {
+  if (name == "wte" || name == "wpe") return true;
   for (const char* infix : {".attn.qkv.", ".attn.proj.", ".mlp.fc.", ".mlp.proj."}) {
     if (name.find(infix) != std::string::npos) return true;
   }
@@ -185,7 +189,7 @@ absl::StatusOr<std::vector<float>> GptWeightsFromHf(const SafetensorsFile& file,
     }
   }
   if (lm_head != nullptr) {
-    const SafetensorsTensor& wte = *by_name.at("wte").tensor;
+    const SafetensorsTensor& wte = *by_name.at("wte").tensor;  // checked present above
     ASSIGN_OR_RETURN(std::vector<float> head, SafetensorsToFloats(*lm_head));
     ASSIGN_OR_RETURN(std::vector<float> table_rows, SafetensorsToFloats(wte));
     if (lm_head->shape != wte.shape ||

@@ -4,9 +4,11 @@
 //
 // What differs between the two layouts, and what this does about it:
 //   - names: HF's h.<l>.attn.c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj are
-//     ladder's h.<l>.attn.qkv / attn.proj / mlp.fc / mlp.proj; wte, wpe,
-//     ln_1, ln_2 and ln_f are the same. A leading "transformer." (as
-//     GPT2LMHeadModel saves them) is accepted and dropped.
+//     ladder's h.<l>.attn.qkv / attn.proj / mlp.fc / mlp.proj, HF's
+//     wte.weight and wpe.weight (nn.Embedding parameters) ladder's wte and
+//     wpe; ln_1, ln_2 and ln_f are the same. A leading "transformer." (as
+//     GPT2LMHeadModel saves them; GPT2Model's files have none) is accepted
+//     and dropped.
 //   - orientation: HF keeps those four weights as Conv1D, [in, out]; ladder's
 //     matrices are [out, in], so they are transposed. q, k, v stay in that
 //     order along the output dimension in both.

@@ -78,8 +78,8 @@ def main(out):
 
     # model.safetensors: GPT2LMHeadModel's names and buffers, fp32.
     tensors = {}
-    for name, value in w.items():
-        tensors["transformer." + name] = value
+    for name, value in w.items():  # the embeddings are nn.Embedding: "<name>.weight"
+        tensors["transformer." + name + (".weight" if name in ("wte", "wpe") else "")] = value
     for l in range(L):
         tensors[f"transformer.h.{l}.attn.bias"] = [[[[1.0 if j <= i else 0.0 for j in range(T)]
                                                      for i in range(T)]]]

@@ -31,6 +31,7 @@ GptConfig TinyConfig() {
 
 // HF's name of a ladder tensor, and whether HF stores it transposed.
 std::pair<std::string, bool> HfName(const std::string& ladder) {
+  if (ladder == "wte" || ladder == "wpe") return {ladder + ".weight", false};
   const std::pair<std::string, std::string> renames[] = {{".attn.qkv.", ".attn.c_attn."},
                                                          {".attn.proj.", ".attn.c_proj."},
                                                          {".mlp.fc.", ".mlp.c_fc."},
@@ -175,12 +176,17 @@ TEST(HfGpt2Test, RefusesWhatItCannotHold) {
   }
   {
     TwoLayouts m = MakeModel(cfg, SafeDType::kF32, "");
+    m.Add("wte", {300, 16}, std::vector<float>(4800, 0.0f));  // ladder's name for the table
+    ExpectRefused(GptWeightsFromHf(m.File(), cfg), "unexpected tensor 'wte'");
+  }
+  {
+    TwoLayouts m = MakeModel(cfg, SafeDType::kF32, "");
     m.Add("score.weight", {2, 16}, std::vector<float>(32, 0.0f));
     ExpectRefused(GptWeightsFromHf(m.File(), cfg), "unexpected tensor 'score.weight'");
   }
   {
     TwoLayouts m = MakeModel(cfg, SafeDType::kF32, "");
-    m.Add("transformer.wpe", {12, 16}, std::vector<float>(192, 0.0f));  // both spellings
+    m.Add("transformer.wpe.weight", {12, 16}, std::vector<float>(192, 0.0f));  // both spellings
     ExpectRefused(GptWeightsFromHf(m.File(), cfg), "appears twice");
   }
 }
