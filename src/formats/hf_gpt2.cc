@@ -33,36 +33,42 @@ absl::StatusOr<int> PositiveInt(const Json& config, const char* key) {
   return static_cast<int>(it->get<int64_t>());
 }
 
-// Ladder's name of an HF tensor name without the prefix ("h.0.attn.c_attn.weight"
-// -> "h.0.attn.qkv.weight"), and whether HF stores it transposed (Conv1D).
-struct LadderName {
+// The layers HF and ladder name differently: {HF's infix, ladder's infix}.
+// Their weights are Conv1D, [in, out], in HF's files.
+constexpr std::pair<const char*, const char*> kRenamedLayers[] = {
+    {".attn.c_attn.", ".attn.qkv."},
+    {".attn.c_proj.", ".attn.proj."},
+    {".mlp.c_fc.", ".mlp.fc."},
+    {".mlp.c_proj.", ".mlp.proj."},
+};
+
+// A tensor's name on the other side, and whether HF stores it transposed.
+struct Renamed {
   std::string name;
   bool transposed = false;
 };
-LadderName ToLadder(const std::string& hf) {
+// to_ladder: an HF name (without the prefix) to ladder's; else the inverse.
+Renamed Rename(const std::string& name, bool to_ladder) {
   // The embeddings are nn.Embedding modules in HF: their parameter is
   // "<name>.weight"; ladder names the tables themselves.
-  if (hf == "wte.weight" || hf == "wpe.weight") return {hf.substr(0, 3), false};
-  static const std::pair<const char*, const char*> kRenames[] = {
-      {".attn.c_attn.", ".attn.qkv."},
-      {".attn.c_proj.", ".attn.proj."},
-      {".mlp.c_fc.", ".mlp.fc."},
-      {".mlp.c_proj.", ".mlp.proj."},
-  };
-  for (const auto& [from, to] : kRenames) {
-    const size_t at = hf.find(from);
+  if (to_ladder && (name == "wte.weight" || name == "wpe.weight")) return {name.substr(0, 3)};
+  if (!to_ladder && (name == "wte" || name == "wpe")) return {name + ".weight"};
+  for (const auto& [hf, ladder] : kRenamedLayers) {
+    const char* from = to_ladder ? hf : ladder;
+    const char* to = to_ladder ? ladder : hf;
+    const size_t at = name.find(from);
     if (at == std::string::npos) continue;
-    std::string name = hf.substr(0, at) + to + hf.substr(at + std::strlen(from));
-    return {name, absl::EndsWith(hf, ".weight")};
+    return {name.substr(0, at) + to + name.substr(at + std::strlen(from)),
+            absl::EndsWith(name, ".weight")};
   }
-  return {hf, false};
+  return {name};
 }
 
 // Ladder's names of the renamed tensors (HF never writes them).
 bool IsLadderOnlyName(const std::string& name) {
   if (name == "wte" || name == "wpe") return true;
-  for (const char* infix : {".attn.qkv.", ".attn.proj.", ".mlp.fc.", ".mlp.proj."}) {
-    if (name.find(infix) != std::string::npos) return true;
+  for (const auto& [hf, ladder] : kRenamedLayers) {
+    if (name.find(ladder) != std::string::npos) return true;
   }
   return false;
 }
@@ -135,7 +141,7 @@ absl::StatusOr<std::vector<float>> GptWeightsFromHf(const SafetensorsFile& file,
       lm_head = &t;
       continue;
     }
-    LadderName ladder = ToLadder(name);
+    Renamed ladder = Rename(name, /*to_ladder=*/true);
     if (ladder.name == name && IsLadderOnlyName(name)) {
       // ladder's own spelling, which HF never writes: its orientation is
       // unknowable (attn.proj is square), so it is not guessed.
@@ -201,6 +207,63 @@ absl::StatusOr<std::vector<float>> GptWeightsFromHf(const SafetensorsFile& file,
     }
   }
   return weights;
+}
+
+std::string HfJsonFromGptConfig(const GptConfig& cfg, int end_of_text) {
+  Json config = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"n_layer", cfg.n_layer},
+      {"n_head", cfg.n_head},
+      {"n_embd", cfg.n_embd},
+      {"n_positions", cfg.context},
+      {"n_ctx", cfg.context},
+      {"n_inner", nullptr},
+      {"vocab_size", cfg.vocab_size},
+      {"layer_norm_epsilon", kLadderLayerNormEps},
+      {"activation_function", "gelu_new"},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+  };
+  if (end_of_text >= 0) {
+    config["bos_token_id"] = end_of_text;
+    config["eos_token_id"] = end_of_text;
+  }
+  return config.dump(2) + "\n";
+}
+
+absl::StatusOr<std::string> GptWeightsToHf(const GptConfig& cfg,
+                                           const std::vector<float>& weights) {
+  const ParameterTable table(GptParameterSpecs(cfg));
+  if (static_cast<int64_t>(weights.size()) != table.total_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat("export: ", weights.size(),
+                                                   " weights, but the model has ",
+                                                   table.total_floats()));
+  }
+  std::vector<std::vector<float>> data(table.size());  // owns what the spans view
+  std::vector<SafetensorsTensor> tensors;
+  for (int i = 0; i < table.size(); ++i) {
+    const ParamSpec& spec = table.spec(i);
+    const Renamed hf = Rename(spec.name, /*to_ladder=*/false);
+    std::vector<int64_t> shape = spec.shape;
+    if (spec.name == "wte") shape[0] = cfg.vocab_size;  // without the padding rows
+    const float* w = weights.data() + table.offset(i);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float>& out = data[i];
+    out.assign(w, w + n);
+    if (hf.transposed) {  // ladder [out, in] -> HF [in, out]
+      const int64_t outs = shape[0], in = shape[1];
+      for (int64_t o = 0; o < outs; ++o) {
+        for (int64_t c = 0; c < in; ++c) out[c * outs + o] = w[o * in + c];
+      }
+      shape = {in, outs};
+    }
+    tensors.push_back({kPrefix + hf.name, SafeDType::kF32, shape,
+                       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(out.data()),
+                                           out.size() * sizeof(float))});
+  }
+  return SerializeSafetensors(tensors, {{"format", "pt"}});
 }
 
 }  // namespace ladder

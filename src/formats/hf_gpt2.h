@@ -1,6 +1,6 @@
-// Hugging Face's GPT-2 layout, read into ladder's model: `config.json` into a
-// GptConfig and `model.safetensors` into weights laid out by ladder's
-// ParameterTable (src/model/parameters.h).
+// Hugging Face's GPT-2 layout and ladder's model, both ways: `config.json`
+// to and from a GptConfig, and `model.safetensors` to and from weights laid
+// out by ladder's ParameterTable (src/model/parameters.h).
 //
 // What differs between the two layouts, and what this does about it:
 //   - names: HF's h.<l>.attn.c_attn / attn.c_proj / mlp.c_fc / mlp.c_proj are
@@ -44,5 +44,19 @@ absl::StatusOr<GptConfig> GptConfigFromHfJson(const std::string& json_text);
 // ParameterTable(GptParameterSpecs(cfg)) (total_floats() of them).
 absl::StatusOr<std::vector<float>> GptWeightsFromHf(const SafetensorsFile& file,
                                                     const GptConfig& cfg);
+
+// An HF GPT-2 `config.json` (its text) for `cfg`: GPT2LMHeadModel, the
+// shape keys, GPT-2's LayerNorm epsilon and tanh GELU, tied embeddings, and
+// bos/eos = `end_of_text` when it is a token id (>= 0).
+std::string HfJsonFromGptConfig(const GptConfig& cfg, int end_of_text);
+
+// `weights` (laid out as for GptWeightsFromHf) as the bytes of an HF GPT-2
+// safetensors file, as GPT2LMHeadModel.save_pretrained writes it: F32,
+// "transformer."-prefixed names, Conv1D weights [in, out], wte unpadded, no
+// lm_head (tied) and no mask buffers, metadata {"format": "pt"}.
+// GptWeightsFromHf reads it back bit for bit. InvalidArgument if `weights`
+// is not the table's size.
+absl::StatusOr<std::string> GptWeightsToHf(const GptConfig& cfg,
+                                           const std::vector<float>& weights);
 
 }  // namespace ladder

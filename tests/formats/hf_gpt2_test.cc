@@ -151,6 +151,49 @@ TEST(HfGpt2Test, Bf16WithoutPrefixOrHeadEqualsTheOriginal) {
   EXPECT_EQ(std::memcmp(got->data(), m.ladder.data(), m.ladder.size() * 4), 0);
 }
 
+TEST(HfGpt2Test, ExportReadsBackBitForBitInHfsLayout) {
+  const GptConfig cfg = TinyConfig();
+  const TwoLayouts m = MakeModel(cfg, SafeDType::kF32, "transformer.");
+  absl::StatusOr<std::string> bytes = GptWeightsToHf(cfg, m.ladder);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Parse(*bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  // The same tensors as GPT2LMHeadModel's file of the same weights, byte for
+  // byte, without the mask buffers and the tied head.
+  size_t weights = 0;
+  for (const std::string& name : m.order) {
+    if (name == "lm_head.weight" || name.find(".attn.bias") != std::string::npos ||
+        name.find(".attn.masked_bias") != std::string::npos) {
+      EXPECT_EQ(file->Find(name), nullptr) << name;
+      continue;
+    }
+    const SafetensorsTensor* t = file->Find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->dtype, SafeDType::kF32);
+    EXPECT_EQ(t->shape, m.shapes.at(name)) << name;
+    const std::vector<uint8_t>& want = m.bytes.at(name);
+    ASSERT_EQ(t->bytes.size(), want.size()) << name;
+    EXPECT_EQ(std::memcmp(t->bytes.data(), want.data(), want.size()), 0) << name;
+    ++weights;
+  }
+  EXPECT_EQ(file->tensors().size(), weights);
+  absl::StatusOr<std::vector<float>> back = GptWeightsFromHf(*file, cfg);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::memcmp(back->data(), m.ladder.data(), m.ladder.size() * 4), 0);
+
+  std::vector<float> short_weights(m.ladder.begin(), m.ladder.end() - 1);
+  EXPECT_EQ(GptWeightsToHf(cfg, short_weights).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfGpt2Test, ExportedConfigReadsBack) {
+  const GptConfig cfg = TinyConfig();
+  absl::StatusOr<GptConfig> back = GptConfigFromHfJson(HfJsonFromGptConfig(cfg, 299));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToText(), cfg.ToText());
+}
+
 TEST(HfGpt2Test, RefusesWhatItCannotHold) {
   const GptConfig cfg = TinyConfig();
   {

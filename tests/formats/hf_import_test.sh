@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `ladder import hf` end to end against an independent reference: a tiny
+# `ladder import hf` and `export hf` end to end against an independent
+# reference: a tiny
 # GPT-2 written in Hugging Face's layout by hf_gpt2_reference.py (pure Python,
 # no ladder code), imported, and scored by `ladder eval` on cpu and cuda-sim:
 # the loss must equal the reference's float64 forward within 1e-5 relative.
@@ -33,6 +34,43 @@ for device in cpu cuda-sim; do
 done
 "$ladder" generate --model "$tmp/model" --prompt "Hello" --max-tokens 4 --temperature 0 \
   --device cpu >"$tmp/gen" 2>&1 || fail "generate with the imported model failed: $(cat "$tmp/gen")"
+
+# Export, and the same tensors come back: every weight of the original file
+# under its own name, shape and bytes (the mask buffers and the tied head
+# are not weights and are not written), the same vocabulary and merges;
+# imported again, the same loss.
+"$ladder" export hf "$tmp/model" "$tmp/back" >/dev/null || fail "export hf failed"
+python3 - "$tmp/hf" "$tmp/back" <<'PY' || fail "the exported directory differs from the original"
+import json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    return {k: (v["dtype"], v["shape"], data[base + v["data_offsets"][0]:base + v["data_offsets"][1]])
+            for k, v in header.items()}
+a, b = tensors(sys.argv[1] + "/model.safetensors"), tensors(sys.argv[2] + "/model.safetensors")
+weights = {k: v for k, v in a.items()
+           if k != "lm_head.weight" and not k.endswith((".attn.bias", ".attn.masked_bias"))}
+bad = [k for k in set(weights) | set(b) if weights.get(k) != b.get(k)]
+vocab = [json.load(open(d + "/vocab.json", encoding="utf-8")) for d in sys.argv[1:]]
+merges = [[l for l in open(d + "/merges.txt", encoding="utf-8").read().split("\n")
+           if l and not l.startswith("#")] for d in sys.argv[1:]]
+config = json.load(open(sys.argv[2] + "/config.json"))
+keys = ["n_layer", "n_head", "n_embd", "n_positions", "vocab_size"]
+orig = json.load(open(sys.argv[1] + "/config.json"))
+problems = bad[:3] + (["vocab"] if vocab[0] != vocab[1] else []) + \
+    (["merges"] if merges[0] != merges[1] else []) + \
+    [k for k in keys if config.get(k) != orig[k]]
+print("export: %d tensors compared" % len(weights), "; differences:", problems or "none")
+sys.exit(1 if problems or not weights else 0)
+PY
+"$ladder" import hf "$tmp/back" "$tmp/again" >/dev/null || fail "import of the export failed"
+again=$("$ladder" eval --model "$tmp/again" --text "$tmp/hf/text.txt" --device cpu 2>/dev/null |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+[ "$again" = "$loss" ] || fail "re-imported loss $again differs from $loss"
 
 # Refusals: one line, exit 2, nothing written.
 expect_refused() {  # NAME WORDS: import $tmp/NAME must fail naming WORDS

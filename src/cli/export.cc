@@ -1,0 +1,73 @@
+// ladder export hf MODEL DIR: a ladder model (run directory, checkpoint or
+// model file, as generate takes) into a Hugging Face GPT-2 directory:
+// config.json, model.safetensors (GPT2LMHeadModel's layout) and the
+// tokenizer as vocab.json + merges.txt. src/formats/hf_gpt2.h says how the
+// layouts differ.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/cli/commands.h"
+#include "src/cli/model_dir.h"
+#include "src/core/file_util.h"
+#include "src/core/flags.h"
+#include "src/core/status.h"
+#include "src/formats/hf_gpt2.h"
+
+namespace ladder {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: ladder export <format> [flags]   (ladder export <format> --help)\n\n"
+    "formats:\n"
+    "  hf   a Hugging Face GPT-2 directory: config.json, model.safetensors, vocab.json,\n"
+    "       merges.txt\n";
+
+absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
+  ASSIGN_OR_RETURN(ModelDir model, LoadModelDir(model_path));
+  const GptConfig& cfg = model.model.config;
+  // Everything is converted before anything is written.
+  ASSIGN_OR_RETURN(std::string weights, GptWeightsToHf(cfg, model.model.weights));
+  const std::string config = HfJsonFromGptConfig(cfg, model.tokenizer.end_of_text());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  RETURN_IF_ERROR(model.tokenizer.SaveGpt2(dir + "/vocab.json", dir + "/merges.txt"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/model.safetensors", weights));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config));
+  std::printf("exported %s (%d layers, n_embd %d, vocab %d) to %s\n", model_path.c_str(),
+              cfg.n_layer, cfg.n_embd, cfg.vocab_size, dir.c_str());
+  return absl::OkStatus();
+}
+
+int Hf(int argc, char** argv) {
+  FlagSet flags("ladder export hf MODEL DIR",
+                "Write a ladder model (run directory, checkpoint or model file) as a Hugging Face "
+                "GPT-2 directory DIR that GPT2LMHeadModel and GPT2Tokenizer load: config.json, "
+                "model.safetensors (fp32), vocab.json, merges.txt.");
+  return RunCommand(flags, argc, argv, [&]() -> absl::Status {
+    if (flags.positional().size() != 2) {
+      return absl::InvalidArgumentError("expected two arguments: MODEL DIR");
+    }
+    return ExportHf(flags.positional()[0], flags.positional()[1]);
+  });
+}
+
+}  // namespace
+
+int ExportCommand(int argc, char** argv) {
+  const std::string sub = argc > 0 ? argv[0] : "";
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (sub == "hf") return Hf(argc - 1, argv + 1);
+  const std::string problem =
+      sub.empty() ? "missing format" : absl::StrCat("unknown format '", sub, "'");
+  std::fprintf(stderr, "ladder export: %s (expected hf; see 'ladder export --help')\n",
+               problem.c_str());
+  return 2;
+}
+
+}  // namespace ladder
