@@ -30,7 +30,7 @@ namespace ladder {
 namespace {
 
 struct TrainFlags {
-  std::string config, data, out, tokenizer, device = "auto";
+  std::string config, data, out, tokenizer, init_from, device = "auto";
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
   LayoutFlags layout;
   // Checkpoints (src/checkpoint/checkpoint.h).
@@ -57,6 +57,25 @@ absl::StatusOr<Tokenizer> ResolveTokenizer(const RunConfig& rc) {
   std::fprintf(stderr, "trained a %d-token BPE tokenizer on %s in %.1fs\n", tok.vocab_size(),
                rc.data.c_str(), t.Seconds());
   return tok;
+}
+
+// InvalidArgument naming the first model key where `init` (from --init-from
+// `path`) and the config differ.
+absl::Status CheckSameShape(const GptConfig& init, const GptConfig& config,
+                            const std::string& path) {
+  const std::pair<const char*, std::pair<int, int>> keys[] = {
+      {"n_layer", {init.n_layer, config.n_layer}}, {"n_head", {init.n_head, config.n_head}},
+      {"n_embd", {init.n_embd, config.n_embd}},    {"context", {init.context, config.context}},
+      {"vocab_size", {init.vocab_size, config.vocab_size}},
+  };
+  for (const auto& [key, values] : keys) {
+    if (values.first != values.second) {
+      return absl::InvalidArgumentError(absl::StrCat("--init-from ", path, ": its ", key, " is ",
+                                                     values.first, " but the config's is ",
+                                                     values.second));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // What every rank allocated and passed to its communicators in the first
@@ -141,7 +160,18 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   // so an unusable one is refused at once.
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
 
-  ASSIGN_OR_RETURN(Tokenizer tok, ResolveTokenizer(rc));
+  // --init-from: a trained or imported model to start from. Its shape must
+  // be the config's (nothing is silently reshaped), and its tokenizer is
+  // the run's unless one is named.
+  std::optional<ModelDir> init;
+  if (!f.init_from.empty()) {
+    ASSIGN_OR_RETURN(ModelDir loaded, LoadModelDir(f.init_from));
+    RETURN_IF_ERROR(CheckSameShape(loaded.model.config, rc.model, f.init_from));
+    init.emplace(std::move(loaded));
+  }
+  ASSIGN_OR_RETURN(Tokenizer tok, init.has_value() && rc.tokenizer.empty()
+                                      ? absl::StatusOr<Tokenizer>(init->tokenizer)
+                                      : ResolveTokenizer(rc));
   if (tok.vocab_size() != rc.model.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", tok.vocab_size(),
                                                    " tokens but the config's vocab_size is ",
@@ -170,6 +200,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   ckpt.world = &par.comms[Axis::kWorld];
   ckpt.zero = static_cast<int>(f.layout.zero);
   ckpt.write_extra = [&tok](const std::string& dir) { return SaveTokenizerDir(tok, dir); };
+  if (init.has_value() && resume_from.empty()) {
+    // A resumed run continues from its checkpoint instead (it started here).
+    RETURN_IF_ERROR(model.SetLogicalWeights(init->model.weights));
+    if (lead) std::fprintf(stderr, "initialized from %s\n", f.init_from.c_str());
+  }
   if (!resume_from.empty()) {
     ASSIGN_OR_RETURN(std::string loaded, LoadCheckpoint(resume_from, *trainer, ckpt, f.strict));
     if (lead) {
@@ -316,6 +351,11 @@ int TrainCommand(int argc, char** argv) {
       "tokenizer", &f.tokenizer,
       "tokenizer file (ladder's), or a directory holding tokenizer.bpe or vocab.json + merges.txt",
       "the config's, else the shard directory's, bytes for vocab 256, or trained on the data");
+  flags.String("init-from", &f.init_from,
+               "start from this model's weights (run directory, checkpoint, model file or "
+               "`ladder import` output; its shape must be the config's; its tokenizer unless "
+               "--tokenizer is given)",
+               "GPT-2 initialization");
   flags.Int("steps", &f.steps, "optimizer steps", kConfig);
   flags.Int("seed", &f.seed, "random seed for weights and batches", kConfig);
   flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);

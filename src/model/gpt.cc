@@ -78,6 +78,42 @@ absl::Status Gpt::GetWeights(float* host) const {
   return backend_->CopyToHost(host, weights());
 }
 
+namespace {
+
+// Calls copy(local, logical, n) for each row of local tensor i of `table`:
+// n floats at offset `local` of the rank's buffer stand at offset `logical`
+// of the whole model's (`whole`: the unsharded table).
+template <typename Copy>
+void ForEachLocalRow(const ParameterTable& table, const ParameterTable& whole, int i, Copy copy) {
+  const ParamSpec& s = table.spec(i);
+  const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+  const std::vector<int64_t>& shape = table.local_shape(i);
+  const int64_t local_cols = shape.size() == 2 ? shape[1] : 1;
+  const int64_t base = whole.offset(table.logical_index(i));
+  for (int64_t r = 0; r < table.numel(i) / local_cols; ++r) {
+    copy(table.offset(i) + r * local_cols,
+         base + table.LogicalRow(i, r) * cols + table.LogicalColumnStart(i), local_cols);
+  }
+}
+
+}  // namespace
+
+absl::Status Gpt::SetLogicalWeights(const std::vector<float>& whole_weights) {
+  const ParameterTable whole(GptParameterSpecs(cfg_));
+  if (static_cast<int64_t>(whole_weights.size()) != whole.total_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat("SetLogicalWeights: ", whole_weights.size(),
+                                                   " floats, but the model has ",
+                                                   whole.total_floats()));
+  }
+  std::vector<float> local(table_.total_floats());
+  for (int i = 0; i < table_.size(); ++i) {
+    ForEachLocalRow(table_, whole, i, [&](int64_t at, int64_t from, int64_t n) {
+      std::copy_n(whole_weights.data() + from, n, local.data() + at);
+    });
+  }
+  return SetWeights(local.data());
+}
+
 absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
   std::vector<float> local(table_.total_floats());
   RETURN_IF_ERROR(GetWeights(local.data()));
@@ -90,15 +126,9 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
     const ParamSpec& s = table_.spec(i);
     if (s.split == TpSplit::kReplicated && tp_rank() != 0) continue;
     if (table_.IsTiedCopy(i)) continue;
-    const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
-    const std::vector<int64_t>& shape = table_.local_shape(i);
-    const int64_t local_cols = shape.size() == 2 ? shape[1] : 1;
-    float* dst = host->data() + whole.offset(table_.logical_index(i));
-    const float* src = local.data() + table_.offset(i);
-    for (int64_t r = 0; r < table_.numel(i) / local_cols; ++r) {
-      std::copy(src + r * local_cols, src + (r + 1) * local_cols,
-                dst + table_.LogicalRow(i, r) * cols + table_.LogicalColumnStart(i));
-    }
+    ForEachLocalRow(table_, whole, i, [&](int64_t at, int64_t to, int64_t n) {
+      std::copy_n(local.data() + at, n, host->data() + to);
+    });
   }
   const Tensor all = Tensor::F32(host->data(), {whole.total_floats()}, Device::kCpu);
   for (Communicator* group : {par_.tp, par_.pp}) {

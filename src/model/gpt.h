@@ -86,6 +86,10 @@ class Gpt {
   // of the tensor-parallel and pipeline groups: collective over both, every
   // member gets them.
   absl::Status GetLogicalWeights(std::vector<float>* host);
+  // The inverse: every rank takes the elements it holds from `whole`, all
+  // weights in the unsharded layout (e.g. a model file's). Not collective.
+  // InvalidArgument if `whole` is not that layout's size.
+  absl::Status SetLogicalWeights(const std::vector<float>& whole);
 
   absl::Status ZeroGrads();
   // Lays out the activation slots for microbatches of B x T tokens (and on

@@ -6,10 +6,15 @@
 # the loss must equal the reference's float64 forward within 1e-5 relative.
 # The imported model generates; bad directories are refused with one line,
 # exit code 2 and no output directory.
-#   hf_import_test.sh LADDER_BINARY SOURCE_ROOT
+# Fine-tuning starts from the imported weights: `train --init-from` at a
+# vanishing learning rate, alone and with --tp 2 under mpirun, leaves a model
+# that scores the imported model's loss.
+#   hf_import_test.sh LADDER_BINARY SOURCE_ROOT MPIRUN [MPIRUN_ARGS...]
 set -u
 ladder=$1
 root=$2
+mpirun=$3
+shift 3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -71,6 +76,40 @@ PY
 again=$("$ladder" eval --model "$tmp/again" --text "$tmp/hf/text.txt" --device cpu 2>/dev/null |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
 [ "$again" = "$loss" ] || fail "re-imported loss $again differs from $loss"
+
+# Fine-tuning from the import: lr 1e-30 changes no weight, so the trained
+# model scores exactly the imported one's loss, whatever the layout.
+cat >"$tmp/ft.conf" <<'CONF'
+n_layer = 2
+n_head = 2
+n_embd = 16
+context = 12
+vocab_size = 257
+batch_size = 2
+steps = 1
+lr = 1e-30
+min_lr = 1e-30
+warmup_steps = 0
+eval_every = 0
+eval_batches = 1
+CONF
+python3 -c 'print("Hello, ladd! " * 200)' >"$tmp/ft.txt"
+"$ladder" train --config "$tmp/ft.conf" --init-from "$tmp/model" --data "$tmp/ft.txt" \
+  --out "$tmp/ft1" --device cpu >/dev/null 2>"$tmp/ft1.err" || fail "train --init-from: $(cat "$tmp/ft1.err")"
+grep -q "initialized from" "$tmp/ft1.err" || fail "train --init-from did not say it initialized"
+"$mpirun" "$@" -np 2 "$ladder" train --config "$tmp/ft.conf" --init-from "$tmp/model" \
+  --data "$tmp/ft.txt" --out "$tmp/ft2" --device cpu --tp 2 >/dev/null 2>&1 ||
+  fail "train --init-from --tp 2 failed"
+for run in ft1 ft2; do
+  got=$("$ladder" eval --model "$tmp/$run" --text "$tmp/hf/text.txt" --device cpu 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  [ "$got" = "$loss" ] || fail "$run: fine-tuned loss $got, expected the imported $loss"
+done
+sed 's/^n_embd = 16/n_embd = 32/' "$tmp/ft.conf" >"$tmp/wide.conf"
+"$ladder" train --config "$tmp/wide.conf" --init-from "$tmp/model" --data "$tmp/ft.txt" \
+  --out "$tmp/wide" --device cpu >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "its n_embd is 16 but the config's is 32" "$tmp/err" ||
+  fail "a config of another shape was not refused by name: $(cat "$tmp/err")"
 
 # Refusals: one line, exit 2, nothing written.
 expect_refused() {  # NAME WORDS: import $tmp/NAME must fail naming WORDS
