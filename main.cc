@@ -23,7 +23,7 @@ constexpr Subcommand kSubcommands[] = {
     {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
     {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
     {"import", ladder::ImportCommand, "hf: a Hugging Face GPT-2 directory into a ladder model"},
-    {"export", ladder::ExportCommand, "hf: a ladder model as a Hugging Face GPT-2 directory"},
+    {"export", ladder::ExportCommand, "hf | gguf: a ladder model for Hugging Face or llama.cpp"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand,
      "train | decode | matmul | ops | serve | checkpoint: measure against this machine's ceilings"},

@@ -20,7 +20,7 @@ int BenchServeCommand(int argc, char** argv);       // bench_serve.cc
 int PlanCommand(int argc, char** argv);             // plan.cc
 int CheckpointCommand(int argc, char** argv);       // checkpoint.cc: inspect | convert
 int ImportCommand(int argc, char** argv);           // import.cc: hf
-int ExportCommand(int argc, char** argv);           // export.cc: hf
+int ExportCommand(int argc, char** argv);           // export.cc: hf | gguf
 int VersionCommand(int argc, char** argv);          // version.cc
 
 }  // namespace ladder

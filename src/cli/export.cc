@@ -1,8 +1,10 @@
-// ladder export hf MODEL DIR: a ladder model (run directory, checkpoint or
-// model file, as generate takes) into a Hugging Face GPT-2 directory:
-// config.json, model.safetensors (GPT2LMHeadModel's layout) and the
-// tokenizer as vocab.json + merges.txt. src/formats/hf_gpt2.h says how the
-// layouts differ.
+// ladder export hf|gguf: a ladder model (run directory, checkpoint or model
+// file, as generate takes) for other tools:
+//   hf MODEL DIR     a Hugging Face GPT-2 directory: config.json,
+//                    model.safetensors (GPT2LMHeadModel's layout) and the
+//                    tokenizer as vocab.json + merges.txt (hf_gpt2.h);
+//   gguf MODEL FILE  one GGUF file for llama.cpp, matrices in f32, f16 or
+//                    q8_0 (gguf_gpt2.h).
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -13,6 +15,7 @@
 #include "src/core/file_util.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
+#include "src/formats/gguf_gpt2.h"
 #include "src/formats/hf_gpt2.h"
 
 namespace ladder {
@@ -21,8 +24,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: ladder export <format> [flags]   (ladder export <format> --help)\n\n"
     "formats:\n"
-    "  hf   a Hugging Face GPT-2 directory: config.json, model.safetensors, vocab.json,\n"
-    "       merges.txt\n";
+    "  hf     a Hugging Face GPT-2 directory: config.json, model.safetensors, vocab.json,\n"
+    "         merges.txt\n"
+    "  gguf   one GGUF file (architecture gpt2) for llama.cpp, in f32, f16 or q8_0\n";
 
 absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
   ASSIGN_OR_RETURN(ModelDir model, LoadModelDir(model_path));
@@ -54,6 +58,44 @@ int Hf(int argc, char** argv) {
   });
 }
 
+absl::Status ExportGguf(const std::string& model_path, const std::string& file,
+                        const std::string& type_name) {
+  GgmlType type;
+  if (type_name == "f32") {
+    type = GgmlType::kF32;
+  } else if (type_name == "f16") {
+    type = GgmlType::kF16;
+  } else if (type_name == "q8_0") {
+    type = GgmlType::kQ8_0;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--type '", type_name, "' (expected f32, f16 or q8_0)"));
+  }
+  ASSIGN_OR_RETURN(ModelDir model, LoadModelDir(model_path));
+  const std::string name = std::filesystem::path(model_path).filename().string();
+  ASSIGN_OR_RETURN(std::string bytes, GptToGguf(model.model.config, model.model.weights,
+                                                model.tokenizer, type, name));
+  RETURN_IF_ERROR(WriteFileAtomically(file, bytes));
+  std::printf("exported %s to %s (%s, %.1f MiB)\n", model_path.c_str(), file.c_str(),
+              type_name.c_str(), bytes.size() / 1048576.0);
+  return absl::OkStatus();
+}
+
+int Gguf(int argc, char** argv) {
+  std::string type = "f16";
+  FlagSet flags("ladder export gguf MODEL FILE",
+                "Write a ladder model (run directory, checkpoint or model file) as one GGUF file "
+                "(architecture gpt2, GPT-2's tokenizer) that llama.cpp loads.");
+  flags.String("type", &type,
+               "the matrices' type: f32, f16 or q8_0 (norms, biases and positions stay f32)");
+  return RunCommand(flags, argc, argv, [&]() -> absl::Status {
+    if (flags.positional().size() != 2) {
+      return absl::InvalidArgumentError("expected two arguments: MODEL FILE");
+    }
+    return ExportGguf(flags.positional()[0], flags.positional()[1], type);
+  });
+}
+
 }  // namespace
 
 int ExportCommand(int argc, char** argv) {
@@ -63,9 +105,10 @@ int ExportCommand(int argc, char** argv) {
     return 0;
   }
   if (sub == "hf") return Hf(argc - 1, argv + 1);
+  if (sub == "gguf") return Gguf(argc - 1, argv + 1);
   const std::string problem =
       sub.empty() ? "missing format" : absl::StrCat("unknown format '", sub, "'");
-  std::fprintf(stderr, "ladder export: %s (expected hf; see 'ladder export --help')\n",
+  std::fprintf(stderr, "ladder export: %s (expected hf or gguf; see 'ladder export --help')\n",
                problem.c_str());
   return 2;
 }

@@ -79,6 +79,14 @@ class Tokenizer {
   // ladder tokenizer written this way loads back as GPT-2's kind, with the
   // same tokens and merges but GPT-2's pre-tokenizer.
   absl::Status SaveGpt2(const std::string& vocab_path, const std::string& merges_path) const;
+  // The tokens and merges as GPT-2's files spell them (byte_unicode.h; the
+  // end-of-text token literally): token i's string, and each merge as
+  // "a b" in rank order. What SaveGpt2 writes, and what GGUF's tokenizer
+  // keys hold. FailedPrecondition if two ids spell the same token (BPE
+  // training can reach the same bytes by two merge paths; ladder's format
+  // keeps both ids, GPT-2's cannot).
+  absl::StatusOr<std::vector<std::string>> Gpt2Tokens() const;
+  std::vector<std::string> Gpt2Merges() const;
 
   // The literal text of GPT-2's end-of-text special token.
   static constexpr absl::string_view kEndOfText = "<|endoftext|>";

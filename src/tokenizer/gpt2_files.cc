@@ -154,28 +154,43 @@ absl::StatusOr<Tokenizer> Tokenizer::LoadGpt2(const std::string& vocab_path,
   return tok;
 }
 
-absl::Status Tokenizer::SaveGpt2(const std::string& vocab_path,
-                                 const std::string& merges_path) const {
-  // Written by hand, in id order, one token a line.
+absl::StatusOr<std::vector<std::string>> Tokenizer::Gpt2Tokens() const {
+  std::vector<std::string> spelled;
   std::unordered_map<std::string, int32_t> seen;
-  std::string vocab = "{";
   for (int32_t id = 0; id < vocab_size(); ++id) {
     std::string key = Spell(tokens_[id]);
-    absl::StrAppend(&vocab, id == 0 ? "\n" : ",\n", Quoted(key), ": ", id);
-    if (auto [it, added] = seen.emplace(std::move(key), id); !added) {
-      // BPE training can reach the same bytes by two merge paths; ladder's
-      // format keeps both ids, vocab.json cannot.
-      return absl::FailedPreconditionError(absl::StrCat("cannot write '", vocab_path, "': ids ",
-                                                        it->second, " and ", id,
-                                                        " are the same token ", Quoted(it->first)));
+    if (auto [it, added] = seen.emplace(key, id); !added) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ids ", it->second, " and ", id, " are the same token ", Quoted(it->first),
+          ", which GPT-2's vocabulary cannot hold twice"));
     }
+    spelled.push_back(std::move(key));
+  }
+  return spelled;
+}
+
+std::vector<std::string> Tokenizer::Gpt2Merges() const {
+  std::vector<std::string> lines;
+  for (const auto& [a, b] : merges_) lines.push_back(Spell(tokens_[a]) + " " + Spell(tokens_[b]));
+  return lines;
+}
+
+absl::Status Tokenizer::SaveGpt2(const std::string& vocab_path,
+                                 const std::string& merges_path) const {
+  absl::StatusOr<std::vector<std::string>> tokens = Gpt2Tokens();
+  if (!tokens.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write '", vocab_path, "': ", tokens.status().message()));
+  }
+  // Written by hand, in id order, one token a line.
+  std::string vocab = "{";
+  for (size_t id = 0; id < tokens->size(); ++id) {
+    absl::StrAppend(&vocab, id == 0 ? "\n" : ",\n", Quoted((*tokens)[id]), ": ", id);
   }
   vocab += "\n}\n";
   RETURN_IF_ERROR(WriteFileAtomically(vocab_path, vocab));
   std::string merges = "#version: 0.2\n";
-  for (const auto& [a, b] : merges_) {
-    absl::StrAppend(&merges, Spell(tokens_[a]), " ", Spell(tokens_[b]), "\n");
-  }
+  for (const std::string& line : Gpt2Merges()) absl::StrAppend(&merges, line, "\n");
   return WriteFileAtomically(merges_path, merges);
 }
 

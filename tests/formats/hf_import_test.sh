@@ -77,6 +77,66 @@ again=$("$ladder" eval --model "$tmp/again" --text "$tmp/hf/text.txt" --device c
   python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
 [ "$again" = "$loss" ] || fail "re-imported loss $again differs from $loss"
 
+# GGUF for llama.cpp, read back by an independent reader (Python, from the
+# format's definition): the header, every key's type, the GPT-2 tokenizer
+# with <|endoftext|> as a control token and bos/eos, every tensor's name,
+# shape and type. q8_0 needs rows in whole 32-value blocks; n_embd 16 has
+# none, and the refusal names the tensor.
+"$ladder" export gguf "$tmp/model" "$tmp/model.gguf" --type f16 >/dev/null ||
+  fail "export gguf failed"
+python3 - "$tmp/model.gguf" <<'PY' || fail "the GGUF file is not what llama.cpp's GPT-2 reads"
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+pos = 0
+def take(fmt):
+    global pos
+    v = struct.unpack_from("<" + fmt, data, pos); pos += struct.calcsize("<" + fmt)
+    return v[0]
+def string():
+    global pos
+    n = take("Q"); s = data[pos:pos + n].decode(); pos += n
+    return s
+SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+def value(t):
+    if t == 8: return ("string", string())
+    if t == 9:
+        et, n = take("I"), take("Q")
+        return ("array", [value(et)[1] for _ in range(n)], et)
+    return (SCALAR[t], take(SCALAR[t]))
+assert data[:4] == b"GGUF"; pos = 4
+assert take("I") == 3
+n_tensors, n_kv = take("Q"), take("Q")
+kv = {}
+for _ in range(n_kv):
+    k = string(); kv[k] = value(take("I"))
+want = {"general.architecture": ("string", "gpt2"), "general.file_type": ("I", 1),
+        "gpt2.context_length": ("I", 12), "gpt2.embedding_length": ("I", 16),
+        "gpt2.feed_forward_length": ("I", 64), "gpt2.block_count": ("I", 2),
+        "gpt2.attention.head_count": ("I", 2), "tokenizer.ggml.model": ("string", "gpt2"),
+        "tokenizer.ggml.pre": ("string", "gpt-2"), "tokenizer.ggml.bos_token_id": ("I", 256),
+        "tokenizer.ggml.eos_token_id": ("I", 256)}
+bad = [k for k, v in want.items() if kv.get(k) != v]
+tokens, types = kv["tokenizer.ggml.tokens"][1], kv["tokenizer.ggml.token_type"][1]
+if len(tokens) != 257 or tokens[256] != "<|endoftext|>" or types[256] != 3 or types[0] != 1:
+    bad.append("tokens")
+if kv["tokenizer.ggml.merges"][2] != 8 or abs(kv["gpt2.attention.layer_norm_epsilon"][1] - 1e-5) > 1e-12:
+    bad.append("merges/epsilon")
+tensors = {}
+for _ in range(n_tensors):
+    name = string(); dims = take("I"); ne = [take("Q") for _ in range(dims)]
+    tensors[name] = (ne, take("I")); take("Q")
+expect = {"token_embd.weight": ([16, 257], 1), "position_embd.weight": ([16, 12], 0),
+          "blk.1.attn_qkv.weight": ([16, 48], 1), "blk.1.attn_qkv.bias": ([48], 0),
+          "blk.0.ffn_down.weight": ([64, 16], 1), "output_norm.weight": ([16], 0)}
+bad += [n for n, v in expect.items() if tensors.get(n) != v]
+if len(tensors) != 28 or "output.weight" in tensors: bad.append("tensor count")
+print("gguf: %d keys, %d tensors; problems: %s" % (n_kv, n_tensors, bad or "none"))
+sys.exit(1 if bad else 0)
+PY
+"$ladder" export gguf "$tmp/model" "$tmp/q8.gguf" --type q8_0 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "token_embd.weight" "$tmp/err" && [ ! -e "$tmp/q8.gguf" ] ||
+  fail "q8_0 of 16-wide rows was not refused by name: $(cat "$tmp/err")"
+
 # Fine-tuning from the import: lr 1e-30 changes no weight, so the trained
 # model scores exactly the imported one's loss, whatever the layout.
 cat >"$tmp/ft.conf" <<'CONF'
