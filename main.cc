@@ -22,7 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenizer", ladder::TokenizerCommand, "train | encode | decode a byte-level BPE tokenizer"},
     {"data", ladder::DataCommand, "prepare: turn a text file into token shards"},
     {"checkpoint", ladder::CheckpointCommand, "inspect | convert a training checkpoint"},
-    {"import", ladder::ImportCommand, "hf: a Hugging Face GPT-2 directory into a ladder model"},
+    {"import", ladder::ImportCommand, "hf | llmc: a Hugging Face or llm.c GPT-2 into a ladder model"},
     {"export", ladder::ExportCommand, "hf | gguf: a ladder model for Hugging Face or llama.cpp"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand,

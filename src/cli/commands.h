@@ -19,7 +19,7 @@ int BenchOpsCommand(int argc, char** argv);         // bench_ops.cc
 int BenchServeCommand(int argc, char** argv);       // bench_serve.cc
 int PlanCommand(int argc, char** argv);             // plan.cc
 int CheckpointCommand(int argc, char** argv);       // checkpoint.cc: inspect | convert
-int ImportCommand(int argc, char** argv);           // import.cc: hf
+int ImportCommand(int argc, char** argv);           // import.cc: hf | llmc
 int ExportCommand(int argc, char** argv);           // export.cc: hf | gguf
 int VersionCommand(int argc, char** argv);          // version.cc
 

@@ -75,6 +75,16 @@ class Tokenizer {
   // parts or result are not in the vocabulary, a duplicate merge.
   static absl::StatusOr<Tokenizer> LoadGpt2(const std::string& vocab_path,
                                             const std::string& merges_path);
+  // GPT-2's kind from its tokens' bytes alone (as llm.c's tokenizer file
+  // holds them; end_of_text: that token's id, or -1), recovering the
+  // merges the way GPT-2's vocabulary is ordered: every one-byte token is a
+  // byte, and each longer token, in id order, is the merge of the two tokens
+  // that BPE with the merges recovered so far cuts its bytes into.
+  // InvalidArgument naming the id when a byte has no token, a byte has two,
+  // or a token is not such a merge (then the vocabulary is not GPT-2's
+  // kind of ordering).
+  static absl::StatusOr<Tokenizer> FromGpt2TokenBytes(std::vector<std::string> tokens,
+                                                      int32_t end_of_text);
   // Writes those two files (vocab.json in id order). Works for both kinds: a
   // ladder tokenizer written this way loads back as GPT-2's kind, with the
   // same tokens and merges but GPT-2's pre-tokenizer.

@@ -154,6 +154,55 @@ absl::StatusOr<Tokenizer> Tokenizer::LoadGpt2(const std::string& vocab_path,
   return tok;
 }
 
+absl::StatusOr<Tokenizer> Tokenizer::FromGpt2TokenBytes(std::vector<std::string> tokens,
+                                                        int32_t end_of_text) {
+  const int32_t size = static_cast<int32_t>(tokens.size());
+  if (size < 256 || size > kMaxVocabSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(size, " tokens, outside [256, ", kMaxVocabSize, "] (every byte needs one)"));
+  }
+  if (end_of_text >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("end-of-text id ", end_of_text, " is not below the ", size, " tokens"));
+  }
+  Tokenizer tok;
+  tok.kind_ = TokenizerKind::kGpt2;
+  tok.end_of_text_ = end_of_text;
+  tok.byte_ids_.fill(-1);
+  for (int32_t id = 0; id < size; ++id) {
+    if (id == end_of_text || tokens[id].size() != 1) continue;
+    const auto b = static_cast<unsigned char>(tokens[id][0]);
+    if (tok.byte_ids_[b] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ids ", tok.byte_ids_[b], " and ", id, " are both the byte ", int{b}));
+    }
+    tok.byte_ids_[b] = id;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (tok.byte_ids_[b] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no token is the byte ", b));
+    }
+  }
+  if (end_of_text >= 0) tokens[end_of_text] = std::string(kEndOfText);
+  tok.tokens_ = std::move(tokens);
+  std::vector<int32_t> parts;
+  for (int32_t id = 0; id < size; ++id) {
+    if (id == end_of_text || tok.tokens_[id].size() < 2) continue;
+    parts.clear();
+    tok.EncodeChunk(tok.tokens_[id], &parts);
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", id, " ", Quoted(Spell(tok.tokens_[id])),
+          " is not a merge of two earlier tokens (the merges earlier ids define cut it into ",
+          parts.size(), ")"));
+    }
+    tok.ranks_.emplace(PairKey(parts[0], parts[1]), static_cast<int32_t>(tok.merges_.size()));
+    tok.merges_.emplace_back(parts[0], parts[1]);
+    tok.merge_ids_.push_back(id);
+  }
+  return tok;
+}
+
 absl::StatusOr<std::vector<std::string>> Tokenizer::Gpt2Tokens() const {
   std::vector<std::string> spelled;
   std::unordered_map<std::string, int32_t> seen;

@@ -5,22 +5,24 @@ usage: hf_gpt2_reference.py DIR
 
 Writes DIR/config.json, DIR/model.safetensors (fp32, GPT2LMHeadModel's names:
 "transformer." prefix, Conv1D weights [in, out], the causal-mask buffers, a
-tied lm_head), DIR/vocab.json + DIR/merges.txt (GPT-2's byte-to-unicode
-spelling: the 256 bytes and <|endoftext|>, no merges) and DIR/text.txt (one
-window of ASCII text), then prints the mean next-token loss of that window
-under GPT-2's forward pass, computed here in float64 with nothing from ladder:
-the reference `ladder import hf` + `ladder eval` must agree with.
+tied lm_head), DIR/vocab.json + DIR/merges.txt (GPT-2's layout: the 256 bytes
+in GPT-2's order and byte-to-unicode spelling, three merges, <|endoftext|>
+last), the same model as llm.c's files (DIR/llmc_model.bin, fp32, and
+DIR/llmc_tokenizer.bin, version 2) and DIR/text.txt (ASCII text shorter than
+the context), then prints the mean next-token loss of that text under GPT-2's
+tokenizer and forward pass, computed here in float64 with nothing from
+ladder: the reference `ladder import` + `ladder eval` must agree with.
 """
 import json
 import math
+import re
 import os
 import random
 import struct
 import sys
 
 L, NH, C, T = 2, 2, 16, 12
-TEXT = "Hello, ladd!"
-assert len(TEXT) == T
+TEXT = "Hello, ladd!"  # 9 tokens with the merges below
 
 
 def bytes_to_unicode():
@@ -43,14 +45,25 @@ def f32(x):
 def main(out):
     os.makedirs(out, exist_ok=True)
     rng = random.Random(1234)
-    V = 257
     enc = bytes_to_unicode()
-    vocab = {enc[b]: b for b in range(256)}
-    vocab["<|endoftext|>"] = 256
+    # GPT-2's ordering: the bytes in bytes_to_unicode's order, then one token
+    # per merge in rank order, then <|endoftext|>.
+    token_bytes = [bytes([b]) for b in enc]
+    merges = [(b"l", b"l"), (b"ll", b"o"), (b"d", b"d")]
+    token_bytes += [a + b for a, b in merges]
+    eot = len(token_bytes)
+    V = eot + 1
+    spell = lambda bs: "".join(enc[b] for b in bs)
+    vocab = {spell(t): i for i, t in enumerate(token_bytes)}
+    vocab["<|endoftext|>"] = eot
     with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n")
+        f.write("#version: 0.2\n" + "".join(spell(a) + " " + spell(b) + "\n" for a, b in merges))
+    with open(os.path.join(out, "llmc_tokenizer.bin"), "wb") as f:
+        f.write(struct.pack("<256i", *([20240328, 2, V, eot] + [0] * 252)))
+        for t in token_bytes + [b"<|endoftext|>"]:
+            f.write(bytes([len(t)]) + t)
     with open(os.path.join(out, "text.txt"), "w") as f:
         f.write(TEXT)
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -103,6 +116,47 @@ def main(out):
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
+    # llm.c's model file: the same weights, [out, in] (Conv1D transposed),
+    # each kind of layer tensor for all layers together, wte padded to 128.
+    Vp = (V + 127) // 128 * 128
+    flat_llmc = [v for row in w["wte"] for v in row] + [0.0] * ((Vp - V) * C)
+    flat_llmc += [v for row in w["wpe"] for v in row]
+    T_ = lambda m: [list(r) for r in zip(*m)]
+    for kind, transpose in [("ln_1.weight", 0), ("ln_1.bias", 0), ("attn.c_attn.weight", 1),
+                            ("attn.c_attn.bias", 0), ("attn.c_proj.weight", 1),
+                            ("attn.c_proj.bias", 0), ("ln_2.weight", 0), ("ln_2.bias", 0),
+                            ("mlp.c_fc.weight", 1), ("mlp.c_fc.bias", 0),
+                            ("mlp.c_proj.weight", 1), ("mlp.c_proj.bias", 0)]:
+        for l in range(L):
+            t = w[f"h.{l}.{kind}"]
+            flat_llmc += [v for row in T_(t) for v in row] if transpose else t
+    flat_llmc += w["ln_f.weight"] + w["ln_f.bias"]
+    with open(os.path.join(out, "llmc_model.bin"), "wb") as f:
+        f.write(struct.pack("<256i", *([20240326, 3, T, V, L, NH, C, Vp] + [0] * 248)))
+        f.write(struct.pack(f"<{len(flat_llmc)}f", *flat_llmc))
+
+    # GPT-2's tokenizer (ASCII text: \p{L} is [A-Za-z], \p{N} [0-9]).
+    ranks = {m: r for r, m in enumerate(merges)}
+    ids = []
+    for chunk in re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+",
+                            TEXT):
+        parts = [bytes([b]) for b in chunk.encode()]
+        while True:
+            pairs = [(ranks[(a, b)], i) for i, (a, b) in enumerate(zip(parts, parts[1:]))
+                     if (a, b) in ranks]
+            if not pairs:
+                break
+            r = min(pairs)[0]
+            merged, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == merges[r]:
+                    merged.append(parts[i] + parts[i + 1]); i += 2
+                else:
+                    merged.append(parts[i]); i += 1
+            parts = merged
+        ids += [token_bytes.index(p) for p in parts]
+    n = len(ids)
+
     # GPT-2's forward, float64.
     def layernorm(x, g, b):
         m = sum(x) / len(x)
@@ -116,19 +170,18 @@ def main(out):
     def gelu(x):
         return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
-    ids = list(TEXT.encode())
     xs = [[a + p for a, p in zip(w["wte"][t], w["wpe"][i])] for i, t in enumerate(ids)]
     hs = C // NH
     for l in range(L):
         h = f"h.{l}."
         qkv = [linear(layernorm(x, w[h + "ln_1.weight"], w[h + "ln_1.bias"]),
                       w[h + "attn.c_attn.weight"], w[h + "attn.c_attn.bias"]) for x in xs]
-        att = [[0.0] * C for _ in range(T)]
+        att = [[0.0] * C for _ in range(n)]
         for head in range(NH):
             q = [r[head * hs:(head + 1) * hs] for r in qkv]
             k = [r[C + head * hs:C + (head + 1) * hs] for r in qkv]
             v = [r[2 * C + head * hs:2 * C + (head + 1) * hs] for r in qkv]
-            for i in range(T):
+            for i in range(n):
                 s = [sum(a * b for a, b in zip(q[i], k[j])) / math.sqrt(hs) for j in range(i + 1)]
                 mx = max(s)
                 e = [math.exp(x - mx) for x in s]
@@ -146,13 +199,13 @@ def main(out):
                               w[h + "mlp.c_proj.bias"]))
         xs = [[a + b for a, b in zip(x, y)] for x, y in zip(xs, mlp)]
     loss = 0.0
-    for i in range(T - 1):
+    for i in range(n - 1):
         x = layernorm(xs[i], w["ln_f.weight"], w["ln_f.bias"])
         logits = [sum(a * b for a, b in zip(x, row)) for row in w["wte"]]
         mx = max(logits)
         lse = mx + math.log(sum(math.exp(v - mx) for v in logits))
         loss += lse - logits[ids[i + 1]]
-    print(f"{loss / (T - 1):.9f}")
+    print(f"{loss / (n - 1):.9f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `ladder import hf` and `export hf` end to end against an independent
-# reference: a tiny
+# `ladder import hf|llmc` and `export hf|gguf` end to end against an
+# independent reference: a tiny
 # GPT-2 written in Hugging Face's layout by hf_gpt2_reference.py (pure Python,
 # no ladder code), imported, and scored by `ladder eval` on cpu and cuda-sim:
 # the loss must equal the reference's float64 forward within 1e-5 relative.
@@ -36,9 +36,21 @@ for device in cpu cuda-sim; do
   echo "ladder eval --device $device: $loss"
   python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(b))' \
     "$loss" "$reference" || fail "$device loss $loss differs from the reference $reference"
+  [ "$device" = cpu ] && cpu_loss=$loss
 done
+loss=$cpu_loss  # what the CPU runs below must reproduce exactly
 "$ladder" generate --model "$tmp/model" --prompt "Hello" --max-tokens 4 --temperature 0 \
   --device cpu >"$tmp/gen" 2>&1 || fail "generate with the imported model failed: $(cat "$tmp/gen")"
+
+# llm.c's files of the same model: the same loss, the merges recovered from
+# the vocabulary's order (so "Hello" is H e llo, as GPT-2 cuts it).
+"$ladder" import llmc "$tmp/hf/llmc_model.bin" "$tmp/hf/llmc_tokenizer.bin" "$tmp/llmc" \
+  >/dev/null || fail "import llmc failed"
+got=$("$ladder" eval --model "$tmp/llmc" --text "$tmp/hf/text.txt" --device cpu 2>/dev/null |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+[ "$got" = "$loss" ] || fail "llm.c import: loss $got, expected $loss (the Hugging Face import's)"
+ids=$(printf 'Hello' | "$ladder" tokenizer encode --tokenizer "$tmp/llmc")
+[ "$ids" = "39 68 257" ] || fail "llm.c tokenizer: 'Hello' is '$ids', expected '39 68 257'"
 
 # Export, and the same tensors come back: every weight of the original file
 # under its own name, shape and bytes (the mask buffers and the tied head
@@ -113,19 +125,19 @@ want = {"general.architecture": ("string", "gpt2"), "general.file_type": ("I", 1
         "gpt2.context_length": ("I", 12), "gpt2.embedding_length": ("I", 16),
         "gpt2.feed_forward_length": ("I", 64), "gpt2.block_count": ("I", 2),
         "gpt2.attention.head_count": ("I", 2), "tokenizer.ggml.model": ("string", "gpt2"),
-        "tokenizer.ggml.pre": ("string", "gpt-2"), "tokenizer.ggml.bos_token_id": ("I", 256),
-        "tokenizer.ggml.eos_token_id": ("I", 256)}
+        "tokenizer.ggml.pre": ("string", "gpt-2"), "tokenizer.ggml.bos_token_id": ("I", 259),
+        "tokenizer.ggml.eos_token_id": ("I", 259)}
 bad = [k for k, v in want.items() if kv.get(k) != v]
 tokens, types = kv["tokenizer.ggml.tokens"][1], kv["tokenizer.ggml.token_type"][1]
-if len(tokens) != 257 or tokens[256] != "<|endoftext|>" or types[256] != 3 or types[0] != 1:
+if len(tokens) != 260 or tokens[259] != "<|endoftext|>" or types[259] != 3 or types[0] != 1:
     bad.append("tokens")
-if kv["tokenizer.ggml.merges"][2] != 8 or abs(kv["gpt2.attention.layer_norm_epsilon"][1] - 1e-5) > 1e-12:
+if kv["tokenizer.ggml.merges"][1:] != (["l l", "ll o", "d d"], 8) or abs(kv["gpt2.attention.layer_norm_epsilon"][1] - 1e-5) > 1e-12:
     bad.append("merges/epsilon")
 tensors = {}
 for _ in range(n_tensors):
     name = string(); dims = take("I"); ne = [take("Q") for _ in range(dims)]
     tensors[name] = (ne, take("I")); take("Q")
-expect = {"token_embd.weight": ([16, 257], 1), "position_embd.weight": ([16, 12], 0),
+expect = {"token_embd.weight": ([16, 260], 1), "position_embd.weight": ([16, 12], 0),
           "blk.1.attn_qkv.weight": ([16, 48], 1), "blk.1.attn_qkv.bias": ([48], 0),
           "blk.0.ffn_down.weight": ([64, 16], 1), "output_norm.weight": ([16], 0)}
 bad += [n for n, v in expect.items() if tensors.get(n) != v]
@@ -144,7 +156,7 @@ n_layer = 2
 n_head = 2
 n_embd = 16
 context = 12
-vocab_size = 257
+vocab_size = 260
 batch_size = 2
 steps = 1
 lr = 1e-30
@@ -190,6 +202,13 @@ expect_refused no-merges "merges.txt"
 head -c 1000 "$tmp/hf/model.safetensors" >"$tmp/short.safetensors"
 cp -r "$tmp/hf" "$tmp/truncated" && mv "$tmp/short.safetensors" "$tmp/truncated/model.safetensors"
 expect_refused truncated "safetensors"
+
+head -c 2000 "$tmp/hf/llmc_model.bin" >"$tmp/short.bin"
+"$ladder" import llmc "$tmp/short.bin" "$tmp/hf/llmc_tokenizer.bin" "$tmp/out-short" \
+  >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "bytes, but a model of this shape" \
+  "$tmp/err" && [ ! -e "$tmp/out-short" ] ||
+  fail "a truncated llm.c model was not refused in one line: $(cat "$tmp/err")"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
