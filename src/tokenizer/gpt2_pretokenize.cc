@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "src/tokenizer/byte_unicode.h"
+#include "src/tokenizer/pretokenize.h"
 
 namespace ladder {
 namespace {
@@ -38,17 +39,6 @@ Unit UnitAt(absl::string_view text, size_t i) {
   const int len = DecodeUtf8(text, i, &c);
   if (len == 0) return {1, Class::kOther};
   return {static_cast<size_t>(len), ClassOf(c)};
-}
-
-// Length of the contraction ('s 't 're 've 'm 'll 'd) at text[i], or 0.
-size_t ContractionAt(absl::string_view text, size_t i) {
-  if (text[i] != '\'' || i + 1 >= text.size()) return 0;
-  const char a = text[i + 1];
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-  if (i + 2 >= text.size()) return 0;
-  const char b = text[i + 2];
-  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-  return 0;
 }
 
 }  // namespace

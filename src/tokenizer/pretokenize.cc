@@ -14,7 +14,8 @@ Class ClassOf(unsigned char c) {
   return Class::kOther;
 }
 
-// Length of the English contraction ('s 't 're 've 'm 'll 'd) at text[i], or 0.
+}  // namespace
+
 size_t ContractionAt(absl::string_view text, size_t i) {
   if (text[i] != '\'' || i + 1 >= text.size()) return 0;
   const char a = text[i + 1];
@@ -24,8 +25,6 @@ size_t ContractionAt(absl::string_view text, size_t i) {
   if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
   return 0;
 }
-
-}  // namespace
 
 std::vector<absl::string_view> SplitChunks(absl::string_view text) {
   std::vector<absl::string_view> chunks;

@@ -13,6 +13,7 @@
 // whatever bytes it holds.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -21,5 +22,10 @@ namespace ladder {
 
 // Views into `text`, in order.
 std::vector<absl::string_view> SplitChunks(absl::string_view text);
+
+// Length of the English contraction GPT-2's rule splits off ('s 't 're 've
+// 'm 'll 'd, lower case only) at text[i], or 0. Shared with GPT-2's exact
+// pre-tokenizer (gpt2_pretokenize.h): the contractions are ASCII in both.
+size_t ContractionAt(absl::string_view text, size_t i);
 
 }  // namespace ladder

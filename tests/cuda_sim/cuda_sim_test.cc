@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/launch.cuh"
+#include "tests/cuda_sim/sim_test.h"
 
 namespace ladder {
 namespace {
@@ -21,29 +22,7 @@ namespace {
 using kernels::DynamicShared;
 using kernels::Launch;
 
-// Every test starts from a clean device (a sticky error from the last one is gone).
-class CudaSimTest : public testing::Test {
- protected:
-  void SetUp() override { ASSERT_EQ(cudaDeviceReset(), cudaSuccess); }
-  void TearDown() override { cudaDeviceReset(); }
-
-  template <typename T>
-  T* Alloc(size_t n) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
-    return p;
-  }
-  template <typename T>
-  std::vector<T> Get(const T* p, size_t n) {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  template <typename T>
-  void Put(T* p, const std::vector<T>& h) {
-    EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-};
+using CudaSimTest = SimDeviceTest;
 
 // out[i] = i for i < n, one thread per element: writes one past the end when
 // the launch has more threads than elements and forgets the bounds check.

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/launch.cuh"
 #include "kernels/tensor_core.cuh"
+#include "tests/cuda_sim/sim_test.h"
 
 namespace ladder {
 namespace {
@@ -32,28 +33,7 @@ using kernels::LdMatrixX2;
 using kernels::LdMatrixX4;
 using kernels::MmaBf16_16816;
 
-class TensorCoreSimTest : public testing::Test {
- protected:
-  void SetUp() override { ASSERT_EQ(cudaDeviceReset(), cudaSuccess); }
-  void TearDown() override { cudaDeviceReset(); }
-
-  template <typename T>
-  T* Alloc(size_t n) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
-    return p;
-  }
-  template <typename T>
-  std::vector<T> Get(const T* p, size_t n) {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  template <typename T>
-  void Put(T* p, const std::vector<T>& h) {
-    EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-};
+using TensorCoreSimTest = SimDeviceTest;
 
 void ExpectMessage(cudaError_t err, std::initializer_list<const char*> parts) {
   const std::string msg = cudaGetErrorString(err);
