@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny GPT-2 in Hugging Face's layout, and its loss computed independently.
 
-usage: hf_gpt2_reference.py DIR
+usage: hf_gpt2_reference.py DIR [--ends-at-once]
 
 Writes DIR/config.json, DIR/model.safetensors (fp32, GPT2LMHeadModel's names:
 "transformer." prefix, Conv1D weights [in, out], the causal-mask buffers, a
@@ -12,6 +12,10 @@ DIR/llmc_tokenizer.bin, version 2) and DIR/text.txt (ASCII text shorter than
 the context), then prints the mean next-token loss of that text under GPT-2's
 tokenizer and forward pass, computed here in float64 with nothing from
 ladder: the reference `ladder import` + `ladder eval` must agree with.
+
+--ends-at-once: a model whose every next token is <|endoftext|> (the final
+LayerNorm's output is the end-of-text row of wte, made ten times longer than
+the others), to check that generation stops there.
 """
 import json
 import math
@@ -42,7 +46,7 @@ def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def main(out):
+def main(out, ends_at_once=False):
     os.makedirs(out, exist_ok=True)
     rng = random.Random(1234)
     enc = bytes_to_unicode()
@@ -88,6 +92,9 @@ def main(out):
         w[h + "mlp.c_fc.weight"], w[h + "mlp.c_fc.bias"] = mat(C, 4 * C, 0.3), vec(4 * C, 0, 0.1)
         w[h + "mlp.c_proj.weight"], w[h + "mlp.c_proj.bias"] = mat(4 * C, C, 0.3), vec(C, 0, 0.1)
     w["ln_f.weight"], w["ln_f.bias"] = vec(C, 1, 0.1), vec(C, 0, 0.1)
+    if ends_at_once:
+        w["wte"][eot] = [f32(10 * v) for v in w["wte"][eot]]
+        w["ln_f.weight"], w["ln_f.bias"] = [0.0] * C, list(w["wte"][eot])
 
     # model.safetensors: GPT2LMHeadModel's names and buffers, fp32.
     tensors = {}
@@ -209,4 +216,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--ends-at-once" in sys.argv[2:])

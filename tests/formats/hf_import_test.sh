@@ -183,6 +183,29 @@ sed 's/^n_embd = 16/n_embd = 32/' "$tmp/ft.conf" >"$tmp/wide.conf"
 [ $? -eq 2 ] && grep -q "its n_embd is 16 but the config's is 32" "$tmp/err" ||
   fail "a config of another shape was not refused by name: $(cat "$tmp/err")"
 
+# Generation ends at <|endoftext|>: a model that always predicts it adds
+# nothing to the prompt in `generate`, and `serve` finishes with "stop".
+python3 "$root/tests/formats/hf_gpt2_reference.py" "$tmp/eot-hf" --ends-at-once >/dev/null
+"$ladder" import hf "$tmp/eot-hf" "$tmp/eot" >/dev/null || fail "import of the end-of-text model"
+out=$("$ladder" generate --model "$tmp/eot" --prompt "Hello" --max-tokens 5 --temperature 0 \
+  --device cpu 2>/dev/null)
+[ "$out" = "Hello" ] || fail "generate went past <|endoftext|>: '$out'"
+"$ladder" serve --model "$tmp/eot" --port 0 --device cpu >"$tmp/serve.out" 2>&1 &
+serve_pid=$!
+port=""
+for _ in $(seq 100); do
+  port=$(grep -o 'http://[^ ]*:[0-9]*' "$tmp/serve.out" | head -1 | sed 's/.*://')
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+reply=$(curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 5, "temperature": 0}')
+kill "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
+python3 -c 'import json, sys; c = json.loads(sys.argv[1])["choices"][0]
+sys.exit(0 if c["finish_reason"] == "stop" and c["text"] == "" else 1)' "$reply" ||
+  fail "serve did not stop at <|endoftext|>: $reply"
+
 # Refusals: one line, exit 2, nothing written.
 expect_refused() {  # NAME WORDS: import $tmp/NAME must fail naming WORDS
   "$ladder" import hf "$tmp/$1" "$tmp/out-$1" >/dev/null 2>"$tmp/err"
