@@ -138,6 +138,22 @@ __device__ __forceinline__ void ScoreAndGradDots(const float* __restrict__ a,
   }
 }
 
+// The backward's D of query `row`: dO_row . O_row over the head's HS
+// channels, summed across the warp (every lane gets it); 0 for a row past T.
+// dout_head and out_head point at the head's channels of row 0 (stride C).
+__device__ __forceinline__ float RowDoutDotOut(const float* __restrict__ dout_head,
+                                               const float* __restrict__ out_head, int row,
+                                               int T, int C, int HS, int lane) {
+  float part = 0.0f;
+  if (row < T) {
+    for (int col = lane; col < HS; col += kWarpSize) {
+      part += dout_head[static_cast<size_t>(row) * C + col] *
+              out_head[static_cast<size_t>(row) * C + col];
+    }
+  }
+  return WarpSum(part);
+}
+
 __device__ __forceinline__ void ZeroRows(float* __restrict__ p, int n) {
   for (int idx = threadIdx.x; idx < n; idx += blockDim.x) p[idx] = 0.0f;
 }
@@ -278,14 +294,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int row = row0 + i;
-    float part = 0.0f;
-    if (row < T) {
-      for (int col = lane; col < HS; col += kWarpSize) {
-        part += dout_base[static_cast<size_t>(row) * C + col] *
-                out_base[static_cast<size_t>(row) * C + col];
-      }
-    }
-    D[i] = WarpSum(part);
+    D[i] = RowDoutDotOut(dout_base, out_base, row, T, C, HS, lane);
     L[i] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;
   }
   const int last_query = MinInt(i0 + kTile, T) - 1;
@@ -378,14 +387,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int r = warp * kRows + i, row = i0 + r;
-      float part = 0.0f;
-      if (row < T) {
-        for (int col = lane; col < HS; col += kWarpSize) {
-          part += dout_base[static_cast<size_t>(row) * C + col] *
-                  out_base[static_cast<size_t>(row) * C + col];
-        }
-      }
-      const float D = WarpSum(part);
+      const float D = RowDoutDotOut(dout_base, out_base, row, T, C, HS, lane);
       if (lane == 0) {
         sD[r] = D;
         sL[r] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;

@@ -195,15 +195,18 @@ absl::StatusOr<std::vector<float>> GptWeightsFromHf(const SafetensorsFile& file,
     }
   }
   if (lm_head != nullptr) {
-    const SafetensorsTensor& wte = *by_name.at("wte").tensor;  // checked present above
+    // Against wte's rows as already converted into `weights` (wte's shape
+    // was checked above: [vocab_size, n_embd], at the table's offset of wte).
+    const auto differs = absl::InvalidArgumentError(
+        absl::StrCat("model.safetensors: '", lm_head->name,
+                     "' differs from the token embedding; ladder ties the output head to wte, "
+                     "as GPT-2 does, and cannot hold a separate one"));
+    if (lm_head->shape != by_name.at("wte").tensor->shape) return differs;
     ASSIGN_OR_RETURN(std::vector<float> head, SafetensorsToFloats(*lm_head));
-    ASSIGN_OR_RETURN(std::vector<float> table_rows, SafetensorsToFloats(wte));
-    if (lm_head->shape != wte.shape ||
-        std::memcmp(head.data(), table_rows.data(), head.size() * sizeof(float)) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.safetensors: '", lm_head->name,
-                       "' differs from the token embedding; ladder ties the output head to "
-                       "wte, as GPT-2 does, and cannot hold a separate one"));
+    ASSIGN_OR_RETURN(const int wte, table.Find("wte"));
+    if (std::memcmp(head.data(), weights.data() + table.offset(wte),
+                    head.size() * sizeof(float)) != 0) {
+      return differs;
     }
   }
   return weights;
