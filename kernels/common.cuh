@@ -3,9 +3,11 @@
 // nvcc and for the simulator (kernels/launch.cuh).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/namespace.h"
 
@@ -47,13 +49,23 @@ __device__ __forceinline__ void StoreVec(T* p, const Vec<T, kVec>& x) {
 inline bool Aligned16(const void* p) { return reinterpret_cast<size_t>(p) % 16 == 0; }
 
 // Storage type <-> fp32 compute type. Kernels compute in fp32 whatever they
-// store; bf16 overloads (cuda_bf16.h) join these when the bf16 path does.
+// store (backend.h "Precision"): a bf16 element is widened exactly on load
+// and a result rounded once, to nearest even, on store.
 __device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>
 __device__ __forceinline__ float FromFloat<float>(float x) {
   return x;
 }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Elements of T per 16-byte vector access: 4 floats or 8 bf16.
+template <typename T>
+inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
 
 LADDER_KERNELS_END

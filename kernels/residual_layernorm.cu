@@ -294,10 +294,6 @@ cudaError_t BackwardImpl(T* d_residual, float* dgamma, float* dbeta, float* scra
                                    dbeta, scratch, blocks, C);
 }
 
-// Elements per 16-byte vector of T.
-template <typename T>
-constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
-
 }  // namespace
 
 size_t ResidualLayerNormBackwardScratchFloats(int N, int C) {

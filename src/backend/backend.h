@@ -38,6 +38,25 @@
 // a wait. The CPU backend runs everything synchronously, so for it every
 // error surfaces where it happens and Synchronize has nothing to wait for.
 //
+// Precision. Every op computes in fp32. Its activations (the tensors of
+// token rows it reads and writes: inputs, outputs and their gradients, not
+// the statistics) and the weights its forward reads share one *storage
+// dtype*, f32 or bf16: bf16 elements are widened exactly when loaded and each
+// result is rounded once, to nearest even, when stored. Whatever the
+// storage, these stay f32: parameter gradients (dweight, dbias, dgamma,
+// dbeta, dwte, dwpe accumulate in fp32, so microbatches and data-parallel
+// ranks sum without bf16 rounding; Megatron's "main grads"), statistics
+// (LayerNorm mean and rstd, attention lse, the cross-entropy's row_max,
+// sum_exp, target_logit, lse and losses), optimizer state and the fp32
+// master weights the optimizer updates (RoundToBf16 and AdamWTensor::param16
+// make the bf16 copy the ops read). An op given activations or weights of
+// mixed dtypes returns InvalidArgument. The cuda and cuda-sim backends take
+// both dtypes for the training ops (embedding to cross-entropy); the CPU
+// backend stores fp32 only (bf16 activations are InvalidArgument there), with
+// one exception for serving: MatmulForward and EmbeddingForward read bf16
+// *weights* with fp32 activations (--weights bf16). The serving ops (paged KV
+// cache and attention, int8 weights) take fp32 activations on every backend.
+//
 // Each op has one reference implementation (the CPU backend); any faster one
 // (a CUDA kernel, a vectorized variant) is tested against it.
 #pragma once
@@ -65,14 +84,38 @@ struct AdamWParams {
   float eps = 1e-8f;
   float grad_scale = 1.0f;  // multiplies the gradient first (clipping)
   int step = 1;             // 1-based, for bias correction
+  uint64_t round_seed = 0;  // StochasticRounding's seed for AdamWTensor::param16
+};
+
+// Stochastic rounding of fp32 to bf16 (src/core/bf16.h
+// FloatToBf16Stochastic), for the bf16 copy of weights an optimizer step
+// writes: element i of a buffer takes the random word (offset + i) % 4 of the
+// Philox block at counter ((offset + i) / 4, kRoundingStream + step) under
+// key `seed` (src/core/philox.h). So the copy is a pure function of the
+// master value, seed, step and the element's place in its buffer: every
+// device rounds the same way, and a resumed run rebuilds it bit for bit.
+struct StochasticRounding {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t offset = 0;  // the first element's index in its buffer
 };
 
 // One tensor of an AdamW update: the parameter, its gradient and its two
-// moments (all of one shape), and its decoupled weight decay (0 for biases
-// and LayerNorm).
+// moments (all f32, of one shape), and its decoupled weight decay (0 for
+// biases and LayerNorm). param16, if not empty, is a bf16 tensor of the
+// same shape that receives the updated parameter rounded stochastically
+// (StochasticRounding{AdamWParams::round_seed, step, round_offset}) in the
+// same pass: the copy a bf16 model's ops read.
 struct AdamWTensor {
+  AdamWTensor() = default;
+  AdamWTensor(Tensor param, Tensor grad, Tensor m, Tensor v, float weight_decay,
+              Tensor param16 = Tensor(), int64_t round_offset = 0)
+      : param(param), grad(grad), m(m), v(v), weight_decay(weight_decay), param16(param16),
+        round_offset(round_offset) {}
   Tensor param, grad, m, v;
   float weight_decay = 0.0f;
+  Tensor param16;
+  int64_t round_offset = 0;
 };
 
 using DeviceBuffer = std::unique_ptr<void, std::function<void(void*)>>;

@@ -26,6 +26,21 @@ inline bf16 FloatToBf16(float f) {
   return static_cast<bf16>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// Stochastic rounding: x becomes one of its two bf16 neighbours, the upper
+// one (in magnitude) with probability (|x| - |lower|) / ulp, decided by the
+// low 16 bits of `random`: they are added to the 16 bits that narrowing
+// drops, and a carry rounds up. Unbiased on average, so an update much
+// smaller than a weight's bf16 ulp still moves it in expectation instead of
+// being rounded away every time. NaN stays a quiet NaN and infinities stay
+// infinite; a value within one ulp of the largest finite bf16 may round up
+// to infinity, as nearest-even rounding does beyond the halfway point.
+inline bf16 FloatToBf16Stochastic(float f, uint32_t random) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16>((u >> 16) | 0x40u);  // NaN
+  if ((u & 0x7fffffffu) == 0x7f800000u) return static_cast<bf16>(u >> 16);            // inf
+  return static_cast<bf16>((u + (random & 0xffffu)) >> 16);
+}
+
 // Element readers for code templated over a weight's storage (float or bf16).
 inline float Widen(float f) { return f; }
 inline float Widen(bf16 b) { return Bf16ToFloat(b); }

@@ -19,6 +19,7 @@ inline constexpr uint64_t kInitStream = 0;                     // + parameter in
 inline constexpr uint64_t kShuffleStream = uint64_t{1} << 48;  // + epoch
 inline constexpr uint64_t kSyntheticDataStream = uint64_t{2} << 48;
 inline constexpr uint64_t kSamplingStream = uint64_t{3} << 48;  // + request
+inline constexpr uint64_t kRoundingStream = uint64_t{4} << 48;  // + optimizer step
 
 // One Philox4x32-10 block: four 32-bit random words for a 128-bit counter.
 std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);

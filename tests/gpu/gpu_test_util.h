@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/core/bf16.h"
 #include "src/core/philox.h"
 #include "src/core/tensor.h"
 
@@ -62,6 +63,8 @@ constexpr DType DTypeOf() {
     return DType::kF32;
   } else if constexpr (std::is_same_v<T, int8_t>) {
     return DType::kI8;
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    return DType::kBF16;
   } else {
     static_assert(std::is_same_v<T, int32_t>);
     return DType::kI32;
@@ -115,6 +118,60 @@ class GpuBuffer {
 };
 using GpuFloats = GpuBuffer<float>;
 using GpuInts = GpuBuffer<int32_t>;
+
+// ---- bf16 storage (backend.h "Precision") ----------------------------------------
+
+// The relative error of one rounding to bf16 (to nearest): half of the
+// 2^-7 spacing of bf16 values in [1, 2), i.e. |bf16(x) - x| <= 2^-8 |x|.
+inline constexpr double kBf16Rounding = 1.0 / 256;
+
+// x rounded to bf16 and widened back: inputs that both the bf16 kernels and
+// the fp32 reference see exactly.
+inline std::vector<float> Bf16Rounded(std::vector<float> x) {
+  for (float& v : x) v = Bf16ToFloat(FloatToBf16(v));
+  return x;
+}
+
+// Activations stored in either dtype on the device, read and written as
+// floats on the host: one test body covers f32 and bf16. Upload rounds to
+// bf16 (nearest even) when the dtype is bf16; Download widens exactly.
+class GpuStored {
+ public:
+  GpuStored(const std::vector<float>& host, DType dtype, int64_t offset = 0)
+      : dtype_(dtype), f32_(dtype == DType::kF32 ? static_cast<int64_t>(host.size()) : 0, offset),
+        b16_(dtype == DType::kBF16 ? static_cast<int64_t>(host.size()) : 0, offset),
+        n_(static_cast<int64_t>(host.size())) {
+    Upload(host);
+  }
+  bool ok() const { return f32_.ok() && b16_.ok(); }
+  DType dtype() const { return dtype_; }
+  void* data() const {
+    return dtype_ == DType::kF32 ? static_cast<void*>(f32_.data()) : b16_.data();
+  }
+  Tensor View(std::initializer_list<int64_t> dims) const {
+    return Tensor(data(), dtype_, dims, Device::kCuda);
+  }
+  void Upload(const std::vector<float>& host) const {
+    if (dtype_ == DType::kF32) return f32_.Upload(host);
+    std::vector<bf16> b(host.size());
+    for (size_t i = 0; i < host.size(); ++i) b[i] = FloatToBf16(host[i]);
+    b16_.Upload(b);
+  }
+  std::vector<float> Download() const {
+    if (dtype_ == DType::kF32) return f32_.Download();
+    const std::vector<bf16> b = b16_.Download();
+    std::vector<float> f(b.size());
+    for (size_t i = 0; i < b.size(); ++i) f[i] = Bf16ToFloat(b[i]);
+    return f;
+  }
+  int64_t size() const { return n_; }
+
+ private:
+  DType dtype_;
+  GpuBuffer<float> f32_;
+  GpuBuffer<bf16> b16_;
+  int64_t n_;
+};
 
 // n values of N(mean, stddev) from Philox stream `stream`.
 inline std::vector<float> Normal(int64_t n, uint64_t stream, float mean = 0.0f,

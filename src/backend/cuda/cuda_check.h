@@ -2,11 +2,13 @@
 // the shape checks of row-wise ops for tensors that must live on the GPU.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +46,34 @@ inline absl::Status CheckRows(absl::string_view op, absl::string_view what, cons
 inline absl::Status CheckNumel(absl::string_view op, absl::string_view what, const Tensor& t,
                                DType dtype, int64_t n, bool at_least = false) {
   return ladder::CheckNumel(Device::kCuda, op, what, t, dtype, n, at_least);
+}
+
+// The kernels' element type of a storage dtype (backend.h "Precision"):
+// float for kF32, __nv_bfloat16 for kBF16. WithStorage calls
+// f(std::type_identity<T>{}) with that T and returns its Status, so one
+// lambda picks a launcher's instantiation:
+//   return WithStorage(op, "inp", inp.dtype, [&](auto tag) {
+//     using T = typename decltype(tag)::type;
+//     return CudaStatus(kernels::LaunchFoo<T>(Data<T>(out), Data<T>(inp), ...), op);
+//   });
+// Any other dtype is InvalidArgument "<op>: <what> must be f32 or bf16".
+template <typename F>
+absl::Status WithStorage(absl::string_view op, absl::string_view what, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(std::type_identity<float>{});
+    case DType::kBF16:
+      return f(std::type_identity<__nv_bfloat16>{});
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be f32 or bf16"));
+  }
+}
+
+// A tensor's data as the kernels' element type T (the caller has checked
+// the dtype).
+template <typename T>
+T* Data(const Tensor& t) {
+  return static_cast<T*>(t.data);
 }
 
 LADDER_CUDA_END
