@@ -1,12 +1,14 @@
-// Fill: x[i] = value. cudaMemset writes bytes, so it can set a float tensor
-// only to values whose four bytes are equal (0, or NaN as 0xff); anything
-// else (1.0 for a LayerNorm's gamma, a constant loss gradient) takes this
-// kernel. It writes 4n bytes and computes nothing: bound by bandwidth, so one
-// float per thread in a grid-stride loop over at most kMaxBlocks blocks of
-// 256 threads, consecutive threads on consecutive floats (coalesced).
+// Fill: x[i] = value, for f32 or bf16 tensors. cudaMemset writes bytes, so
+// it can set a tensor only to values whose bytes are all equal (0, or NaN as
+// 0xff); anything else (1.0 for a LayerNorm's gamma, a constant loss
+// gradient) takes this kernel. It writes 4n (f32) or 2n (bf16) bytes and
+// computes nothing: bound by bandwidth, so one element per thread in a
+// grid-stride loop over at most kMaxBlocks blocks of 256 threads,
+// consecutive threads on consecutive elements (coalesced).
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/memory.h"
 
@@ -16,8 +18,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
-__global__ void __launch_bounds__(kThreads)
-    FillKernel(float* __restrict__ x, int64_t n, float value) {
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FillKernel(T* __restrict__ x, int64_t n, T value) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -27,10 +29,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>(kMaxBlocks, (n + kThreads - 1) / kThreads);
-  return Launch<FillKernel>(static_cast<unsigned>(blocks), kThreads, 0, stream, x, n, value);
+  return Launch<FillKernel<T>>(static_cast<unsigned>(blocks), kThreads, 0, stream, x, n,
+                               FromFloat<T>(value));
 }
+
+template cudaError_t LaunchFill<float>(float*, int64_t, float, cudaStream_t);
+template cudaError_t LaunchFill<__nv_bfloat16>(__nv_bfloat16*, int64_t, float, cudaStream_t);
 
 LADDER_KERNELS_END

@@ -39,12 +39,23 @@
 // likes, so the two agree to a few ulp of the terms, not bit for bit: where
 // beta1 m and (1 - beta1) g nearly cancel, one FMA more or less changes the
 // small result's low digits, harmlessly.
+//
+// Mixed precision: a bf16 model's ops read a bf16 copy of the fp32 master
+// weights. AdamW writes it in the same pass (2 more bytes per element, while
+// the updated value is still in a register), rounding stochastically with a
+// Philox word per element (kernels/philox.cuh) rather than to nearest: an
+// update smaller than half a bf16 ulp of its weight (1/256 relative) would
+// otherwise never reach the copy, while stochastic rounding passes it on in
+// expectation. RoundToBf16 makes the same copy from scratch (after loading
+// or resuming), to nearest or with the same random words, so a resumed run
+// rebuilds the copy it had.
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/common.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/optimizer.h"
+#include "kernels/philox.cuh"
 
 LADDER_KERNELS_BEGIN
 namespace {
@@ -138,6 +149,14 @@ __device__ __forceinline__ void AdamWElement(float& w, float g, float& m, float&
   w -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + wd * w);
 }
 
+// The bf16 copy of element i of tensor t after its update to w.
+__device__ __forceinline__ void RoundCopy(const AdamWTensor& t, int64_t i, float w,
+                                          const AdamWStep& s) {
+  const uint64_t index = static_cast<uint64_t>(t.round_offset + i);
+  t.param16[i] =
+      StochasticRoundBf16(w, PhiloxWord(s.round_seed, kRoundingStream + s.round_step, index));
+}
+
 // Elements [begin, end) of one tensor; kVec = 4 needs the tensor's arrays
 // 16-byte aligned (begin is a multiple of kAdamWChunk, so the chunk is too).
 template <int kVec>
@@ -155,9 +174,16 @@ __device__ __forceinline__ void AdamWRange(const AdamWTensor& t, int64_t begin, 
     StoreVec<kVec>(t.param + i, w);
     StoreVec<kVec>(t.m + i, m);
     StoreVec<kVec>(t.v + i, v);
+    if (t.param16 != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) RoundCopy(t, i + k, w.v[k], s);
+    }
   }
   const int64_t i = begin + nvec * kVec + threadIdx.x;  // < kVec trailing elements
-  if (i < end) AdamWElement(t.param[i], t.grad[i], t.m[i], t.v[i], t.weight_decay, s);
+  if (i < end) {
+    AdamWElement(t.param[i], t.grad[i], t.m[i], t.v[i], t.weight_decay, s);
+    if (t.param16 != nullptr) RoundCopy(t, i, t.param[i], s);
+  }
 }
 
 __global__ void __launch_bounds__(kAdamWThreads)
@@ -188,7 +214,39 @@ __global__ void __launch_bounds__(kAdamWThreads)
   }
 }
 
+// ---- bf16 copies ----------------------------------------------------------------------
+
+constexpr int kRoundThreads = 256;
+constexpr int64_t kRoundMaxBlocks = 4096;
+
+template <bool kStochastic>
+__global__ void __launch_bounds__(kRoundThreads)
+    RoundToBf16Kernel(__nv_bfloat16* __restrict__ dst, const float* __restrict__ src, int64_t n,
+                      uint64_t seed, uint64_t step, int64_t offset) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRoundThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kRoundThreads + threadIdx.x; i < n;
+       i += stride) {
+    if constexpr (kStochastic) {
+      const uint64_t index = static_cast<uint64_t>(offset + i);
+      dst[i] = StochasticRoundBf16(src[i], PhiloxWord(seed, kRoundingStream + step, index));
+    } else {
+      dst[i] = __float2bfloat16_rn(src[i]);
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchRoundToBf16(__nv_bfloat16* dst, const float* src, int64_t n, bool stochastic,
+                              uint64_t seed, uint64_t step, int64_t offset, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const int blocks =
+      static_cast<int>(std::min(kRoundMaxBlocks, (n + kRoundThreads - 1) / kRoundThreads));
+  return stochastic ? Launch<RoundToBf16Kernel<true>>(blocks, kRoundThreads, 0, stream, dst, src, n,
+                                                      seed, step, offset)
+                    : Launch<RoundToBf16Kernel<false>>(blocks, kRoundThreads, 0, stream, dst, src,
+                                                       n, seed, step, offset);
+}
 
 size_t SumOfSquaresScratchDoubles(int64_t n) {
   return static_cast<size_t>(SumBlocks(n < 0 ? 0 : n));
@@ -199,10 +257,10 @@ cudaError_t LaunchSumOfSquares(float* out, const float* x, int64_t n, double* sc
   if (n < 0) return cudaErrorInvalidValue;
   const int blocks = static_cast<int>(SumBlocks(n));
   constexpr size_t smem = sizeof(double) * kSumThreads;
-  cudaError_t err = Aligned16(x) ? Launch<SumOfSquaresPartialsKernel<4>>(
-                                       blocks, kSumThreads, smem, stream, scratch, x, n)
-                                 : Launch<SumOfSquaresPartialsKernel<1>>(
-                                       blocks, kSumThreads, smem, stream, scratch, x, n);
+  cudaError_t err =
+      Aligned16(x)
+          ? Launch<SumOfSquaresPartialsKernel<4>>(blocks, kSumThreads, smem, stream, scratch, x, n)
+          : Launch<SumOfSquaresPartialsKernel<1>>(blocks, kSumThreads, smem, stream, scratch, x, n);
   if (err != cudaSuccess) return err;
   return Launch<SumOfSquaresFinalKernel>(1, kSumThreads, smem, stream, out,
                                          static_cast<const double*>(scratch), blocks);

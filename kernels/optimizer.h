@@ -4,6 +4,7 @@
 // (src/backend/cuda/optimizer.h).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -38,6 +39,10 @@ struct AdamWTensor {
   int64_t n;
   float weight_decay;   // decoupled; 0 for biases and LayerNorm weights
   int64_t chunk_begin;  // index of the tensor's first chunk in the concatenation
+  // If not null, receives the updated param rounded stochastically to bf16,
+  // element i with the random word of index round_offset + i (philox.cuh).
+  __nv_bfloat16* param16;
+  int64_t round_offset;
 };
 
 // The step's hyper-parameters shared by all tensors, in the form the kernel
@@ -46,6 +51,7 @@ struct AdamWTensor {
 struct AdamWStep {
   float lr, beta1, beta2, eps, grad_scale;
   float inv_bc1, inv_bc2;
+  uint64_t round_seed, round_step;  // stochastic rounding of param16
 };
 
 // Elements per chunk: the unit of work a block takes at a time. A tensor's
@@ -61,9 +67,18 @@ int64_t PlanAdamWChunks(AdamWTensor* tensors, int count);
 //   g = grad * grad_scale
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + ((1 - beta2) g) g
 //   param -= lr * ((m * inv_bc1) / (sqrt(v * inv_bc2) + eps) + weight_decay * param)
+//   param16 = StochasticRoundBf16(param, PhiloxWord(round_seed,
+//             kRoundingStream + round_step, round_offset + i))   (if param16)
 // tensors: `count` descriptors in DEVICE memory, planned by PlanAdamWChunks
 // (total_chunks is its result). Tensors must not overlap one another.
 cudaError_t LaunchAdamW(const AdamWTensor* tensors, int count, int64_t total_chunks,
                         const AdamWStep& step, cudaStream_t stream);
+
+// ---- bf16 copies ----------------------------------------------------------------------
+
+// dst[i] = src[i] rounded to bf16: to nearest even if !stochastic, else
+// StochasticRoundBf16 with PhiloxWord(seed, kRoundingStream + step, offset + i).
+cudaError_t LaunchRoundToBf16(__nv_bfloat16* dst, const float* src, int64_t n, bool stochastic,
+                              uint64_t seed, uint64_t step, int64_t offset, cudaStream_t stream);
 
 LADDER_KERNELS_END

@@ -320,6 +320,11 @@ class Backend {
   // tensors must not overlap. Every tensor is checked before any is updated.
   virtual absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
                                    const AdamWParams& p) = 0;
+  // dst (bf16) = src (f32) rounded to nearest even, or stochastically when
+  // `sr` is given (StochasticRounding). Same element count (shapes may
+  // differ), no overlap; InvalidArgument otherwise. How a bf16 model makes
+  // the copy of its master weights after loading them.
+  virtual absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) = 0;
 
   // ---- memory helpers -------------------------------------------------------
   // Zero-initialized device memory, 64-byte aligned, freed with the buffer.
@@ -327,6 +332,7 @@ class Backend {
   // Bytes handed out by Allocate and not freed yet (rounded up to 64 each):
   // the memory `ladder plan` predicts, measured.
   virtual int64_t bytes_allocated() const = 0;
+  // x[i] = value for every element; x f32 or bf16 (value rounded to nearest).
   virtual absl::Status Fill(Tensor x, float value) = 0;
   // Copies between a tensor on this backend's device and host memory of
   // its bytes() bytes (the only way data crosses between host and device).

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "src/backend/backend.h"
 #include "src/core/status.h"
 #include "src/core/tensor.h"
 
@@ -123,6 +124,40 @@ inline absl::Status CheckCopy(Device device, absl::string_view op, const Tensor&
   const char* s = static_cast<const char*>(src.data);
   const size_t n = dst.bytes();
   if (n > 0 && d < s + n && s < d + n) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dst and src overlap"));
+  }
+  return absl::OkStatus();
+}
+
+// OK iff tensor k of an AdamW update is well formed (Backend::AdamWUpdate):
+// param, grad, m and v f32 of one row-wise shape, and param16 empty or a
+// bf16 tensor of the same shape, all on `device`. Sets *n to the element count.
+inline absl::Status CheckAdamWTensor(Device device, absl::string_view op, size_t k,
+                                     const AdamWTensor& t, int64_t* n) {
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(
+      RowView(device, op, absl::StrCat("param[", k, "]"), t.param, DType::kF32, &rows, &cols));
+  RETURN_IF_ERROR(
+      CheckRows(device, op, absl::StrCat("grad[", k, "]"), t.grad, DType::kF32, rows, cols));
+  RETURN_IF_ERROR(CheckRows(device, op, absl::StrCat("m[", k, "]"), t.m, DType::kF32, rows, cols));
+  RETURN_IF_ERROR(CheckRows(device, op, absl::StrCat("v[", k, "]"), t.v, DType::kF32, rows, cols));
+  if (!t.param16.empty()) {
+    RETURN_IF_ERROR(CheckRows(device, op, absl::StrCat("param16[", k, "]"), t.param16, DType::kBF16,
+                              rows, cols));
+  }
+  *n = rows * cols;
+  return absl::OkStatus();
+}
+
+// OK iff dst (bf16) and src (f32) have the same element count on `device`
+// and do not overlap: Backend::RoundToBf16's arguments.
+inline absl::Status CheckRoundToBf16(Device device, absl::string_view op, const Tensor& dst,
+                                     const Tensor& src) {
+  RETURN_IF_ERROR(CheckNumel(device, op, "src", src, DType::kF32, src.numel()));
+  RETURN_IF_ERROR(CheckNumel(device, op, "dst", dst, DType::kBF16, src.numel()));
+  const char* d = static_cast<const char*>(dst.data);
+  const char* s = static_cast<const char*>(src.data);
+  if (d < s + src.bytes() && s < d + dst.bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": dst and src overlap"));
   }
   return absl::OkStatus();

@@ -64,8 +64,10 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(
       par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
   double gemm = rate;
-  ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, gemm,
-                                                 par.groups(f.layout)));
+  TrainerOptions options = par.groups(f.layout);
+  ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
+  ASSIGN_OR_RETURN(auto trainer,
+                   Trainer::Create(rc, backend.get(), &tokens, &tokens, gemm, options));
   if (lead) {
     std::printf(
         "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "

@@ -31,6 +31,23 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
   flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
+  flags.String("precision", &f->precision,
+               "auto (bf16 on a GPU, else fp32), fp32, or bf16: mixed precision (bf16 activations "
+               "and weight copy, fp32 master weights, gradients and AdamW; cuda or cuda-sim)");
+}
+
+absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend& backend) {
+  if (precision == "auto") return backend.name() == "cuda" ? DType::kBF16 : DType::kF32;
+  if (precision == "fp32") return DType::kF32;
+  if (precision == "bf16") {
+    if (backend.device() == Device::kCpu) {
+      return absl::InvalidArgumentError(
+          "--precision bf16 needs --device cuda or cuda-sim: the CPU backend computes in fp32");
+    }
+    return DType::kBF16;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision must be auto, fp32 or bf16, got '", precision, "'"));
 }
 
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size) {

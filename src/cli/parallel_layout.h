@@ -24,12 +24,19 @@ struct LayoutFlags {
   double bucket_mb = 25;
   bool recompute = false;
   double comm_timeout = 300;
+  std::string precision = "auto";
 };
 
 // The layout: --dp --tp --pp --microbatches --pp-schedule --zero --recompute.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
-// What a run adds: --bucket-mb --comm-timeout.
+// What a run adds: --bucket-mb --comm-timeout --precision.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);
+
+// The storage dtype of a run's activations (GptParallel::storage) from
+// --precision: "auto" is bf16 on a GPU (the cuda backend) and fp32 elsewhere
+// (the CPU, and the simulator, whose bf16 must be asked for); "fp32"; "bf16"
+// (a device backend only: cuda or cuda-sim). InvalidArgument otherwise.
+absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend& backend);
 
 // Every layout rule (dp x tp x pp = ranks, divisibility of heads, vocabulary
 // and batch, layers per stage, the schedule's name), checked identically on

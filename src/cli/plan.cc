@@ -58,9 +58,9 @@ std::string Bytes(double b) {
 
 absl::Status RunPlan(const PlanFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
-  if (f.precision != "fp32" && f.precision != "mixed") {
+  if (f.precision != "fp32" && f.precision != "bf16") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--precision must be fp32 or mixed, got '", f.precision, "'"));
+        absl::StrCat("--precision must be fp32 or bf16, got '", f.precision, "'"));
   }
   if (f.mtbf_hours < 0 || f.checkpoint_seconds < 0 ||
       (f.mtbf_hours > 0) != (f.checkpoint_seconds > 0)) {
@@ -79,32 +79,36 @@ absl::Status RunPlan(const PlanFlags& f) {
   l.microbatches = static_cast<int>(lf.microbatches);
   ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(lf.pp_schedule));
   l.recompute = lf.recompute;
-  l.mixed_precision = f.precision == "mixed";
+  l.storage = f.precision == "bf16" ? DType::kBF16 : DType::kF32;
   ASSIGN_OR_RETURN(Plan p, MakePlan(rc, l));
   if (f.json) {
     std::printf("%s\n", Json(p).c_str());
     return absl::OkStatus();
   }
   const GptConfig& m = rc.model;
-  const int w = l.mixed_precision ? 2 : 4, opt = l.mixed_precision ? 12 : 8;
+  const bool bf16 = l.storage == DType::kBF16;
   std::printf("plan: %s, %.3gB parameters; dp %d x tp %d x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
               f.config.c_str(), p.parameters / 1e9, l.dp, l.tp, l.pp, l.dp * l.tp * l.pp,
               l.zero1 ? 1 : 0, pp::ScheduleName(l.schedule),
-              l.mixed_precision ? "mixed precision (bf16 weights, gradients, activations)" : "fp32",
+              bf16 ? "bf16 mixed precision (bf16 activations and weight copy; fp32 master "
+                     "weights, gradients and AdamW)"
+                   : "fp32",
               l.recompute ? ", recomputing activations" : "");
   std::printf("batch: %d microbatches of %d x %d tokens per DP rank and step\n", p.microbatches,
               p.micro_rows, m.context);
   std::printf(
-      "model states: weights %d + gradients %d + AdamW %d%s bytes per parameter%s = %.2f "
+      "model states: weights %d%s + gradients 4 + AdamW 8 (m, v) bytes per parameter%s = %.2f "
       "bytes per model parameter per replica%s\n",
-      w, w, opt, l.mixed_precision ? " (fp32 master, m, v)" : " (m, v)",
+      bf16 ? 6 : 4, bf16 ? " (fp32 master, bf16 copy)" : "",
       l.zero1 && l.dp > 1 ? absl::StrFormat(", the optimizer's over %d ZeRO-1 ranks", l.dp).c_str()
                           : "",
       p.state_bytes_per_parameter,
       l.pp > 1 ? " (the tied embedding is held by both end stages)" : "");
   std::printf(
-      "activations: per layer and microbatch N x (4C + 12C/t + NH/t + 4) values%s, N = %d "
-      "tokens, C = %d, NH = %d, t = %d; times the schedule's slots\n",
+      "activations: per layer and microbatch N x (4C + 12C/t) values at %d bytes and N x (NH/t "
+      "+ 4) fp32 statistics%s, N = %d tokens, C = %d, NH = %d, t = %d; times the schedule's "
+      "slots\n",
+      bf16 ? 2 : 4,
       l.recompute ? " kept for the backward's recomputation: only N x C (the layer input)" : "",
       p.micro_rows * m.context, m.n_embd, m.n_head, l.tp);
   std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s\n", "stage",
@@ -148,7 +152,8 @@ int PlanCommand(int argc, char** argv) {
   flags.String("config", &f.config, "model and run config file (required)");
   AddLayoutFlags(flags, &f.layout);
   flags.String("precision", &f.precision,
-               "fp32 (how ladder trains on the CPU) or mixed (bf16 with fp32 master weights)");
+               "fp32 (how ladder trains on the CPU) or bf16 (mixed precision: bf16 activations "
+               "and weight copy, fp32 master weights, gradients and AdamW)");
   flags.Bool("json", &f.json, "print the plan as one JSON object");
   flags.Double("mtbf-hours", &f.mtbf_hours,
                "mean time between failures of the job: prints the Young/Daly checkpoint interval");

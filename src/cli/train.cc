@@ -22,8 +22,8 @@
 #include "src/core/timer.h"
 #include "src/data/dataset.h"
 #include "src/parallel/mpi_comm.h"
-#include "src/tools/ceiling.h"
 #include "src/tokenizer/tokenizer_dir.h"
+#include "src/tools/ceiling.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -64,8 +64,10 @@ absl::StatusOr<Tokenizer> ResolveTokenizer(const RunConfig& rc) {
 absl::Status CheckSameShape(const GptConfig& init, const GptConfig& config,
                             const std::string& path) {
   const std::pair<const char*, std::pair<int, int>> keys[] = {
-      {"n_layer", {init.n_layer, config.n_layer}}, {"n_head", {init.n_head, config.n_head}},
-      {"n_embd", {init.n_embd, config.n_embd}},    {"context", {init.context, config.context}},
+      {"n_layer", {init.n_layer, config.n_layer}},
+      {"n_head", {init.n_head, config.n_head}},
+      {"n_embd", {init.n_embd, config.n_embd}},
+      {"context", {init.context, config.context}},
       {"vocab_size", {init.vocab_size, config.vocab_size}},
   };
   for (const auto& [key, values] : keys) {
@@ -85,9 +87,8 @@ absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Tr
                              const Backend& backend, const StepRecord& r) {
   constexpr int kFields = 9;
   const Gpt& m = trainer.model();
-  int64_t mine[kFields] = {static_cast<int64_t>(m.weight_buffer().bytes()),
-                           trainer.gradient_bytes(), trainer.optimizer_state_bytes(),
-                           m.activation_sizes().total_floats() * int64_t{sizeof(float)},
+  int64_t mine[kFields] = {m.weight_memory_bytes(), trainer.gradient_bytes(),
+                           trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
                            backend.bytes_allocated()};
   const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
   for (const StepRecord::AxisComm& c : r.comm) {
@@ -189,6 +190,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend, 1024));
   const double peak = ceiling.gflops;
   TrainerOptions options = par.groups(f.layout);
+  ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
   options.inject_nan_step = fault.nan_step;
@@ -239,8 +241,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context, rc.model.vocab_size,
         rc.model.padded_vocab(), rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
         static_cast<long long>(trainer->tokens_per_step()), rc.batch_size, rc.model.context,
-        rc.AccumulationSteps(), model.weights().bytes() * mib, model.grads().bytes() * mib,
-        trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_floats() * 4 * mib,
+        rc.AccumulationSteps(), model.weight_memory_bytes() * mib, model.grads().bytes() * mib,
+        trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_bytes() * mib,
         std::string(backend->name()).c_str(), peak);
 
   Timer run_timer, since_save;

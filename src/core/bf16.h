@@ -37,7 +37,7 @@ inline bf16 FloatToBf16(float f) {
 inline bf16 FloatToBf16Stochastic(float f, uint32_t random) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16>((u >> 16) | 0x40u);  // NaN
-  if ((u & 0x7fffffffu) == 0x7f800000u) return static_cast<bf16>(u >> 16);            // inf
+  if ((u & 0x7fffffffu) == 0x7f800000u) return static_cast<bf16>(u >> 16);           // inf
   return static_cast<bf16>((u + (random & 0xffffu)) >> 16);
 }
 

@@ -56,9 +56,10 @@ void FillNormal(float* out, int64_t begin, int64_t count, uint64_t seed, uint64_
   }
 }
 
-uint32_t PhiloxStream::NextU32() {
-  const auto r = Philox4x32(CounterFor(offset_ / 4, stream_), KeyFor(seed_));
-  return r[offset_++ % 4];
+uint32_t PhiloxWord(uint64_t seed, uint64_t stream, uint64_t index) {
+  return Philox4x32(CounterFor(index / 4, stream), KeyFor(seed))[index % 4];
 }
+
+uint32_t PhiloxStream::NextU32() { return PhiloxWord(seed_, stream_, offset_++); }
 
 }  // namespace ladder

@@ -24,6 +24,18 @@ inline constexpr uint64_t kRoundingStream = uint64_t{4} << 48;  // + optimizer s
 // One Philox4x32-10 block: four 32-bit random words for a 128-bit counter.
 std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 
+// Word `index` of the stream (seed, stream): word index % 4 of the block at
+// counter (index / 4, stream) under key seed. PhiloxStream reads the words in
+// order; code that needs word i alone (a GPU thread, one element of a
+// buffer) computes it directly.
+uint32_t PhiloxWord(uint64_t seed, uint64_t stream, uint64_t index);
+
+// The random word of element `index` of a buffer rounded stochastically to
+// bf16 at optimizer step `step` (backend.h StochasticRounding).
+inline uint32_t RoundingWord(uint64_t seed, uint64_t step, int64_t index) {
+  return PhiloxWord(seed, kRoundingStream + step, static_cast<uint64_t>(index));
+}
+
 // Uniform float in (0, 1) from 32 random bits (never exactly 0 or 1).
 inline float UniformFromBits(uint32_t bits) {
   return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);

@@ -3,23 +3,29 @@
 namespace ladder {
 namespace {
 
-// Hands out consecutive views of an arena (or only counts, when it is empty).
+// Hands out consecutive views of an arena (or only counts, when it is
+// empty), each starting on a 16-byte boundary so the kernels' vector loads
+// apply whatever the sizes before it. Activations take the storage dtype;
+// statistics stay f32 (backend.h "Precision").
 class Bump {
  public:
-  explicit Bump(const Tensor& arena) : arena_(arena) {}
+  Bump(const Tensor& arena, DType storage) : arena_(arena), storage_(storage) {}
+  Tensor Act(std::initializer_list<int64_t> dims) { return Take(storage_, dims); }
   Tensor F32(std::initializer_list<int64_t> dims) { return Take(DType::kF32, dims); }
-  // int32 tokens occupy float-sized slots of the same arena.
   Tensor I32(std::initializer_list<int64_t> dims) { return Take(DType::kI32, dims); }
   int64_t used() const { return used_; }
 
  private:
+  static constexpr int64_t kAlign = 16;
   Tensor Take(DType dtype, std::initializer_list<int64_t> dims) {
-    Tensor t(arena_.empty() ? nullptr : arena_.f32() + used_, dtype, dims, arena_.device);
-    used_ += t.numel();
+    Tensor t(arena_.empty() ? nullptr : static_cast<char*>(arena_.data) + used_, dtype, dims,
+             arena_.device);
+    used_ += (static_cast<int64_t>(t.bytes()) + kAlign - 1) / kAlign * kAlign;
     return t;
   }
   Tensor arena_;
-  int64_t used_ = 0;
+  DType storage_;
+  int64_t used_ = 0;  // bytes
 };
 
 // Everything a layer saves but its input x.
@@ -27,25 +33,25 @@ void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_
                  LayerActivations* layer) {
   LayerActivations& l = *layer;
   const int64_t N = B * T;
-  l.ln1 = bump.F32({N, C});
+  l.ln1 = bump.Act({N, C});
   l.ln1_mean = bump.F32({N});
   l.ln1_rstd = bump.F32({N});
-  l.qkv = bump.F32({B, T, 3 * Cl});
-  l.atty = bump.F32({B, T, Cl});
+  l.qkv = bump.Act({B, T, 3 * Cl});
+  l.atty = bump.Act({B, T, Cl});
   l.lse = bump.F32({B, NH, T});
-  l.resid_mid = bump.F32({N, C});
-  l.ln2 = bump.F32({N, C});
+  l.resid_mid = bump.Act({N, C});
+  l.ln2 = bump.Act({N, C});
   l.ln2_mean = bump.F32({N});
   l.ln2_rstd = bump.F32({N});
-  l.fch = bump.F32({N, 4 * Cl});
-  l.fch_gelu = bump.F32({N, 4 * Cl});
+  l.fch = bump.Act({N, 4 * Cl});
+  l.fch_gelu = bump.Act({N, 4 * Cl});
 }
 
 }  // namespace
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, bool recompute,
-                                  const Tensor& arena, GptActivations* acts) {
+                                  DType storage, const Tensor& arena, GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
   // Tensor parallelism splits heads, the MLP's hidden width and the
@@ -55,22 +61,22 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   const int64_t Cl = C / tp;  // this rank's attention width
   const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
   const bool last_stage = layout.pp_rank == layout.pp_size - 1;
-  Bump bump(arena);
+  Bump bump(arena, storage);
   a.slots.assign(slots, {});
   for (SlotActivations& s : a.slots) {
     s.tokens = bump.I32({B, T});
     s.targets = bump.I32({B, T});
     s.layers.assign(stage.last - stage.first, {});
     for (LayerActivations& l : s.layers) {
-      l.x = bump.F32({B, T, C});
+      l.x = bump.Act({B, T, C});
       if (!recompute) LayOutLayer(bump, B, T, C, Cl, NH, &l);
     }
     if (last_stage) {
-      s.x_final = bump.F32({N, C});
-      s.lnf = bump.F32({N, C});
+      s.x_final = bump.Act({N, C});
+      s.lnf = bump.Act({N, C});
       s.lnf_mean = bump.F32({N});
       s.lnf_rstd = bump.F32({N});
-      s.logits = bump.F32({N, Vp});
+      s.logits = bump.Act({N, Vp});
       s.losses = bump.F32({N});
       s.row_max = bump.F32({N});
       s.sum_exp = bump.F32({N});
@@ -80,24 +86,24 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   }
   ActivationSizes sizes;
   sizes.slots = slots;
-  sizes.slot_floats = slots > 0 ? bump.used() / slots : 0;
+  sizes.slot_bytes = slots > 0 ? bump.used() / slots : 0;
   const int64_t saved = bump.used();
   a.positions = layout.pp_rank == 0 ? bump.I32({B, T}) : Tensor();
-  a.branch = bump.F32({N, C});
+  a.branch = bump.Act({N, C});
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();
-  a.stage_out = last_stage ? Tensor() : bump.F32({B, T, C});
+  a.stage_out = last_stage ? Tensor() : bump.Act({B, T, C});
   a.recompute = {};
   if (recompute) LayOutLayer(bump, B, T, C, Cl, NH, &a.recompute);
-  sizes.scratch_floats = bump.used() - saved;
+  sizes.scratch_bytes = bump.used() - saved;
   if (with_backward) {
-    a.d_resid = bump.F32({B, T, C});
-    a.d_ln = bump.F32({N, C});
-    a.datty = bump.F32({B, T, Cl});
-    a.dqkv = bump.F32({B, T, 3 * Cl});
-    a.dfch = bump.F32({N, 4 * Cl});
+    a.d_resid = bump.Act({B, T, C});
+    a.d_ln = bump.Act({N, C});
+    a.datty = bump.Act({B, T, Cl});
+    a.dqkv = bump.Act({B, T, 3 * Cl});
+    a.dfch = bump.Act({N, 4 * Cl});
   }
-  sizes.backward_floats = bump.used() - saved - sizes.scratch_floats;
+  sizes.backward_bytes = bump.used() - saved - sizes.scratch_bytes;
   return sizes;
 }
 

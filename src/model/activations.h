@@ -9,11 +9,14 @@
 // per *slot*; the forward's and the backward's scratch exist once.
 //
 // Per transformer layer and microbatch of N = B T tokens the forward saves
-//   N (4C + 12C' + NH' + 4) floats
+//   N (4C + 12C') activations and N (NH' + 4) fp32 statistics
 // (x, ln1, resid_mid, ln2: C each; qkv 3C', atty C', fch and fch_gelu 4C'
-// each; attention lse NH'; two LayerNorm means and rstds). With activation
-// recomputation it saves only the layer input x (N C) and recomputes the rest
-// in the backward, one layer at a time, in one shared layer of scratch.
+// each; attention lse NH'; two LayerNorm means and rstds). Activations take
+// the storage dtype (4 bytes in fp32, 2 in bf16: backend.h "Precision");
+// statistics are always fp32. Each tensor starts on a 16-byte boundary.
+// With activation recomputation it saves only the layer input x (N C) and
+// recomputes the rest in the backward, one layer at a time, in one shared
+// layer of scratch.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +66,7 @@ struct GptActivations {
   Tensor positions;
   // Forward scratch, shared by the slots.
   Tensor branch;        // [N,C] attention / MLP branch output
-  Tensor attn_scratch;  // naive attention's [B,NH,T,T] (empty for flash)
+  Tensor attn_scratch;  // naive attention's [B,NH,T,T] f32 (empty for flash)
   Tensor stage_out;     // [B,T,C] residual stream for the next stage (not on the last)
   // With recomputation: the one layer whose activations exist at a time
   // (its x is borrowed from the slot's layer being run); empty otherwise.
@@ -76,22 +79,23 @@ struct GptActivations {
   Tensor dfch;     // [N,4C']
 };
 
-struct ActivationSizes {
-  int64_t slot_floats = 0;      // saved by the forward, per slot
-  int slots = 1;                // microbatches kept at once
-  int64_t scratch_floats = 0;   // forward scratch
-  int64_t backward_floats = 0;  // backward scratch
-  int64_t total_floats() const { return slots * slot_floats + scratch_floats + backward_floats; }
+struct ActivationSizes {       // bytes
+  int64_t slot_bytes = 0;      // saved by the forward, per slot
+  int slots = 1;               // microbatches kept at once
+  int64_t scratch_bytes = 0;   // forward scratch
+  int64_t backward_bytes = 0;  // backward scratch
+  int64_t total_bytes() const { return slots * slot_bytes + scratch_bytes + backward_bytes; }
 };
 
 // Lays out the activations of one rank of `layout` (its pipeline stage's
 // layers, its tensor-parallel share of heads, MLP width and vocabulary) for
-// `slots` microbatches of B sequences of T tokens in `arena` (a flat f32
-// device buffer at least total_floats() long, whose device the views carry;
-// empty to only measure), saving only each layer's input if `recompute`.
-// Returns the sizes; fills *acts if non-null.
+// `slots` microbatches of B sequences of T tokens in `arena` (a flat device
+// buffer of at least total_bytes() bytes, 16-byte aligned, whose device the
+// views carry; empty to only measure), activations stored as `storage` (f32
+// or bf16), saving only each layer's input if `recompute`. Returns the
+// sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, bool recompute,
-                                  const Tensor& arena, GptActivations* acts);
+                                  DType storage, const Tensor& arena, GptActivations* acts);
 
 }  // namespace ladder

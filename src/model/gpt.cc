@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "src/core/bf16.h"
 #include "src/core/status.h"
 #include "src/parallel/tensor_parallel/layers.h"
 
@@ -43,6 +44,14 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     layout.pp_size = par.pp->size();
     layout.pp_rank = par.pp->rank();
   }
+  if (par.storage != DType::kF32 && par.storage != DType::kBF16) {
+    return absl::InvalidArgumentError("activations are stored as fp32 or bf16");
+  }
+  if (par.storage == DType::kBF16 && backend->device() == Device::kCpu) {
+    return absl::InvalidArgumentError(
+        "bf16 precision needs a device backend (cuda or cuda-sim); the CPU backend computes in "
+        "fp32");
+  }
   ASSIGN_OR_RETURN(ParameterTable table, ParameterTable::Create(GptParameterSpecs(cfg), layout));
   std::unique_ptr<Gpt> m(new Gpt(cfg, backend, max_batch, training, std::move(table), par));
   const int64_t multiple = std::max<int64_t>(1, par.buffer_multiple);
@@ -53,11 +62,15 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
   m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots,
-                                      par.recompute, Tensor(), nullptr);
-  ASSIGN_OR_RETURN(
-      m->arena_,
-      backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_floats()) * sizeof(float)));
-  m->w_ = BindGptTensors(m->table_, m->weight_buffer(), cfg);
+                                      par.recompute, par.storage, Tensor(), nullptr);
+  ASSIGN_OR_RETURN(m->arena_,
+                   backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_bytes())));
+  if (par.storage == DType::kBF16) {
+    ASSIGN_OR_RETURN(m->weights16_, backend->Allocate(static_cast<size_t>(m->buffer_floats_) * 2));
+    m->w_ = BindGptTensors(m->table_, m->weight_copy(), cfg);
+  } else {
+    m->w_ = BindGptTensors(m->table_, m->weight_buffer(), cfg);
+  }
   if (training) m->g_ = BindGptTensors(m->table_, m->grad_buffer(), cfg);
   return m;
 }
@@ -70,7 +83,20 @@ absl::Status Gpt::InitWeights(uint64_t seed) {
 
 absl::Status Gpt::SetWeights(const float* host) {
   RETURN_IF_ERROR(CheckNotQuantized("SetWeights"));
-  return backend_->CopyFromHost(weights(), host);
+  RETURN_IF_ERROR(backend_->CopyFromHost(weights(), host));
+  return RoundWeightCopy(nullptr);
+}
+
+absl::Status Gpt::RoundWeightCopy(const StochasticRounding* sr) {
+  if (weights16_ == nullptr) return absl::OkStatus();
+  const Tensor master = weights(), copy = weight_copy();
+  for (int i = 0; i < table_.size(); ++i) {
+    StochasticRounding r;
+    if (sr != nullptr) r = {sr->seed, sr->step, table_.RoundingOffset(i, 0)};
+    RETURN_IF_ERROR(backend_->RoundToBf16(table_.View(copy, i), table_.View(master, i),
+                                          sr != nullptr ? &r : nullptr));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Gpt::GetWeights(float* host) const {
@@ -152,9 +178,9 @@ absl::Status Gpt::SetBatchShape(int B, int T) {
   }
   if (B != bound_B_ || T != bound_T_) {
     const Tensor arena =
-        Tensor::F32(static_cast<float*>(arena_.get()), {arena_sizes_.total_floats()}, device());
-    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute, arena,
-                      &acts_);
+        Tensor(arena_.get(), DType::kI8, {arena_sizes_.total_bytes()}, device());  // raw bytes
+    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute,
+                      par_.storage, arena, &acts_);
     bound_B_ = 0;  // until the positions are in place
     if (!acts_.positions.empty()) {
       std::vector<int32_t> positions(static_cast<size_t>(B) * T);
@@ -345,7 +371,11 @@ absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
   out->resize(cfg_.vocab_size);
   const Tensor row =
       acts_.slots[0].logits.Slice((int64_t{b} * bound_T_ + t) * Vp, {cfg_.vocab_size});
-  return backend_->CopyToHost(out->data(), row);
+  if (row.dtype == DType::kF32) return backend_->CopyToHost(out->data(), row);
+  std::vector<bf16> bits(out->size());
+  RETURN_IF_ERROR(backend_->CopyToHost(bits.data(), row));
+  for (size_t i = 0; i < bits.size(); ++i) (*out)[i] = Bf16ToFloat(bits[i]);
+  return absl::OkStatus();
 }
 
 absl::Status Gpt::Losses(std::vector<float>* out, int slot) const {

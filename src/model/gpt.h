@@ -38,6 +38,12 @@ struct GptParallel {
   // Pads the flat weight and gradient buffers with zeros to a multiple of
   // this many floats (ZeRO-1 cuts them into equal shards).
   int64_t buffer_multiple = 1;
+  // How activations and the weights the ops read are stored (backend.h
+  // "Precision"): kF32, or kBF16 for mixed precision, which needs a device
+  // backend (cuda, cuda-sim). In bf16 the model keeps fp32 master weights
+  // (weights()) and fp32 gradients, and the ops read a bf16 copy of the
+  // weights (weight_copy()) that the optimizer rewrites at every step.
+  DType storage = DType::kF32;
 };
 
 // A weight matrix [OC, C] in int8: q [OC, C] i8, scales [OC, C / group] f32
@@ -75,10 +81,30 @@ class Gpt {
     return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}, device());
   }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
+  DType storage() const { return par_.storage; }
+  // Device memory the weights take: the fp32 buffer, plus a bf16 model's
+  // copy (padding included).
+  int64_t weight_memory_bytes() const { return buffer_floats_ * (weights16_ ? 6 : 4); }
+  // bf16 models: the copy of the weights the ops read, laid out like
+  // weight_buffer() (buffer_floats() bf16 elements, padding included); empty
+  // for fp32 models.
+  Tensor weight_copy() const {
+    return weights16_ == nullptr
+               ? Tensor()
+               : Tensor::BF16(static_cast<uint16_t*>(weights16_.get()), {buffer_floats_}, device());
+  }
+  // bf16 models: rebuilds weight_copy() from the fp32 master weights, each
+  // element rounded to nearest even (sr null) or stochastically with the
+  // random words of optimizer step sr->step (the copy that step's update
+  // wrote; sr->offset is ignored: each tensor's words are its own,
+  // ParameterTable::RoundingOffset). SetWeights does it to nearest. No-op
+  // for fp32 models.
+  absl::Status RoundWeightCopy(const StochasticRounding* sr);
 
   // GPT-2 initialization from a seed (see ParameterTable::Initialize).
   absl::Status InitWeights(uint64_t seed);
-  // Copies all weights from / to host memory of table().total_floats() floats.
+  // Copies all weights from / to host memory of table().total_floats() floats
+  // (the fp32 master weights; SetWeights then rebuilds a bf16 model's copy).
   absl::Status SetWeights(const float* host);
   absl::Status GetWeights(float* host) const;
   // All weights of the whole model in the unsharded layout
@@ -177,6 +203,7 @@ class Gpt {
   ParameterTable table_;
   int64_t buffer_floats_ = 0;
   DeviceBuffer weights_, grads_, arena_;
+  DeviceBuffer weights16_;  // bf16 models: the copy the ops read
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;
   // Packed weights (QuantizeWeights) live in packed_buffer_: bf16 matrices

@@ -20,6 +20,10 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   if (layout.tp_size != 1 || layout.pp_size != 1) {
     return absl::FailedPreconditionError("ForwardCached needs the whole model on one rank");
   }
+  if (par_.storage != DType::kF32) {
+    return absl::FailedPreconditionError(
+        "ForwardCached needs fp32 activations (the serving ops compute in fp32)");
+  }
   const int64_t N = static_cast<int64_t>(batch.tokens.size());
   const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab(), V = cfg_.vocab_size;
   const int64_t mb = batch.max_blocks;

@@ -42,10 +42,10 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
   if (format == WeightFormat::kF32) return absl::OkStatus();
   RETURN_IF_ERROR(CheckNotQuantized("QuantizeWeights"));
   const ShardLayout& layout = table_.layout();
-  if (training_ || layout.tp_size != 1 || layout.pp_size != 1) {
+  if (training_ || layout.tp_size != 1 || layout.pp_size != 1 || par_.storage != DType::kF32) {
     return absl::FailedPreconditionError(
         absl::StrCat(WeightFormatName(format),
-                     " weights need an inference model holding the whole model on one rank"));
+                     " weights need an fp32 inference model holding the whole model on one rank"));
   }
   const bool int8 = IsInt8(format);
   if (int8 && cfg_.n_embd % 32 != 0) {

@@ -83,6 +83,14 @@ class ParameterTable {
   const ParamSpec& spec(int i) const { return specs_[local_[i].logical]; }
   // Index of local tensor i among all logical tensors (its Philox stream).
   int logical_index(int i) const { return local_[i].logical; }
+  // The StochasticRounding offset (backend.h) of element `index` of local
+  // tensor i: (logical tensor << 40) + (tensor-parallel rank << 32) + index.
+  // Keyed by the logical tensor rather than the buffer position, so the tied
+  // embedding's two copies (first and last pipeline stage) and every
+  // data-parallel replica round alike, whatever the layout of the buffer.
+  int64_t RoundingOffset(int i, int64_t index) const {
+    return (int64_t{logical_index(i)} << 40) + (int64_t{layout_.tp_rank} << 32) + index;
+  }
   const std::vector<int64_t>& local_shape(int i) const { return local_[i].shape; }
   int64_t numel(int i) const;
   int64_t offset(int i) const { return local_[i].offset; }

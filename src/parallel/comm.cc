@@ -29,8 +29,10 @@ absl::Status Communicator::CheckBuffer(const char* op, const char* what, const T
 }
 
 absl::Status Communicator::CheckReducible(const char* op, const Tensor& t) const {
-  if (t.dtype == DType::kF32 || t.dtype == DType::kI32) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(op, ": only f32 and i32 can be reduced"));
+  if (t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kI32) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(op, ": only f32, bf16 and i32 can be reduced"));
 }
 
 absl::Status Communicator::CheckBlocks(const char* op, const Tensor& whole,

@@ -17,7 +17,10 @@
 //    result is bitwise identical on every member and from run to run (each
 //    implementation says how it guarantees this). ReduceOp::kSum of f32 in a
 //    group of two or more is still not the order a single process would add
-//    in: layouts agree to rounding, not bit for bit.
+//    in: layouts agree to rounding, not bit for bit. bf16 reduces in fp32
+//    per combining step and rounds each step's result to bf16 (to nearest
+//    even), as NCCL does: a bf16 activation's sum over a tensor-parallel
+//    group carries about one bf16 rounding per rank.
 //  - Buffers must be contiguous, non-empty views on the implementation's
 //    device; a wrong shape, dtype, device, peer or root is InvalidArgument and
 //    nothing is sent.
@@ -112,7 +115,7 @@ class Communicator {
 
   // Shared argument checks; `op` names the call in the message.
   absl::Status CheckBuffer(const char* op, const char* what, const Tensor& t, Device device) const;
-  // f32 or i32 (the reducible dtypes).
+  // f32, bf16 or i32 (the reducible dtypes).
   absl::Status CheckReducible(const char* op, const Tensor& t) const;
   // whole.numel() == size() * block.numel(), same dtype.
   absl::Status CheckBlocks(const char* op, const Tensor& whole, const Tensor& block) const;

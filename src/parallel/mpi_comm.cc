@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "src/core/bf16.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
 #include "src/parallel/self_comm.h"
@@ -51,13 +52,39 @@ MPI_Datatype MpiType(DType t) {
     case DType::kF32:
       return MPI_FLOAT;
     case DType::kBF16:
-      return MPI_UINT16_T;  // moved, never reduced
+      return MPI_UINT16_T;  // reduced by the operations of Bf16Op
     case DType::kI32:
       return MPI_INT32_T;
     case DType::kI8:
       return MPI_INT8_T;
   }
   return MPI_DATATYPE_NULL;
+}
+
+// MPI has no bf16 type: bf16 travels as 16-bit integers, and sums and
+// maxima go through user operations that widen each pair, combine in fp32
+// and round back to nearest even (src/core/bf16.h), as NCCL's bf16 does.
+template <bool kMax>
+void CombineBf16(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = Bf16ToFloat(a[i]), y = Bf16ToFloat(b[i]);
+    b[i] = FloatToBf16(kMax ? std::max(x, y) : x + y);
+  }
+}
+
+// The MPI operation for `op` on `dtype`: built-in, or (bf16) a user
+// operation created on first use, after MPI_Init, and kept for the run.
+MPI_Op MpiOp(ReduceOp op, DType dtype) {
+  if (dtype != DType::kBF16) return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  static const std::pair<MPI_Op, MPI_Op> ops = [] {
+    std::pair<MPI_Op, MPI_Op> p;
+    MPI_Op_create(&CombineBf16<false>, /*commute=*/1, &p.first);
+    MPI_Op_create(&CombineBf16<true>, /*commute=*/1, &p.second);
+    return p;
+  }();
+  return op == ReduceOp::kSum ? ops.first : ops.second;
 }
 
 bool Overlap(const Tensor& a, const Tensor& b) {
@@ -94,9 +121,8 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(CheckCount("AllReduce", buf));
     Timer timer;
     MPI_Request req;
-    int rc =
-        MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype),
-                       op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, &req);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()),
+                            MpiType(buf.dtype), MpiOp(op, buf.dtype), comm_, &req);
     return Finish(rc, &req, "all-reduce", others_, timer, buf.bytes());
   }
 
@@ -111,8 +137,9 @@ class MpiCommunicator final : public Communicator {
     }
     Timer timer;
     MPI_Request req;
-    int rc = MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()),
-                                       MpiType(in.dtype), MPI_SUM, comm_, &req);
+    int rc =
+        MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()),
+                                  MpiType(in.dtype), MpiOp(ReduceOp::kSum, in.dtype), comm_, &req);
     return Finish(rc, &req, "reduce-scatter", others_, timer, in.bytes());
   }
 

@@ -23,8 +23,8 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
   plan.parameters = rc.model.NumParameters();
   plan.bubble = pp::TextbookBubble(P, M);
 
-  const int64_t w = l.mixed_precision ? 2 : 4;     // weight / gradient / activation bytes
-  const int64_t opt = l.mixed_precision ? 12 : 8;  // per updated parameter
+  const bool bf16 = l.storage == DType::kBF16;
+  const int64_t e = bf16 ? 2 : 4;  // activation bytes (gradients and statistics stay fp32)
   const bool zero = l.zero1 && D > 1;
   const int64_t C = rc.model.n_embd, T = rc.model.context;
   const int64_t N = int64_t{plan.micro_rows} * T;
@@ -43,27 +43,31 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     const int64_t multiple = zero ? 16 * D : 1;
     const int64_t buffer = (table.total_floats() + multiple - 1) / multiple * multiple;
     const int64_t updated = zero ? buffer / D : table.total_floats();
-    sp.weight_bytes = buffer * w;
-    sp.grad_bytes = buffer * w + (zero ? updated * 4 : 0);
-    sp.optimizer_bytes = updated * opt;
+    sp.weight_bytes = buffer * (bf16 ? 6 : 4);
+    sp.grad_bytes = buffer * 4 + (zero ? updated * 4 : 0);
+    sp.optimizer_bytes = updated * 8;
     sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
-    const ActivationSizes acts = LayoutActivations(rc.model, shard, plan.micro_rows, T, true,
-                                                   sp.slots, l.recompute, Tensor(), nullptr);
-    sp.activation_bytes = acts.total_floats() * w;
+    const ActivationSizes acts =
+        LayoutActivations(rc.model, shard, plan.micro_rows, T, true, sp.slots, l.recompute,
+                          l.storage, Tensor(), nullptr);
+    sp.activation_bytes = acts.total_bytes();
 
     const bool first = s == 0, last = s == P - 1;
     const int64_t Ls = sp.layers.last - sp.layers.first;
     if (Tp > 1) {
       int64_t per_micro = (first ? N * C : 0) + 4 * Ls * N * C + (l.recompute ? Ls * N * C : 0) +
                           (last ? N * C : 0);
-      sp.tensor_bytes = M * (per_micro * w + (last ? 3 * N * 4 : 0)) + 4;
+      sp.tensor_bytes = M * (per_micro * e + (last ? 3 * N * 4 : 0)) + 4;
     }
-    if (D > 1) sp.data_bytes = 4 + (zero ? 2 * buffer * w + 8 : table.total_floats() * w);
+    if (D > 1) {
+      sp.data_bytes =
+          4 + (zero ? 2 * buffer * 4 + (bf16 ? buffer * 2 : 0) + 8 : table.total_floats() * 4);
+    }
     if (P > 1) {
-      sp.pipeline_bytes = int64_t{M} * N * C * w * ((first ? 0 : 2) + (last ? 0 : 2)) + 12;
+      sp.pipeline_bytes = int64_t{M} * N * C * e * ((first ? 0 : 2) + (last ? 0 : 2)) + 12;
       if (first || last) {
         ASSIGN_OR_RETURN(int wte, table.Find("wte"));
-        sp.embedding_bytes = table.numel(wte) * w;
+        sp.embedding_bytes = table.numel(wte) * 4;
       }
     }
     // One replica's model states: every stage's TP ranks (a rank's average

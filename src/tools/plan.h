@@ -2,30 +2,38 @@
 // config alone, before anything runs. `ladder plan` prints it; a test holds
 // it to what a run measures.
 //
-// Memory per rank (bytes):
-//   weights      local parameters x w        (w = 4 in fp32, 2 in mixed precision)
-//   gradients    local parameters x w, plus the reduced 1/D shard under ZeRO-1 (4 each)
-//   optimizer    AdamW's m and v (8 per updated parameter), plus the fp32 master
-//                copy in mixed precision (12); ZeRO-1 updates 1/D of the parameters
-//   activations  the activation arena (src/model/activations.h: per layer and
-//                microbatch N (4C + 12C/t + NH/t + 4) values, or N C with
-//                recomputation, times the schedule's slots), at w bytes a value
-// Before activations that is 16 bytes per parameter either way (4+4+8 or
-// 2+2+12), the textbook figure for Adam; ZeRO-1 divides the optimizer's share
-// by D.
+// Memory per rank (bytes), with e the activation width (4 in fp32, 2 in
+// bf16; src/model/gpt.h GptParallel::storage):
+//   weights      local parameters x 4 (fp32), or x 6 in bf16: the fp32
+//                master weights and the bf16 copy the ops read
+//   gradients    local parameters x 4 (always fp32), plus the reduced 1/D
+//                shard under ZeRO-1 (4 each)
+//   optimizer    AdamW's m and v: 8 per updated parameter (ZeRO-1 updates 1/D)
+//   activations  the activation arena, measured by its own layout function
+//                (src/model/activations.h: per layer and microbatch
+//                N (4C + 12C/t) activations at e bytes and N (NH/t + 4) fp32
+//                statistics, or N C activations with recomputation, times the
+//                schedule's slots; each tensor 16-byte aligned)
+// Before activations that is 16 bytes per parameter in fp32 (4+4+8), the
+// textbook figure for Adam, and 18 in bf16 (6+4+8: fp32 gradients, as
+// Megatron's "main grads", cost 2 bytes more than bf16 ones would and keep
+// microbatch and data-parallel sums out of bf16); ZeRO-1 divides the
+// optimizer's share by D.
 //
 // Communication per rank and step, as the communicators count it (comm.h:
 // the full buffer of each call), with N = tokens per microbatch, M
-// microbatches, L_s the stage's layers, e the activation/gradient width:
+// microbatches, L_s the stage's layers:
 //   tensor     per microbatch: forward N C on the first stage (embedding),
 //              2 L_s N C, 3N on the last (cross-entropy statistics, fp32);
 //              backward 2 L_s N C (+ L_s N C recomputing), N C on the last
 //              (head); all x e; plus 4 (gradient norm)
-//   data       4 (loss) + all gradients x e, or ZeRO-1: 2 x buffer x e + 8
+//   data       4 (loss) + all gradients x 4, or ZeRO-1: reduce-scatter and
+//              all-gather of the fp32 buffer (2 x buffer x 4), the bf16
+//              copy's all-gather in bf16 (buffer x 2), + 8
 //   pipeline   per microbatch N C e for each hand-over: activation in and
 //              gradient out except on the first stage, activation out and
 //              gradient in except on the last; plus 12 (loss, norm)
-//   embedding  the tied embedding's local gradient x e, first and last stage
+//   embedding  the tied embedding's local gradient x 4, first and last stage
 // and the textbook bubble (P-1)/(M+P-1).
 #pragma once
 
@@ -45,7 +53,7 @@ struct PlanLayout {
   int microbatches = 0;  // 0: the config's accumulation steps
   pp::Schedule schedule = pp::Schedule::k1F1B;
   bool recompute = false;
-  bool mixed_precision = false;  // bf16 weights, gradients and activations
+  DType storage = DType::kF32;  // activations and the weights ops read (fp32 or bf16)
 };
 
 // One pipeline stage; all its D x T ranks cost the same.

@@ -70,8 +70,10 @@ absl::StatusOr<double> AdamW::GradNorm(Tensor grads, Communicator* range_group) 
   return std::sqrt(static_cast<double>(sums[0]) + sums[1]);
 }
 
-absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step) {
+absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step,
+                           Tensor copy, uint64_t round_seed) {
   AdamWParams p;
+  p.round_seed = round_seed;
   p.lr = static_cast<float>(lr);
   p.beta1 = static_cast<float>(cfg_.beta1);
   p.beta2 = static_cast<float>(cfg_.beta2);
@@ -86,9 +88,10 @@ absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, doubl
   std::vector<AdamWTensor> tensors;
   RETURN_IF_ERROR(ForEachSegment([&](int i, int64_t first, int64_t count) {
     auto at = [&](const Tensor& t) { return t.Slice(first, {count}); };
-    const float decay =
-        table_->spec(i).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    tensors.push_back({at(weights), at(grads), at(m), at(v), decay});
+    const float decay = table_->spec(i).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    const int64_t index = begin_ + first - table_->offset(i);  // of the segment's first element
+    tensors.push_back({at(weights), at(grads), at(m), at(v), decay,
+                       copy.empty() ? Tensor() : at(copy), table_->RoundingOffset(i, index)});
     return absl::OkStatus();
   }));
   return backend_->AdamWUpdate(tensors, p);

@@ -45,8 +45,12 @@ class AdamW {
   absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group);
   // One update at 1-based `step` with learning rate lr of `weights` (the
   // range, range-sized) from `grads`, scaling the gradient by
-  // min(1, grad_clip / grad_norm) first.
-  absl::Status Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step);
+  // min(1, grad_clip / grad_norm) first. `copy`, if not empty, is the range
+  // of a bf16 model's weight copy: it receives the updated weights rounded
+  // stochastically with the words of (round_seed, step) at each element's
+  // ParameterTable::RoundingOffset, in the same pass.
+  absl::Status Update(Tensor weights, Tensor grads, double grad_norm, double lr, int step,
+                      Tensor copy = Tensor(), uint64_t round_seed = 0);
 
   int64_t state_bytes() const;
   // The moments of the range (range-sized device tensors), for checkpoints.

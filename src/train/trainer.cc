@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   par.pp = groups.pp;
   par.slots = t->slots_;
   par.recompute = groups.recompute;
+  par.storage = groups.storage;
   // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
   par.buffer_multiple = zero ? 16 * D : 1;
   ASSIGN_OR_RETURN(t->model_,
@@ -186,13 +187,28 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   const StepGuard::Verdict verdict = guard_.Check(r.loss, r.grad_norm);
   guard_.Record(verdict, r.loss);
   r.skipped = verdict != StepGuard::Verdict::kApply;
+  // A bf16 model's weight copy (the weights its ops read) is rewritten by the
+  // update, rounded stochastically with this step's random words: after step
+  // s it is always the master weights rounded with the words of step s, so
+  // a run resumed at s rebuilds it bit for bit (Restore).
+  const Tensor copy = model_->weight_copy();
+  Tensor copy_range;  // the copy's part that matches `weights`
+  if (!copy.empty()) {
+    copy_range = range_group != nullptr ? copy.Slice(dp_rank() * shard_floats_, {shard_floats_})
+                                        : copy.Slice(0, {model_->table().total_floats()});
+  }
   if (!r.skipped) {
-    RETURN_IF_ERROR(
-        optimizer_->Update(weights, grads, r.grad_norm, r.lr, static_cast<int>(step_ + 1)));
+    RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr,
+                                       static_cast<int>(step_ + 1), copy_range, cfg_.seed));
+  } else if (!copy.empty()) {
+    const StochasticRounding sr{cfg_.seed, static_cast<uint64_t>(step_ + 1), 0};
+    RETURN_IF_ERROR(model_->RoundWeightCopy(&sr));
   }
   if (range_group != nullptr && !r.skipped) {
-    // Every rank gets every updated shard back (in place: its own block).
+    // Every rank gets every updated shard back (in place: its own block),
+    // and a bf16 model's copy too (2 bytes a weight, rounded by its owner).
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
+    if (!copy.empty()) RETURN_IF_ERROR(groups_.dp->AllGather(copy_range, copy));
   }
   r.t_optimizer = t.Seconds();
   r.t_step = step_timer.Seconds();
@@ -259,6 +275,12 @@ absl::Status Trainer::Restore(const Position& p) {
   RETURN_IF_ERROR(train_loader_->Restore(p.loader));
   step_ = p.step;
   guard_.Restore(p.guard);
+  if (p.step > 0) {
+    // The weight copy a bf16 model had after step p.step (Step): the masters
+    // rounded with that step's words. (SetWeights rounded to nearest.)
+    const StochasticRounding sr{cfg_.seed, static_cast<uint64_t>(p.step), 0};
+    RETURN_IF_ERROR(model_->RoundWeightCopy(&sr));
+  }
   return absl::OkStatus();
 }
 

@@ -54,6 +54,9 @@ struct TrainerOptions {
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
   // Activation recomputation (GptParallel::recompute).
   bool recompute = false;
+  // Storage of activations and of the weights the ops read
+  // (GptParallel::storage): kF32, or kBF16 for mixed precision.
+  DType storage = DType::kF32;
   GuardConfig guard;
   // Fault injection: the gradient of this step (1-based) turns NaN, once.
   int64_t inject_nan_step = -1;

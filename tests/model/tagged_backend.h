@@ -148,14 +148,18 @@ class TaggedBackend final : public Backend {
     const char* op = Count("SumOfSquares");
     return cpu_.SumOfSquares(In(op, x), In(op, out));
   }
-  absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors,
-                           const AdamWParams& p) override {
+  absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors, const AdamWParams& p) override {
     const char* op = Count("AdamWUpdate");
     std::vector<AdamWTensor> on_cpu;
     for (const AdamWTensor& t : tensors) {
-      on_cpu.push_back({In(op, t.param), In(op, t.grad), In(op, t.m), In(op, t.v), t.weight_decay});
+      on_cpu.push_back({In(op, t.param), In(op, t.grad), In(op, t.m), In(op, t.v), t.weight_decay,
+                        t.param16.empty() ? Tensor() : In(op, t.param16), t.round_offset});
     }
     return cpu_.AdamWUpdate(on_cpu, p);
+  }
+  absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) override {
+    const char* op = Count("RoundToBf16");
+    return cpu_.RoundToBf16(In(op, dst), In(op, src), sr);
   }
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override {
     Count("Allocate");

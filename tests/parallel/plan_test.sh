@@ -30,9 +30,9 @@ for layout in "1" "2 --dp 2 --zero 1" "4 --dp 2 --tp 2 --bucket-mb 0.01" "4 --tp
   python3 "$src/tests/parallel/compare_plan.py" "$out.plan.json" "$out/ranks.json" 0.10 ||
     failures=$((failures + 1))
 done
-seven=$("$ladder" plan --config "$src/configs/gpt-7b.conf" --precision mixed)
-grep -q "weights 2 + gradients 2 + AdamW 12 (fp32 master, m, v) bytes per parameter = 16.00 bytes" <<<"$seven" ||
-  { echo "FAIL: 7B in mixed precision is not 16 bytes per parameter"; echo "$seven"; failures=$((failures + 1)); }
+seven=$("$ladder" plan --config "$src/configs/gpt-7b.conf" --precision bf16)
+grep -q "weights 6 (fp32 master, bf16 copy) + gradients 4 + AdamW 8 (m, v) bytes per parameter = 18.00 bytes" <<<"$seven" ||
+  { echo "FAIL: 7B in bf16 is not 18 bytes per parameter"; echo "$seven"; failures=$((failures + 1)); }
 # The Young/Daly interval: sqrt(2 x 5.25 s x 24 h) = 952 s.
 "$ladder" plan --config "$src/configs/gpt2-124m.conf" --mtbf-hours 24 --checkpoint-seconds 5.25 |
   grep -q "checkpoint interval (Young/Daly) sqrt(2 C MTBF) = 952 s" ||

@@ -87,8 +87,8 @@ TEST(TrainerTest, RecomputationIsBitwiseIdenticalAndSmaller) {
   auto full = *Trainer::Create(rc, &be, &data, &data, 0);
   groups.recompute = true;
   auto lean = *Trainer::Create(rc, &be, &data, &data, 0, groups);
-  EXPECT_LT(lean->model().activation_sizes().total_floats(),
-            full->model().activation_sizes().total_floats());
+  EXPECT_LT(lean->model().activation_sizes().total_bytes(),
+            full->model().activation_sizes().total_bytes());
 }
 
 TEST(TrainerTest, LearnsARepeatingPattern) {

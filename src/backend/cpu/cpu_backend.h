@@ -70,6 +70,7 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   int64_t bytes_allocated() const override { return allocated_->load(); }
+  absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) override;
   absl::Status Fill(Tensor x, float value) override;
   absl::Status CopyToHost(void* dst, Tensor src) override {
     std::memcpy(dst, src.data, src.bytes());

@@ -1,4 +1,5 @@
-// Optimizer-side ops: the gradient-norm reduction, AdamW and Fill.
+// Optimizer-side ops: the gradient-norm reduction, AdamW (with the bf16 copy
+// of the weights it may write), RoundToBf16 and Fill.
 //
 // SumOfSquares feeds gradient clipping, and the clip scale multiplies every
 // gradient, so its bits must not depend on how threads were scheduled. The
@@ -18,6 +19,8 @@
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
+#include "src/core/bf16.h"
+#include "src/core/philox.h"
 
 namespace ladder {
 namespace {
@@ -75,14 +78,8 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", p.step, " must be >= 1"));
   }
   for (size_t k = 0; k < tensors.size(); ++k) {
-    const AdamWTensor& t = tensors[k];
-    int64_t rows = 0, cols = 0;
-    RETURN_IF_ERROR(
-        cpu::RowView(kOp, absl::StrCat("param[", k, "]"), t.param, DType::kF32, &rows, &cols));
-    RETURN_IF_ERROR(
-        cpu::CheckRows(kOp, absl::StrCat("grad[", k, "]"), t.grad, DType::kF32, rows, cols));
-    RETURN_IF_ERROR(cpu::CheckRows(kOp, absl::StrCat("m[", k, "]"), t.m, DType::kF32, rows, cols));
-    RETURN_IF_ERROR(cpu::CheckRows(kOp, absl::StrCat("v[", k, "]"), t.v, DType::kF32, rows, cols));
+    int64_t n = 0;
+    RETURN_IF_ERROR(CheckAdamWTensor(Device::kCpu, kOp, k, tensors[k], &n));
   }
   // Bias corrections, computed once in double (beta2^step is close to 1 for
   // small steps, so 1 - beta2^step would lose digits in float).
@@ -96,6 +93,8 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
     const float* g = t.grad.f32();
     float* m1 = t.m.f32();
     float* m2 = t.v.f32();
+    bf16* w16 = t.param16.empty() ? nullptr : t.param16.bf16();
+    const int64_t round_base = t.round_offset;
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       const float gi = g[i] * gs;
@@ -105,12 +104,35 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
       m2[i] = vi;
       const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
       w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+      if (w16 != nullptr) {
+        w16[i] = FloatToBf16Stochastic(
+            w[i], RoundingWord(p.round_seed, static_cast<uint64_t>(p.step), round_base + i));
+      }
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) {
+  RETURN_IF_ERROR(CheckRoundToBf16(Device::kCpu, "RoundToBf16", dst, src));
+  const int64_t n = src.numel();
+  const float* s = src.f32();
+  bf16* d = dst.bf16();
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    d[i] = sr == nullptr
+               ? FloatToBf16(s[i])
+               : FloatToBf16Stochastic(s[i], RoundingWord(sr->seed, sr->step, sr->offset + i));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Fill(Tensor x, float value) {
+  if (!x.empty() && x.dtype == DType::kBF16) {
+    RETURN_IF_ERROR(cpu::CheckNumel("Fill", "x", x, DType::kBF16, x.numel()));
+    std::fill_n(x.bf16(), x.numel(), FloatToBf16(value));
+    return absl::OkStatus();
+  }
   int64_t rows = 0, cols = 0;
   RETURN_IF_ERROR(cpu::RowView("Fill", "x", x, DType::kF32, &rows, &cols));
   const int64_t n = rows * cols;

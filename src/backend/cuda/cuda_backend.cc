@@ -233,12 +233,16 @@ absl::StatusOr<DeviceBuffer> CudaBackend::Allocate(size_t bytes) {
   });
 }
 
+absl::Status CudaBackend::RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) {
+  return cuda::RoundToBf16(dst, src, sr, stream_);
+}
+
 absl::Status CudaBackend::Fill(Tensor x, float value) {
   RETURN_IF_ERROR(CheckOnGpu("Fill", "x", x));
-  if (x.dtype != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat("Fill: x is ", x.ShapeString(), ", not f32"));
-  }
-  return CudaStatus(kernels::LaunchFill(x.f32(), x.numel(), value, stream_), "Fill");
+  return WithStorage("Fill", "x", x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(kernels::LaunchFill(Data<T>(x), x.numel(), value, stream_), "Fill");
+  });
 }
 
 absl::Status CudaBackend::CopyToHost(void* dst, Tensor src) {

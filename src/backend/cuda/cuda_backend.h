@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) override;
   int64_t bytes_allocated() const override { return *bytes_allocated_; }
+  absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr) override;
   absl::Status Fill(Tensor x, float value) override;
   absl::Status CopyToHost(void* dst, Tensor src) override;
   absl::Status CopyFromHost(Tensor dst, const void* src) override;

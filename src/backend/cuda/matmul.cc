@@ -2,6 +2,8 @@
 
 #include <cublasLt.h>
 
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 #include "src/backend/cuda/bias_grad.h"
 #include "src/backend/cuda/cuda_check.h"
@@ -14,8 +16,8 @@ constexpr char kBwd[] = "MatmulBackward";
 
 absl::Status LtStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuBLASLt ", what, " failed with status ",
-                                          static_cast<int>(s)));
+  return absl::InternalError(
+      absl::StrCat("cuBLASLt ", what, " failed with status ", static_cast<int>(s)));
 }
 
 // A cuBLASLt descriptor destroyed with its scope.
@@ -34,8 +36,8 @@ struct Matmuls::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   // The heuristic's first choice per problem (trans_a, trans_b, m, n, k, lda,
-  // ldb, bias): asked once, reused every step.
-  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+  // ldb, bias, A/B type, D type): asked once, reused every step.
+  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int>,
            cublasLtMatmulAlgo_t>
       algos;
 };
@@ -57,24 +59,25 @@ absl::StatusOr<std::unique_ptr<Matmuls>> Matmuls::Create(cudaStream_t stream) {
   return m;
 }
 
-absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                           float* d, const float* bias) {
+absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                           int dt, void* d, const void* bias) {
+  const auto ab_type = static_cast<cudaDataType_t>(ab), d_type = static_cast<cudaDataType_t>(dt);
   Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
   RETURN_IF_ERROR(
       LtStatus(cublasLtMatmulDescCreate(&desc.p, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                          &op_a, sizeof(op_a)),
-                           "transa"));
-  RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                          &op_b, sizeof(op_b)),
-                           "transb"));
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+      "transa"));
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+      "transb"));
   if (bias != nullptr) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(
-                                 desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+    RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                            &epilogue, sizeof(epilogue)),
                              "epilogue"));
     RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(
                                  desc.p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
@@ -82,15 +85,15 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   }
   // Layouts as stored: A is (trans_a ? k x m : m x k), B is (trans_b ? n x k : k x n).
   Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, ld;
-  RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&la.p, CUDA_R_32F, trans_a ? k : m,
-                                                      trans_a ? m : k, lda),
-                           "layout A"));
-  RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&lb.p, CUDA_R_32F, trans_b ? n : k,
-                                                      trans_b ? k : n, ldb),
-                           "layout B"));
-  RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&ld.p, CUDA_R_32F, m, n, m), "layout D"));
+  RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&la.p, ab_type, trans_a ? k : m, trans_a ? m : k, lda),
+               "layout A"));
+  RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&lb.p, ab_type, trans_b ? n : k, trans_b ? k : n, ldb),
+               "layout B"));
+  RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&ld.p, d_type, m, n, m), "layout D"));
 
-  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, bias != nullptr);
+  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, bias != nullptr, ab, dt);
   auto it = impl_->algos.find(key);
   if (it == impl_->algos.end()) {
     Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
@@ -101,61 +104,80 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                              "workspace preference"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    RETURN_IF_ERROR(LtStatus(cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc.p, la.p, lb.p,
-                                                            ld.p, ld.p, pref.p, 1, &result, &found),
+    RETURN_IF_ERROR(LtStatus(cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc.p, la.p, lb.p, ld.p,
+                                                            ld.p, pref.p, 1, &result, &found),
                              "heuristic"));
     if (found == 0) {
-      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for an fp32 matmul of ",
-                                              m, " x ", n, " x ", k));
+      return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ",
+                                              ab_type == CUDA_R_16BF ? "bf16" : "fp32",
+                                              " matmul of ", m, " x ", n, " x ", k));
     }
     it = impl_->algos.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f;
-  return LtStatus(cublasLtMatmul(impl_->handle, desc.p, &alpha, a, la.p, b, lb.p, &beta, d, ld.p,
-                                 d, ld.p, &it->second, impl_->workspace, kWorkspaceBytes,
-                                 impl_->stream),
-                  "matmul");
+  return LtStatus(
+      cublasLtMatmul(impl_->handle, desc.p, &alpha, a, la.p, b, lb.p, &beta, d, ld.p, d, ld.p,
+                     &it->second, impl_->workspace, kWorkspaceBytes, impl_->stream),
+      "matmul");
 }
+
+namespace {
+
+// The cuBLASLt type of a storage dtype (WithStorage's T).
+template <typename T>
+constexpr int LtType() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+}  // namespace
 
 absl::Status Matmuls::Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   int64_t N = 0, C = 0;
-  RETURN_IF_ERROR(RowView(kFwd, "inp", inp, DType::kF32, &N, &C));
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(kFwd, "inp", inp, dt, &N, &C));
   RETURN_IF_ERROR(CheckOnGpu(kFwd, "weight", weight));
   if (weight.rank != 2 || weight.dim(1) != C) {
-    return absl::InvalidArgumentError(absl::StrCat(kFwd, ": weight is ", weight.ShapeString(),
-                                                   ", expected [OC, ", C, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kFwd, ": weight is ", weight.ShapeString(), ", expected [OC, ", C, "]"));
   }
   const int64_t OC = weight.dim(0);
-  RETURN_IF_ERROR(CheckExact(kFwd, "weight", weight, DType::kF32, {OC, C}));
-  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, DType::kF32, N, OC));
-  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(kFwd, "bias", bias, DType::kF32, {OC}));
-  if (N == 0 || OC == 0) return absl::OkStatus();
-  // out^T (OC x N) = op_T(W stored C x OC) * inp^T (C x N).
-  return Gemm(true, false, OC, N, C, weight.f32(), C, inp.f32(), C, 0.0f, out.f32(),
-              bias.empty() ? nullptr : bias.f32());
+  RETURN_IF_ERROR(CheckExact(kFwd, "weight", weight, dt, {OC, C}));
+  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, dt, N, OC));
+  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(kFwd, "bias", bias, dt, {OC}));
+  return WithStorage(kFwd, "inp", dt, [&](auto tag) -> absl::Status {
+    using T = typename decltype(tag)::type;
+    if (N == 0 || OC == 0) return absl::OkStatus();
+    // out^T (OC x N) = op_T(W stored C x OC) * inp^T (C x N).
+    return Gemm(true, false, OC, N, C, LtType<T>(), weight.data, C, inp.data, C, 0.0f, LtType<T>(),
+                out.data, bias.empty() ? nullptr : bias.data);
+  });
 }
 
 absl::Status Matmuls::Backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight, Tensor scratch) {
   int64_t N = 0, C = 0, OC = 0;
-  RETURN_IF_ERROR(RowView(kBwd, "inp", inp, DType::kF32, &N, &C));
-  RETURN_IF_ERROR(RowView(kBwd, "dout", dout, DType::kF32, &N, &OC));
-  RETURN_IF_ERROR(CheckRows(kBwd, "inp", inp, DType::kF32, N, C));
-  RETURN_IF_ERROR(CheckExact(kBwd, "weight", weight, DType::kF32, {OC, C}));
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(kBwd, "inp", inp, dt, &N, &C));
+  RETURN_IF_ERROR(RowView(kBwd, "dout", dout, dt, &N, &OC));
+  RETURN_IF_ERROR(CheckRows(kBwd, "inp", inp, dt, N, C));
+  RETURN_IF_ERROR(CheckExact(kBwd, "weight", weight, dt, {OC, C}));
   RETURN_IF_ERROR(CheckExact(kBwd, "dweight", dweight, DType::kF32, {OC, C}));
-  if (!dinp.empty()) RETURN_IF_ERROR(CheckRows(kBwd, "dinp", dinp, DType::kF32, N, C));
+  if (!dinp.empty()) RETURN_IF_ERROR(CheckRows(kBwd, "dinp", dinp, dt, N, C));
   if (!dbias.empty()) RETURN_IF_ERROR(CheckExact(kBwd, "dbias", dbias, DType::kF32, {OC}));
-  if (N == 0) return absl::OkStatus();
-  if (!dinp.empty()) {
-    // dinp^T (C x N) = W stored (C x OC) * dout^T (OC x N).
-    RETURN_IF_ERROR(
-        Gemm(false, false, C, N, OC, weight.f32(), C, dout.f32(), OC, 0.0f, dinp.f32(), nullptr));
-  }
-  // dweight^T (C x OC) += inp^T (C x N) * op_T(dout^T stored OC x N).
-  RETURN_IF_ERROR(
-      Gemm(false, true, C, OC, N, inp.f32(), C, dout.f32(), OC, 1.0f, dweight.f32(), nullptr));
-  if (!dbias.empty()) RETURN_IF_ERROR(BiasGrad(dbias, dout, scratch, impl_->stream));
-  return absl::OkStatus();
+  return WithStorage(kBwd, "inp", dt, [&](auto tag) -> absl::Status {
+    using T = typename decltype(tag)::type;
+    if (N == 0) return absl::OkStatus();
+    if (!dinp.empty()) {
+      // dinp^T (C x N) = W stored (C x OC) * dout^T (OC x N).
+      RETURN_IF_ERROR(Gemm(false, false, C, N, OC, LtType<T>(), weight.data, C, dout.data, OC, 0.0f,
+                           LtType<T>(), dinp.data, nullptr));
+    }
+    // dweight^T (C x OC) += inp^T (C x N) * op_T(dout^T stored OC x N), in fp32.
+    RETURN_IF_ERROR(Gemm(false, true, C, OC, N, LtType<T>(), inp.data, C, dout.data, OC, 1.0f,
+                         CUDA_R_32F, dweight.data, nullptr));
+    if (!dbias.empty()) RETURN_IF_ERROR(BiasGrad(dbias, dout, scratch, impl_->stream));
+    return absl::OkStatus();
+  });
 }
 
 LADDER_CUDA_END

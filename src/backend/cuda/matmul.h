@@ -1,8 +1,15 @@
-// The CUDA backend's matmuls (Backend::MatmulForward/Backward semantics, fp32)
+// The CUDA backend's matmuls (Backend::MatmulForward/Backward semantics)
 // through cuBLASLt: the forward with the bias added by cuBLASLt's epilogue,
 // the backward's two products (dweight accumulated through beta = 1) and the
 // bias gradient as a kernel (kernels/bias_grad.cu). Under the simulator the
 // same code runs against its cuBLASLt stand-in (a host GEMM).
+//
+// Precision (backend.h): activations and weights are all f32 or all bf16.
+// bf16 products run on the tensor cores with fp32 accumulation
+// (CUBLAS_COMPUTE_32F) and round once when stored; the weight gradient is
+// always an fp32 output (C = D fp32 with bf16 A and B, a combination
+// cuBLASLt supports), so it accumulates over microbatches without bf16
+// rounding.
 //
 // Row-major to cuBLASLt's column-major: a row-major [R, K] matrix is a
 // column-major [K, R] one with leading dimension K, so out = inp @ W^T
@@ -48,10 +55,11 @@ class Matmuls {
  private:
   struct Impl;
   explicit Matmuls(std::unique_ptr<Impl> impl);
-  // D (m x n, column-major, ldd = m) = alpha op(A) op(B) + beta D (+ bias[m]).
-  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* d,
-                    const float* bias);
+  // D (m x n, column-major, ldd = m) = op(A) op(B) + beta D (+ bias[m]):
+  // A and B of type ab, D and bias of type dt (cudaDataType_t values).
+  absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
+                    const void* a, int64_t lda, const void* b, int64_t ldb, float beta, int dt,
+                    void* d, const void* bias);
   std::unique_ptr<Impl> impl_;
 };
 

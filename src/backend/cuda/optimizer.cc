@@ -12,6 +12,7 @@ namespace {
 
 constexpr char kSum[] = "SumOfSquares";
 constexpr char kAdamW[] = "AdamWUpdate";
+constexpr char kRound[] = "RoundToBf16";
 
 bool Aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
@@ -53,22 +54,24 @@ absl::Status AdamWUpdate(const std::vector<AdamWTensor>& slots, const AdamWParam
   std::vector<kernels::AdamWTensor> host(slots.size());
   for (int i = 0; i < count; ++i) {
     const AdamWTensor& s = slots[static_cast<size_t>(i)];
-    const std::string name = absl::StrCat("param[", i, "]");
-    int64_t rows = 0, cols = 0;
-    RETURN_IF_ERROR(RowView(kAdamW, name, s.param, DType::kF32, &rows, &cols));
-    RETURN_IF_ERROR(CheckRows(kAdamW, absl::StrCat("grad[", i, "]"), s.grad, DType::kF32, rows,
-                              cols));
-    RETURN_IF_ERROR(CheckRows(kAdamW, absl::StrCat("m[", i, "]"), s.m, DType::kF32, rows, cols));
-    RETURN_IF_ERROR(CheckRows(kAdamW, absl::StrCat("v[", i, "]"), s.v, DType::kF32, rows, cols));
-    host[static_cast<size_t>(i)] = {s.param.f32(), s.grad.f32(), s.m.f32(), s.v.f32(),
-                                    rows * cols,   s.weight_decay, 0};
+    int64_t n = 0;
+    RETURN_IF_ERROR(CheckAdamWTensor(Device::kCuda, kAdamW, static_cast<size_t>(i), s, &n));
+    host[static_cast<size_t>(i)] = {s.param.f32(),
+                                    s.grad.f32(),
+                                    s.m.f32(),
+                                    s.v.f32(),
+                                    n,
+                                    s.weight_decay,
+                                    0,
+                                    s.param16.empty() ? nullptr : Data<__nv_bfloat16>(s.param16),
+                                    s.round_offset};
   }
   const int64_t bytes = AdamWDescriptorBytes(count);
   if (descriptors.empty() || !DimsValid(descriptors) ||
       static_cast<int64_t>(descriptors.bytes()) < bytes || !Aligned8(descriptors.data)) {
-    return absl::InvalidArgumentError(absl::StrCat(kAdamW, ": descriptors has shape ",
-                                                   descriptors.ShapeString(), ", expected at least ",
-                                                   bytes, " bytes, 8-byte aligned"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kAdamW, ": descriptors has shape ", descriptors.ShapeString(),
+                     ", expected at least ", bytes, " bytes, 8-byte aligned"));
   }
   RETURN_IF_ERROR(CheckOnGpu(kAdamW, "descriptors", descriptors));
   const int64_t total_chunks = kernels::PlanAdamWChunks(host.data(), count);
@@ -82,15 +85,25 @@ absl::Status AdamWUpdate(const std::vector<AdamWTensor>& slots, const AdamWParam
   step.grad_scale = p.grad_scale;
   step.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, p.step)));
   step.inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta2}, p.step)));
+  step.round_seed = p.round_seed;
+  step.round_step = static_cast<uint64_t>(p.step);
 
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(descriptors.data, host.data(),
-                                             static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                                             stream),
-                             kAdamW));
-  return CudaStatus(
-      kernels::LaunchAdamW(static_cast<const kernels::AdamWTensor*>(descriptors.data), count,
-                           total_chunks, step, stream),
-      kAdamW);
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(descriptors.data, host.data(), static_cast<size_t>(bytes),
+                                 cudaMemcpyHostToDevice, stream),
+                 kAdamW));
+  return CudaStatus(kernels::LaunchAdamW(static_cast<const kernels::AdamWTensor*>(descriptors.data),
+                                         count, total_chunks, step, stream),
+                    kAdamW);
+}
+
+absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr,
+                         cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckRoundToBf16(Device::kCuda, kRound, dst, src));
+  const StochasticRounding r = sr != nullptr ? *sr : StochasticRounding{};
+  return CudaStatus(kernels::LaunchRoundToBf16(Data<__nv_bfloat16>(dst), src.f32(), src.numel(),
+                                               sr != nullptr, r.seed, r.step, r.offset, stream),
+                    kRound);
 }
 
 LADDER_CUDA_END

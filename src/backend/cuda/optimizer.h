@@ -42,4 +42,11 @@ int64_t AdamWDescriptorBytes(int count);
 absl::Status AdamWUpdate(const std::vector<AdamWTensor>& tensors, const AdamWParams& p,
                          Tensor descriptors, cudaStream_t stream = nullptr);
 
+// ---- bf16 copies --------------------------------------------------------------------------
+
+// Backend::RoundToBf16: dst (bf16) = src (f32) rounded to nearest even, or
+// stochastically with sr's Philox words (backend.h StochasticRounding).
+absl::Status RoundToBf16(Tensor dst, Tensor src, const StochasticRounding* sr,
+                         cudaStream_t stream = nullptr);
+
 LADDER_CUDA_END

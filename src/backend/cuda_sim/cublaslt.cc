@@ -1,5 +1,7 @@
 // The simulator's cuBLASLt (include/cublasLt.h): descriptors that remember
-// their attributes, and a host GEMM with cuBLASLt's column-major semantics.
+// their attributes, and a host GEMM with cuBLASLt's column-major semantics,
+// over fp32 or bf16 operands (products summed in double, the result rounded
+// once to D's type, as a GPU's fp32-accumulating epilogue rounds once).
 #include <cublasLt.h>
 
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "src/backend/cuda_sim/errors.h"
 #include "src/backend/cuda_sim/memory.h"
+#include "src/core/bf16.h"
 
 namespace ladder {
 namespace cuda_sim {
@@ -15,9 +18,10 @@ struct SimLtHandle {};
 struct SimLtMatmulDesc {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;
+  const void* bias = nullptr;  // of D's type (cuBLASLt's default bias type)
 };
 struct SimLtLayout {
+  cudaDataType type;  // CUDA_R_32F or CUDA_R_16BF
   uint64_t rows, cols;
   int64_t ld;
 };
@@ -34,15 +38,42 @@ cublasStatus_t SetFrom(T* field, const void* buf, size_t bytes) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+size_t ElementBytes(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
+
+// Element i of an array of `type`, widened to float (exact).
+float Load(const void* p, cudaDataType type, uint64_t i) {
+  return type == CUDA_R_16BF ? Bf16ToFloat(static_cast<const bf16*>(p)[i])
+                             : static_cast<const float*>(p)[i];
+}
+
+// Element i of an array of `type` = v, rounded to nearest even for bf16.
+void Store(void* p, cudaDataType type, uint64_t i, float v) {
+  if (type == CUDA_R_16BF) {
+    static_cast<bf16*>(p)[i] = FloatToBf16(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
 // Element (r, c) of a column-major matrix, or of its transpose.
-float At(const float* m, const SimLtLayout& l, cublasOperation_t op, uint64_t r, uint64_t c) {
-  return op == CUBLAS_OP_N ? m[r + c * static_cast<uint64_t>(l.ld)]
-                           : m[c + r * static_cast<uint64_t>(l.ld)];
+float At(const void* m, const SimLtLayout& l, cublasOperation_t op, uint64_t r, uint64_t c) {
+  return op == CUBLAS_OP_N ? Load(m, l.type, r + c * static_cast<uint64_t>(l.ld))
+                           : Load(m, l.type, c + r * static_cast<uint64_t>(l.ld));
 }
 
 // The bytes a column-major layout spans.
 size_t Span(const SimLtLayout& l) {
-  return l.cols == 0 ? 0 : ((l.cols - 1) * static_cast<uint64_t>(l.ld) + l.rows) * sizeof(float);
+  return l.cols == 0 ? 0
+                     : ((l.cols - 1) * static_cast<uint64_t>(l.ld) + l.rows) * ElementBytes(l.type);
+}
+
+// The type combinations of cuBLASLt's table for CUBLAS_COMPUTE_32F that
+// ladder uses: A and B of one type; C and D of one type; fp32 inputs give an
+// fp32 output, bf16 inputs a bf16 or an fp32 one (weight gradients).
+bool SupportedTypes(const SimLtLayout& a, const SimLtLayout& b, const SimLtLayout& c,
+                    const SimLtLayout& d) {
+  if (a.type != b.type || c.type != d.type) return false;
+  return a.type == CUDA_R_16BF || d.type == CUDA_R_32F;
 }
 
 bool ValidLayout(const SimLtLayout* l) {
@@ -74,8 +105,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
                                               size_t bytes) {
   switch (attr) {
-    case CUBLASLT_MATMUL_DESC_TRANSA: return SetFrom(&desc->trans_a, buf, bytes);
-    case CUBLASLT_MATMUL_DESC_TRANSB: return SetFrom(&desc->trans_b, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return SetFrom(&desc->trans_a, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return SetFrom(&desc->trans_b, buf, bytes);
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
       const cublasStatus_t s = SetFrom(&desc->epilogue, buf, bytes);
       if (s == CUBLAS_STATUS_SUCCESS && desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
@@ -84,15 +117,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       }
       return s;
     }
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return SetFrom(&desc->bias, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return SetFrom(&desc->bias, buf, bytes);
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-  *layout = new SimLtLayout{rows, cols, ld};
+  if (type != CUDA_R_32F && type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *layout = new SimLtLayout{type, rows, cols, ld};
   return ValidLayout(*layout) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
@@ -121,10 +155,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[],
                                               int* returned) {
-  if (handle == nullptr || desc == nullptr || pref == nullptr || requested < 1 ||
-      !ValidLayout(a) || !ValidLayout(b) || !ValidLayout(c) || !ValidLayout(d)) {
+  if (handle == nullptr || desc == nullptr || pref == nullptr || requested < 1 || !ValidLayout(a) ||
+      !ValidLayout(b) || !ValidLayout(c) || !ValidLayout(d)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if (!SupportedTypes(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = {};  // the one "algorithm": the host GEMM, no workspace
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
@@ -152,10 +187,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       cl->ld != dl->ld) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  const auto* a = static_cast<const float*>(a_p);
-  const auto* b = static_cast<const float*>(b_p);
-  const auto* c = static_cast<const float*>(c_p);
-  auto* d = static_cast<float*>(d_p);
+  if (!SupportedTypes(*al, *bl, *cl, *dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const void* a = a_p;
+  const void* b = b_p;
+  const void* c = c_p;
+  void* d = d_p;
   const float alpha = *static_cast<const float*>(alpha_p);
   const float beta = *static_cast<const float*>(beta_p);
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
@@ -163,7 +199,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!internal::IsDeviceRange(a, Span(*al)) || !internal::IsDeviceRange(b, Span(*bl)) ||
       !internal::IsDeviceRange(d, Span(*dl)) ||
       (beta != 0.0f && !internal::IsDeviceRange(c, Span(*cl))) ||
-      (bias && !internal::IsDeviceRange(desc->bias, m * sizeof(float)))) {
+      (bias && !internal::IsDeviceRange(desc->bias, m * ElementBytes(dl->type)))) {
     internal::Fail(cudaErrorIllegalAddress,
                    "cublasLtMatmul: an operand is not inside device memory", /*sticky=*/true);
     return CUBLAS_STATUS_EXECUTION_FAILED;
@@ -182,9 +218,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(ar[p]) * b_col[p];
       const uint64_t at = i + j * static_cast<uint64_t>(dl->ld);
       float v = alpha * static_cast<float>(acc);
-      if (beta != 0.0f) v += beta * c[i + j * static_cast<uint64_t>(cl->ld)];
-      if (bias) v += desc->bias[i];
-      d[at] = v;
+      if (beta != 0.0f) v += beta * Load(c, cl->type, i + j * static_cast<uint64_t>(cl->ld));
+      if (bias) v += Load(desc->bias, dl->type, i);
+      Store(d, dl->type, at, v);  // one rounding, as the GPU's epilogue
     }
   }
   return CUBLAS_STATUS_SUCCESS;

@@ -29,7 +29,7 @@ enum cublasStatus_t {
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
-enum cudaDataType_t { CUDA_R_32F = 0 };
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 using cudaDataType = cudaDataType_t;
 enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
