@@ -2,13 +2,14 @@
 // Backend::CrossEntropy* (src/backend/backend.h; CPU reference in
 // src/backend/cpu/cross_entropy.cc), one kernel each.
 //
-// The logits are the largest activation of GPT-2 ([N, 50304] fp32: 1.6 GB for
-// 8192 tokens), and every step is a pass over them with a few FLOPs per
-// element, so every step is bound by memory bandwidth. Per row of V columns:
-//   RowMax     reads 4V bytes, V compares
-//   Partials   reads 4V bytes, V subtract + exp + add
+// The logits are the largest activation of GPT-2 ([N, 50304]: 1.6 GB in fp32,
+// 0.8 GB in bf16, for 8192 tokens), and every step is a pass over them with a
+// few FLOPs per element, so every step is bound by memory bandwidth. Per row
+// of V columns stored in S bytes each (S = 4 for f32, 2 for bf16):
+//   RowMax     reads SV bytes, V compares
+//   Partials   reads SV bytes, V subtract + exp + add
 //   Loss       reads 12 bytes, writes 8 (per row only: [N] statistics)
-//   Backward   reads 4V, writes 4V bytes, V subtract + exp + multiply
+//   Backward   reads SV, writes SV bytes, V subtract + exp + multiply
 // What is fused is the arithmetic into those passes, never a second one:
 // the max, the sum of exponentials and the target's logit each come out of a
 // single read, and the backward turns the logits into their gradient in
@@ -24,19 +25,26 @@
 // loads in flight per row and the grid of N rows (hundreds to thousands)
 // fills every SM; the block's reduction costs two warp-shuffle trees and one
 // barrier per row, nothing next to the row's reads. Thread t takes vectors
-// t, t + 512, ... of the row's real columns (16 bytes each when the row
-// starts 16-byte aligned, i.e. vshard % 4 == 0 and an aligned base, which a
-// padded vocabulary always gives), then the < 4 trailing real columns one
-// each. Each thread accumulates its elements in that fixed order; each warp
-// combines its lanes with the fixed xor butterfly of WarpSum, and the 16
-// warps' results go through the same butterfly once more: every add's order
-// depends only on the shape, not on timing.
+// t, t + 512, ... of the row's real columns (16 bytes each, kVec = 4 floats or
+// 8 bf16, when the row starts 16-byte aligned, i.e. vshard % kVec == 0 and an
+// aligned base, which a padded vocabulary always gives), then the < kVec
+// trailing real columns one each. Each thread accumulates its elements in
+// that fixed order; each warp combines its lanes with the fixed xor butterfly
+// of WarpSum, and the 16 warps' results go through the same butterfly once
+// more: every add's order depends only on the shape, not on timing.
 //
 // Numerics follow the CPU op: exp against the GLOBAL max (every term <= 1),
 // the loss as (max - target_logit) + log(sum) so a confident prediction's
 // small loss keeps its digits, and the backward's target column as
 // exp(x - lse) * dloss - dloss. expf and logf differ from the CPU's by a few
 // ulp, and either compiler may fuse that multiply and subtraction into an FMA.
+//
+// Element type (backend.h "Precision"): T, float or __nv_bfloat16, is the
+// storage of logits and dlogits. Each logit is widened exactly on load and
+// all arithmetic is fp32; every statistic (row_max, sum_exp, target_logit,
+// lse, losses) is stored fp32, and only dlogits is rounded (once, to nearest
+// even) to T. row_max and target_logit of bf16 logits are therefore exact
+// bf16 values held in floats.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -78,24 +86,24 @@ __device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
 }
 
 // Calls f(column, value) for every real column of row x, in this thread's
-// fixed order: its vectors, then its trailing element.
-template <int kVec, typename F>
-__device__ __forceinline__ void ForRealColumns(const float* x, int real, F f) {
+// fixed order: its vectors, then its trailing element. value is the element
+// widened to fp32.
+template <int kVec, typename T, typename F>
+__device__ __forceinline__ void ForRealColumns(const T* x, int real, F f) {
   const int nvec = real / kVec;
   for (int v = threadIdx.x; v < nvec; v += kThreads) {
-    const Vec<float, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
+    const Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) f(v * kVec + k, xv.v[k]);
+    for (int k = 0; k < kVec; ++k) f(v * kVec + k, ToFloat(xv.v[k]));
   }
   const int i = nvec * kVec + static_cast<int>(threadIdx.x);
-  if (i < real) f(i, x[i]);
+  if (i < real) f(i, ToFloat(x[i]));
 }
 
-template <int kVec>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    RowMaxKernel(float* __restrict__ row_max, const float* __restrict__ logits, int vshard,
-                 int real) {
-  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vshard;
+    RowMaxKernel(float* __restrict__ row_max, const T* __restrict__ logits, int vshard, int real) {
+  const T* x = logits + static_cast<int64_t>(blockIdx.x) * vshard;
   float m = -INFINITY;
   ForRealColumns<kVec>(x, real, [&](int, float xi) { m = Max(m, xi); });
   m = BlockReduce<true>(m, DynamicShared<float>());
@@ -104,13 +112,13 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) row_max[blockIdx.x] = real > 0 ? m : -FLT_MAX;
 }
 
-template <int kVec>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     PartialsKernel(float* __restrict__ sum_exp, float* __restrict__ target_logit,
-                   const float* __restrict__ logits, const int32_t* __restrict__ targets,
+                   const T* __restrict__ logits, const int32_t* __restrict__ targets,
                    const float* __restrict__ row_max, int vshard, int real, int64_t vocab_start) {
   const int n = blockIdx.x;
-  const float* x = logits + static_cast<int64_t>(n) * vshard;
+  const T* x = logits + static_cast<int64_t>(n) * vshard;
   const float m = row_max[n];
   float s = 0.0f;
   ForRealColumns<kVec>(x, real, [&](int, float xi) { s += expf(xi - m); });
@@ -118,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     sum_exp[n] = s;
     const int64_t j = int64_t{targets[n]} - vocab_start;
-    target_logit[n] = j >= 0 && j < real ? x[j] : 0.0f;
+    target_logit[n] = j >= 0 && j < real ? ToFloat(x[j]) : 0.0f;
   }
 }
 
@@ -136,15 +144,15 @@ __global__ void __launch_bounds__(kLossThreads)
 
 // No __restrict__: dlogits may be logits. Each element is loaded, then stored
 // by the same thread.
-template <int kVec>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    BackwardKernel(float* dlogits, const float* logits, const int32_t* __restrict__ targets,
+    BackwardKernel(T* dlogits, const T* logits, const int32_t* __restrict__ targets,
                    const float* __restrict__ lse, int vshard, int real, int64_t vocab_start,
                    float dloss) {
   const int n = blockIdx.x;
   const int64_t row = static_cast<int64_t>(n) * vshard;
-  const float* x = logits + row;
-  float* d = dlogits + row;
+  const T* x = logits + row;
+  T* d = dlogits + row;
   const float l = lse[n];
   const int64_t j = int64_t{targets[n]} - vocab_start;  // may be outside the shard
   auto grad = [&](int i, float xi) {
@@ -154,13 +162,14 @@ __global__ void __launch_bounds__(kThreads)
   };
   const int nvec = real / kVec;
   for (int v = threadIdx.x; v < nvec; v += kThreads) {
-    Vec<float, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
+    Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) xv.v[k] = grad(v * kVec + k, xv.v[k]);
+    for (int k = 0; k < kVec; ++k) xv.v[k] = FromFloat<T>(grad(v * kVec + k, ToFloat(xv.v[k])));
     StoreVec<kVec>(d + static_cast<int64_t>(v) * kVec, xv);
   }
   for (int i = nvec * kVec + threadIdx.x; i < vshard; i += kThreads) {
-    d[i] = i < real ? grad(i, x[i]) : 0.0f;  // the trailing real columns, then padding
+    // The trailing real columns, then padding.
+    d[i] = FromFloat<T>(i < real ? grad(i, ToFloat(x[i])) : 0.0f);
   }
 }
 
@@ -170,36 +179,43 @@ int RealColumns(int vshard, int64_t vocab_start, int vocab_size) {
   return r <= 0 ? 0 : (r < vshard ? static_cast<int>(r) : vshard);
 }
 
-bool RowsAligned(int vshard, const float* a, const float* b = nullptr) {
-  return vshard % 4 == 0 && Aligned16(a) && (b == nullptr || Aligned16(b));
+// True when every row starts 16-byte aligned: the kVec16<T> kernels apply.
+template <typename T>
+bool RowsAligned(int vshard, const T* a, const T* b = nullptr) {
+  return vshard % kVec16<T> == 0 && Aligned16(a) && (b == nullptr || Aligned16(b));
 }
 
 constexpr size_t kReduceSmem = sizeof(float) * kWarps;
 
 }  // namespace
 
-cudaError_t LaunchCrossEntropyRowMax(float* row_max, const float* logits, int N, int vshard,
+template <typename T>
+cudaError_t LaunchCrossEntropyRowMax(float* row_max, const T* logits, int N, int vshard,
                                      int64_t vocab_start, int vocab_size, cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
   if (RowsAligned(vshard, logits)) {
-    return Launch<RowMaxKernel<4>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard, real);
+    return Launch<RowMaxKernel<T, kVec16<T>>>(N, kThreads, kReduceSmem, stream, row_max, logits,
+                                              vshard, real);
   }
-  return Launch<RowMaxKernel<1>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard, real);
+  return Launch<RowMaxKernel<T, 1>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard,
+                                    real);
 }
 
-cudaError_t LaunchCrossEntropyPartials(float* sum_exp, float* target_logit, const float* logits,
+template <typename T>
+cudaError_t LaunchCrossEntropyPartials(float* sum_exp, float* target_logit, const T* logits,
                                        const int32_t* targets, const float* row_max, int N,
                                        int vshard, int64_t vocab_start, int vocab_size,
                                        cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
   if (RowsAligned(vshard, logits)) {
-    return Launch<PartialsKernel<4>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit,
-                                     logits, targets, row_max, vshard, real, vocab_start);
+    return Launch<PartialsKernel<T, kVec16<T>>>(N, kThreads, kReduceSmem, stream, sum_exp,
+                                                target_logit, logits, targets, row_max, vshard,
+                                                real, vocab_start);
   }
-  return Launch<PartialsKernel<1>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit, logits,
-                                   targets, row_max, vshard, real, vocab_start);
+  return Launch<PartialsKernel<T, 1>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit,
+                                      logits, targets, row_max, vshard, real, vocab_start);
 }
 
 cudaError_t LaunchCrossEntropyLoss(float* losses, float* lse, const float* row_max,
@@ -210,18 +226,31 @@ cudaError_t LaunchCrossEntropyLoss(float* losses, float* lse, const float* row_m
                             lse, row_max, sum_exp, target_logit, N);
 }
 
-cudaError_t LaunchCrossEntropyBackward(float* dlogits, const float* logits,
-                                       const int32_t* targets, const float* lse, int N,
-                                       int vshard, int64_t vocab_start, int vocab_size,
-                                       float dloss, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchCrossEntropyBackward(T* dlogits, const T* logits, const int32_t* targets,
+                                       const float* lse, int N, int vshard, int64_t vocab_start,
+                                       int vocab_size, float dloss, cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
   if (RowsAligned(vshard, logits, dlogits)) {
-    return Launch<BackwardKernel<4>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
-                                     real, vocab_start, dloss);
+    return Launch<BackwardKernel<T, kVec16<T>>>(N, kThreads, 0, stream, dlogits, logits, targets,
+                                                lse, vshard, real, vocab_start, dloss);
   }
-  return Launch<BackwardKernel<1>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
-                                   real, vocab_start, dloss);
+  return Launch<BackwardKernel<T, 1>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
+                                      real, vocab_start, dloss);
 }
+
+// The two storage types of the logits (backend.h "Precision").
+#define LADDER_CROSS_ENTROPY_INSTANTIATE(T)                                                      \
+  template cudaError_t LaunchCrossEntropyRowMax<T>(float*, const T*, int, int, int64_t, int,     \
+                                                   cudaStream_t);                                \
+  template cudaError_t LaunchCrossEntropyPartials<T>(float*, float*, const T*, const int32_t*,   \
+                                                     const float*, int, int, int64_t, int,       \
+                                                     cudaStream_t);                              \
+  template cudaError_t LaunchCrossEntropyBackward<T>(T*, const T*, const int32_t*, const float*, \
+                                                     int, int, int64_t, int, float, cudaStream_t);
+LADDER_CROSS_ENTROPY_INSTANTIATE(float)
+LADDER_CROSS_ENTROPY_INSTANTIATE(__nv_bfloat16)
+#undef LADDER_CROSS_ENTROPY_INSTANTIATE
 
 LADDER_KERNELS_END

@@ -7,13 +7,18 @@
 // Unfused, that is one kernel that reads residual_in and branch and writes
 // residual_out, then a LayerNorm that reads residual_out back for the mean, again
 // for the variance and again for the output. Both ops do a handful of flops per
-// byte, so they are bound by memory bandwidth, not arithmetic: the time is the
-// bytes moved. Here each row is read from global memory once, kept on chip (in
-// shared memory) for the three passes, and written once.
+// element, so they are bound by memory bandwidth, not arithmetic: the time is
+// the bytes moved. Here each row is read from global memory once, kept on chip
+// (in shared memory, as fp32) for the three passes, and written once. Per row
+// of C elements of storage size S (4 bytes for f32, 2 for bf16): the forward
+// reads 2SC (SC without the add) and writes 2SC (SC), plus gamma and beta (2SC,
+// shared by all rows, from L2); the backward reads dy, x and d_residual (3SC)
+// and writes d_residual (SC). Storing bf16 halves every one of those bytes.
 //
 // Why this shape: one warp owns one row. The row's sums are then warp-shuffle
-// reductions (no __syncthreads, no shared-memory trees), and a row of C floats
-// is C/32 elements per lane, read 16 bytes at a time when alignment allows.
+// reductions (no __syncthreads, no shared-memory trees), and a row of C elements
+// is C/32 elements per lane, read 16 bytes at a time (4 floats or 8 bf16) when
+// alignment allows.
 //
 // Backward, per row, with xhat = (x - mean) * rstd and g = dy * gamma:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
@@ -27,9 +32,15 @@
 // the blocks' rows in block order. Every order depends on (N, C) only, so the
 // result is bitwise reproducible.
 //
-// Element type: T is the storage type of activations and weights; arithmetic,
-// statistics and gradients of gamma/beta are fp32. Only T = float is
-// instantiated for now (bf16 needs ToFloat/FromFloat overloads in common.cuh).
+// Element type (backend.h "Precision"): T, float or __nv_bfloat16, is the
+// storage of activations and of gamma/beta; arithmetic, the statistics
+// (mean, rstd) and the gradients of gamma/beta (accumulated in fp32 scratch
+// and added to fp32 dgamma/dbeta) are fp32. Each stored result is rounded once:
+// residual_out = T(residual_in + branch), y = T(...), and
+// d_residual = T(d_residual + dx), the sum taken in fp32. The forward's
+// statistics are those of the *stored* residual_out (rounded to T), not of
+// the fp32 sum, so y is the LayerNorm of exactly the x the backward reads and
+// the saved mean/rstd match that x.
 #include <algorithm>
 
 #include "kernels/common.cuh"
@@ -61,6 +72,38 @@ int BackwardBlocks(int N, int C) {
   const int warps = BackwardWarpsPerBlock(C);
   const int needed = (N + warps - 1) / warps;
   return std::max(1, std::min(needed, kBackwardMaxWarps / warps));
+}
+
+// kVec fp32 values in shared memory (the row copy, the dgamma/dbeta partials),
+// moved in pieces of at most 16 bytes: DynamicShared is only 16-byte aligned,
+// and with bf16 storage kVec is 8 (32 bytes of fp32), which one shared access
+// cannot move anyway.
+template <int kVec>
+constexpr int kSharedPiece = kVec < 4 ? kVec : 4;
+
+template <int kVec>
+__device__ __forceinline__ Vec<float, kVec> LoadShared(const float* p) {
+  constexpr int kPiece = kSharedPiece<kVec>;
+  Vec<float, kVec> x;
+#pragma unroll
+  for (int k = 0; k < kVec; k += kPiece) {
+    const Vec<float, kPiece> piece = LoadVec<kPiece>(p + k);
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) x.v[k + j] = piece.v[j];
+  }
+  return x;
+}
+
+template <int kVec>
+__device__ __forceinline__ void StoreShared(float* p, const Vec<float, kVec>& x) {
+  constexpr int kPiece = kSharedPiece<kVec>;
+#pragma unroll
+  for (int k = 0; k < kVec; k += kPiece) {
+    Vec<float, kPiece> piece;
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) piece.v[j] = x.v[k + j];
+    StoreVec<kPiece>(p + k, piece);
+  }
 }
 
 // ---- forward ----------------------------------------------------------------
@@ -105,7 +148,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
       xf.v[k] = ToFloat(a.v[k]);
       sum += xf.v[k];
     }
-    StoreVec<kVec>(xs + i, xf);
+    StoreShared<kVec>(xs + i, xf);
   }
   const float mu = WarpSum(sum) / C;
 
@@ -114,7 +157,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   // barrier is needed between the passes.
   float sq = 0.0f;
   for (int i = lane * kVec; i < C; i += stride) {
-    const Vec<float, kVec> xf = LoadVec<kVec>(xs + i);
+    const Vec<float, kVec> xf = LoadShared<kVec>(xs + i);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float d = xf.v[k] - mu;
@@ -127,7 +170,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 
   // Pass 3: normalize, scale, shift.
   for (int i = lane * kVec; i < C; i += stride) {
-    const Vec<float, kVec> xf = LoadVec<kVec>(xs + i);
+    const Vec<float, kVec> xf = LoadShared<kVec>(xs + i);
     const Vec<T, kVec> g = LoadVec<kVec>(gamma + i);
     const Vec<T, kVec> b = LoadVec<kVec>(beta + i);
     Vec<T, kVec> out;
@@ -167,8 +210,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   // below), so the warp's slice needs no synchronization until the end.
   const Vec<float, kVec> zero{};
   for (int i = lane * kVec; i < C; i += stride) {
-    StoreVec<kVec>(dgamma_acc + i, zero);
-    StoreVec<kVec>(dbeta_acc + i, zero);
+    StoreShared<kVec>(dgamma_acc + i, zero);
+    StoreShared<kVec>(dbeta_acc + i, zero);
   }
 
   for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
@@ -201,8 +244,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
       const Vec<T, kVec> xv = LoadVec<kVec>(x + base + i);
       const Vec<T, kVec> gv = LoadVec<kVec>(gamma + i);
       Vec<T, kVec> dr = LoadVec<kVec>(d_residual + base + i);
-      Vec<float, kVec> ag = LoadVec<kVec>(dgamma_acc + i);
-      Vec<float, kVec> ab = LoadVec<kVec>(dbeta_acc + i);
+      Vec<float, kVec> ag = LoadShared<kVec>(dgamma_acc + i);
+      Vec<float, kVec> ab = LoadShared<kVec>(dbeta_acc + i);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const float dyk = ToFloat(d.v[k]);
@@ -213,8 +256,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
         ab.v[k] += dyk;
       }
       StoreVec<kVec>(d_residual + base + i, dr);
-      StoreVec<kVec>(dgamma_acc + i, ag);
-      StoreVec<kVec>(dbeta_acc + i, ab);
+      StoreShared<kVec>(dgamma_acc + i, ag);
+      StoreShared<kVec>(dbeta_acc + i, ab);
     }
   }
 
@@ -290,8 +333,8 @@ cudaError_t BackwardImpl(T* d_residual, float* dgamma, float* dbeta, float* scra
   if (err != cudaSuccess) return err;
   const int reduce_blocks = (2 * C + kWarpSize - 1) / kWarpSize;
   return Launch<SumPartialsKernel>(reduce_blocks, dim3(kWarpSize, kReduceGroups),
-                                   sizeof(float) * kReduceGroups * kWarpSize, stream, dgamma,
-                                   dbeta, scratch, blocks, C);
+                                   sizeof(float) * kReduceGroups * kWarpSize, stream, dgamma, dbeta,
+                                   scratch, blocks, C);
 }
 
 }  // namespace
@@ -335,12 +378,15 @@ cudaError_t LaunchResidualLayerNormBackward(T* d_residual, float* dgamma, float*
                             stream);
 }
 
-template cudaError_t LaunchResidualLayerNormForward<float>(float*, float*, float*, float*,
-                                                           const float*, const float*, const float*,
-                                                           const float*, int, int, cudaStream_t);
-template cudaError_t LaunchResidualLayerNormBackward<float>(float*, float*, float*, float*,
-                                                            const float*, const float*,
-                                                            const float*, const float*,
-                                                            const float*, int, int, cudaStream_t);
+// The two storage types (backend.h "Precision").
+#define LADDER_RESIDUAL_LAYERNORM_INSTANTIATE(T)                                                \
+  template cudaError_t LaunchResidualLayerNormForward<T>(                                       \
+      T*, T*, float*, float*, const T*, const T*, const T*, const T*, int, int, cudaStream_t);  \
+  template cudaError_t LaunchResidualLayerNormBackward<T>(T*, float*, float*, float*, const T*, \
+                                                          const T*, const T*, const float*,     \
+                                                          const float*, int, int, cudaStream_t);
+LADDER_RESIDUAL_LAYERNORM_INSTANTIATE(float)
+LADDER_RESIDUAL_LAYERNORM_INSTANTIATE(__nv_bfloat16)
+#undef LADDER_RESIDUAL_LAYERNORM_INSTANTIATE
 
 LADDER_KERNELS_END

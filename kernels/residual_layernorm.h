@@ -4,9 +4,10 @@
 // synchronization). Shape and dtype checks live in the callers
 // (src/backend/cuda/residual_layernorm.h), which speak Tensor and Status.
 //
-// T is the element type of activations and LayerNorm weights; statistics
-// (mean, rstd), dgamma/dbeta and the scratch are always fp32. Instantiated for
-// T = float.
+// T is the storage type of activations and LayerNorm weights, float or
+// __nv_bfloat16 (backend.h "Precision"); statistics (mean, rstd), dgamma/dbeta
+// and the scratch are always fp32, and all arithmetic is fp32. A bf16 result
+// is rounded once, to nearest even, when stored.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +21,9 @@ LADDER_KERNELS_BEGIN
 // residual_out = residual_in + branch; y = (residual_out - mean) * rstd * gamma + beta.
 // Rows: N, channels: C (all [N,C] row-major; gamma, beta [C]; mean, rstd [N]).
 // branch == nullptr means no add: residual_out must be null too and the
-// LayerNorm reads residual_in.
+// LayerNorm reads residual_in. The LayerNorm normalizes residual_out as
+// stored (rounded to T): mean, rstd and y are those of the x the backward
+// will read.
 template <typename T>
 cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, float* rstd,
                                            const T* residual_in, const T* branch, const T* gamma,
@@ -29,7 +32,8 @@ cudaError_t LaunchResidualLayerNormForward(T* residual_out, T* y, float* mean, f
 // Floats of device scratch the backward needs for N rows of C channels.
 size_t ResidualLayerNormBackwardScratchFloats(int N, int C);
 
-// d_residual += dLayerNorm/dx (dy); dgamma += sum_rows dy * xhat; dbeta += sum_rows dy.
+// d_residual += dLayerNorm/dx (dy), added in fp32 and rounded once to T;
+// dgamma += sum_rows dy * xhat; dbeta += sum_rows dy (fp32 sums).
 // x is the LayerNorm's input (the forward's residual_out, or residual_in when
 // it had no add). scratch: ResidualLayerNormBackwardScratchFloats(N, C) floats.
 // Deterministic: no atomics; the reduction order depends only on (N, C).

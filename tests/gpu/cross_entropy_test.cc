@@ -9,6 +9,12 @@
 // (dlogits aliasing logits); both must give the same bits, and padded columns
 // exactly 0.
 //
+// Storage: every case runs with f32 logits and with bf16 logits (then dlogits
+// is bf16 too; backend.h "Precision"). For bf16 the logits are rounded to
+// bf16 first (Bf16Rounded) and the fp32 CPU reference computes on those same
+// values, so every f32 statistic keeps its f32 tolerance below; only dlogits
+// gains one final rounding. Mixed-dtype calls are InvalidArgument.
+//
 // Tolerances, with ref the CPU value:
 //   row_max, target_logit: bitwise (a max and a copy).
 //   sum_exp: |gpu - ref| <= 1e-5 |ref|: positive terms, each exp within a few
@@ -16,9 +22,10 @@
 //     orders (relative error ~ eps * log2(V) at worst for a tree).
 //   lse, losses: |gpu - ref| <= 1e-5 (1 + |ref|): logf vs std::log, a few ulp
 //     of log(sum) (same inputs on both sides).
-//   dlogits: |gpu - ref| <= 4e-6 |ref| + 1e-6 |dloss|: exp within a few ulp;
-//     at the target, p*dloss - dloss cancels when p ~ 1, so a few ulp of dloss
-//     absolute.
+//   dlogits: |gpu - ref| <= (4e-6 + r16) |ref| + 1e-6 |dloss|: exp within a
+//     few ulp; at the target, p*dloss - dloss cancels when p ~ 1, so a few ulp
+//     of dloss absolute; r16 = kBf16Rounding = 2^-8 (one rounding to bf16) for
+//     bf16 dlogits, 0 for f32.
 // Determinism: RowMax, Partials and Backward run twice, compared bitwise.
 #include "src/backend/cuda/cross_entropy.h"
 
@@ -27,6 +34,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,10 +45,13 @@
 namespace ladder {
 namespace {
 
+using gpu_test::Bf16Rounded;
 using gpu_test::ExpectBitwise;
 using gpu_test::ExpectClose;
 using gpu_test::GpuFloats;
 using gpu_test::GpuInts;
+using gpu_test::GpuStored;
+using gpu_test::kBf16Rounding;
 using gpu_test::Normal;
 using gpu_test::Poison;
 using gpu_test::UniformInts;
@@ -55,7 +66,8 @@ struct Case {
   int V;                // real vocabulary
   int64_t vocab_start;  // the shard: columns [vocab_start, vocab_start + vshard)
   int64_t vshard;
-  int64_t offset;  // float offset of the GPU views (1: misaligned)
+  int64_t offset;             // element offset of the logits' GPU views (1: misaligned)
+  DType dtype = DType::kF32;  // of logits and dlogits
 };
 
 // How gtest prints a failing case: its name.
@@ -67,7 +79,7 @@ void PrintTo(const Case& c, std::ostream* os) {
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return absl::StrCat("N", c.N, "_V", c.V, "_shard", c.vocab_start, "_", c.vshard,
-                      c.offset ? "_misaligned" : "");
+                      c.offset ? "_misaligned" : "", c.dtype == DType::kBF16 ? "_bf16" : "");
 }
 
 class CrossEntropyGpuTest : public gpu_test::GpuTest, public testing::WithParamInterface<Case> {};
@@ -84,6 +96,9 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
     const int64_t j = targets[n] - c.vocab_start;
     if (j >= 0 && j < Vs) logits[n * Vs + j] = 30.0f;
   }
+  const bool bf16 = c.dtype == DType::kBF16;
+  if (bf16) logits = Bf16Rounded(std::move(logits));  // what the GPU stores (30 is exact)
+  const double r16 = bf16 ? kBf16Rounding : 0.0;
   const float dloss = 1.0f / 3.0f;
   const int64_t real = std::clamp<int64_t>(c.V - c.vocab_start, 0, Vs);
 
@@ -91,27 +106,33 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
   CpuBackend cpu;
   std::vector<float> lg_c = logits, max_c(N), sum_c(N), tl_c(N), lse_c(N), loss_c(N), dl_c(NV);
   std::vector<int32_t> tg_c = targets;
-  const Tensor lg_t = Tensor::F32(lg_c.data(), {N, Vs}, Device::kCpu), tg_t = Tensor::I32(tg_c.data(), {N}, Device::kCpu);
-  ASSERT_TRUE(cpu.CrossEntropyRowMax(Tensor::F32(max_c.data(), {N}, Device::kCpu), lg_t, c.vocab_start, c.V).ok());
+  const Tensor lg_t = Tensor::F32(lg_c.data(), {N, Vs}, Device::kCpu),
+               tg_t = Tensor::I32(tg_c.data(), {N}, Device::kCpu);
+  ASSERT_TRUE(
+      cpu.CrossEntropyRowMax(Tensor::F32(max_c.data(), {N}, Device::kCpu), lg_t, c.vocab_start, c.V)
+          .ok());
   ASSERT_TRUE(cpu.CrossEntropyPartials(Tensor::F32(sum_c.data(), {N}, Device::kCpu),
                                        Tensor::F32(tl_c.data(), {N}, Device::kCpu), lg_t, tg_t,
-                                       Tensor::F32(max_c.data(), {N}, Device::kCpu), c.vocab_start, c.V)
+                                       Tensor::F32(max_c.data(), {N}, Device::kCpu), c.vocab_start,
+                                       c.V)
                   .ok());
   // A shard of padding only has sum 0 (log = -inf); the loss is defined on
   // reduced statistics, so give it a positive sum as the all-reduce would.
   std::vector<float> sum_for_loss = sum_c;
   for (float& x : sum_for_loss) x = x > 0.0f ? x : 1.0f;
-  ASSERT_TRUE(cpu.CrossEntropyLoss(Tensor::F32(loss_c.data(), {N}, Device::kCpu), Tensor::F32(lse_c.data(), {N}, Device::kCpu),
+  ASSERT_TRUE(cpu.CrossEntropyLoss(Tensor::F32(loss_c.data(), {N}, Device::kCpu),
+                                   Tensor::F32(lse_c.data(), {N}, Device::kCpu),
                                    Tensor::F32(max_c.data(), {N}, Device::kCpu),
                                    Tensor::F32(sum_for_loss.data(), {N}, Device::kCpu),
                                    Tensor::F32(tl_c.data(), {N}, Device::kCpu))
                   .ok());
   ASSERT_TRUE(cpu.CrossEntropyBackward(Tensor::F32(dl_c.data(), {N, Vs}, Device::kCpu), lg_t, tg_t,
-                                       Tensor::F32(lse_c.data(), {N}, Device::kCpu), c.vocab_start, c.V, dloss)
+                                       Tensor::F32(lse_c.data(), {N}, Device::kCpu), c.vocab_start,
+                                       c.V, dloss)
                   .ok());
 
   // ---- GPU, each step on the CPU's inputs ----
-  GpuFloats lg_g(logits, c.offset), dl_g(Poison(NV), c.offset);
+  GpuStored lg_g(logits, c.dtype, c.offset), dl_g(Poison(NV), c.dtype, c.offset);
   GpuInts tg_g(targets);
   GpuFloats max_g(Poison(N)), sum_g(Poison(N)), tl_g(Poison(N)), lse_g(Poison(N)),
       loss_g(Poison(N));
@@ -123,7 +144,7 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
     return cuda::CrossEntropyPartials(sum_g.View({N}), tl_g.View({N}), lg_g.View({N, Vs}),
                                       tg_g.View({N}), max_in.View({N}), c.vocab_start, c.V);
   };
-  auto backward = [&](const GpuFloats& out) {
+  auto backward = [&](const GpuStored& out) {
     return cuda::CrossEntropyBackward(out.View({N, Vs}), lg_g.View({N, Vs}), tg_g.View({N}),
                                       lse_in.View({N}), c.vocab_start, c.V, dloss);
   };
@@ -145,7 +166,7 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
   ExpectBitwise("target_logit", tl_g.Download(), tl_c);
   ExpectClose("lse", lse_g.Download(), lse_c, kLossTol, kLossTol);
   ExpectClose("losses", loss_g.Download(), loss_c, kLossTol, kLossTol);
-  ExpectClose("dlogits", dl, dl_c, kGradRel, kGradAbsPerDloss * dloss);
+  ExpectClose("dlogits", dl, dl_c, kGradRel + r16, kGradAbsPerDloss * dloss);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = real; j < Vs; ++j) {
       ASSERT_EQ(std::bit_cast<uint32_t>(dl[n * Vs + j]), 0u) << "padding column " << j;
@@ -164,18 +185,30 @@ TEST_P(CrossEntropyGpuTest, MatchesCpu) {
   ExpectBitwise("dlogits in place", lg_g.Download(), dl);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyGpuTest,
-                         testing::Values(
-                             // N, V, vocab_start, vshard, offset
-                             Case{1, 1, 0, 1, 0},          // one row, one column
-                             Case{3, 5, 0, 8, 0},          // padded, tiny
-                             Case{7, 99, 0, 99, 0},        // odd width: scalar kernels
-                             Case{1, 50257, 0, 50304, 0},  // GPT-2, one row
-                             Case{4, 50257, 0, 50304, 0},  // GPT-2
-                             Case{33, 1000, 256, 256, 0},  // a middle shard, all real
-                             Case{33, 1000, 768, 256, 0},  // last shard: 232 real, 24 padding
-                             Case{5, 1000, 1000, 24, 0},   // padding only
-                             Case{9, 3000, 0, 3072, 1}),   // misaligned views
+// Every shape in both storages.
+INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyGpuTest, testing::ValuesIn([] {
+                           const std::vector<Case> shapes = {
+                               // N, V, vocab_start, vshard, offset
+                               {1, 1, 0, 1, 0},          // one row, one column
+                               {3, 5, 0, 8, 0},          // padded, tiny
+                               {7, 99, 0, 99, 0},        // odd width: scalar kernels
+                               {6, 90, 0, 100, 0},       // 4 | 100, 8 does not: bf16 scalar
+                               {1, 50257, 0, 50304, 0},  // GPT-2, one row
+                               {4, 50257, 0, 50304, 0},  // GPT-2
+                               {33, 1000, 256, 256, 0},  // a middle shard, all real
+                               {33, 1000, 768, 256, 0},  // last shard: 232 real, 24 padding
+                               {5, 1000, 1000, 24, 0},   // padding only
+                               {9, 3000, 0, 3072, 1},    // misaligned views
+                           };
+                           std::vector<Case> cases;
+                           for (DType dt : {DType::kF32, DType::kBF16}) {
+                             for (Case c : shapes) {
+                               c.dtype = dt;
+                               cases.push_back(c);
+                             }
+                           }
+                           return cases;
+                         }()),
                          CaseName);
 
 // Argument checks run before anything touches the GPU, so they run everywhere.
@@ -200,6 +233,29 @@ TEST(CrossEntropyGpuArgs, RejectsBadArguments) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "dlogits of the wrong width";
   s = cuda::CrossEntropyBackward(gf({2, 8}), gf({2, 8}), tg, gf({2}), -1, 8, 1.0f);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "negative vocab_start";
+
+  // Storage: logits f32 or bf16, dlogits like the logits, statistics f32.
+  auto gb = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(f, DType::kBF16, dims, Device::kCuda);
+  };
+  s = cuda::CrossEntropyBackward(gf({2, 8}), gb({2, 8}), tg, gf({2}), 0, 8, 1.0f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 logits, f32 dlogits";
+  EXPECT_NE(s.message().find("dlogits"), std::string::npos) << s;
+  s = cuda::CrossEntropyBackward(gb({2, 8}), gf({2, 8}), tg, gf({2}), 0, 8, 1.0f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "f32 logits, bf16 dlogits";
+  s = cuda::CrossEntropyBackward(gb({2, 8}), gb({2, 8}), tg, gb({2}), 0, 8, 1.0f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 lse";
+  s = cuda::CrossEntropyRowMax(gb({2}), gb({2, 8}), 0, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 row_max";
+  s = cuda::CrossEntropyPartials(gb({2}), gf({2}), gb({2, 8}), tg, gf({2}), 0, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 sum_exp";
+  s = cuda::CrossEntropyPartials(gf({2}), gf({2}), gb({2, 8}), tg, gb({2}), 0, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 row_max";
+  s = cuda::CrossEntropyLoss(gf({2}), gb({2}), gf({2}), gf({2}), gf({2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 lse";
+  s = cuda::CrossEntropyRowMax(gf({2}), Tensor(i, DType::kI32, {1, 4}, Device::kCuda), 0, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "i32 logits";
+  EXPECT_NE(s.message().find("f32 or bf16"), std::string::npos) << s;
 }
 
 }  // namespace

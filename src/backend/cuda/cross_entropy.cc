@@ -12,9 +12,17 @@ constexpr char kPartials[] = "CrossEntropyPartials";
 constexpr char kLoss[] = "CrossEntropyLoss";
 constexpr char kBwd[] = "CrossEntropyBackward";
 
+// CheckVocabShard (src/backend/shape_check.h) for logits stored in either
+// dtype: the shared check wants f32 logits, so the storage dtype is checked
+// here (f32 or bf16, else InvalidArgument) and the shape checks run as for f32.
 absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
                         int vocab_size, int64_t* N, int64_t* Vs) {
-  return CheckVocabShard(Device::kCuda, op, logits, vocab_start, vocab_size, N, Vs);
+  if (logits.dtype != DType::kF32 && logits.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": logits must be f32 or bf16"));
+  }
+  Tensor shape_only = logits;
+  shape_only.dtype = DType::kF32;
+  return CheckVocabShard(Device::kCuda, op, shape_only, vocab_start, vocab_size, N, Vs);
 }
 
 }  // namespace
@@ -24,10 +32,13 @@ absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_sta
   int64_t N = 0, Vs = 0;
   RETURN_IF_ERROR(CheckShard(kMax, logits, vocab_start, vocab_size, &N, &Vs));
   RETURN_IF_ERROR(CheckNumel(kMax, "row_max", row_max, DType::kF32, N));
-  return CudaStatus(
-      kernels::LaunchCrossEntropyRowMax(row_max.f32(), logits.f32(), static_cast<int>(N),
-                                        static_cast<int>(Vs), vocab_start, vocab_size, stream),
-      kMax);
+  return WithStorage(kMax, "logits", logits.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(
+        kernels::LaunchCrossEntropyRowMax<T>(row_max.f32(), Data<T>(logits), static_cast<int>(N),
+                                             static_cast<int>(Vs), vocab_start, vocab_size, stream),
+        kMax);
+  });
 }
 
 absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,
@@ -39,11 +50,14 @@ absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor lo
   RETURN_IF_ERROR(CheckNumel(kPartials, "row_max", row_max, DType::kF32, N));
   RETURN_IF_ERROR(CheckNumel(kPartials, "sum_exp", sum_exp, DType::kF32, N));
   RETURN_IF_ERROR(CheckNumel(kPartials, "target_logit", target_logit, DType::kF32, N));
-  return CudaStatus(kernels::LaunchCrossEntropyPartials(
-                        sum_exp.f32(), target_logit.f32(), logits.f32(), targets.i32(),
-                        row_max.f32(), static_cast<int>(N), static_cast<int>(Vs), vocab_start,
-                        vocab_size, stream),
-                    kPartials);
+  return WithStorage(kPartials, "logits", logits.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(
+        kernels::LaunchCrossEntropyPartials<T>(
+            sum_exp.f32(), target_logit.f32(), Data<T>(logits), targets.i32(), row_max.f32(),
+            static_cast<int>(N), static_cast<int>(Vs), vocab_start, vocab_size, stream),
+        kPartials);
+  });
 }
 
 absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
@@ -59,10 +73,10 @@ absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor 
   RETURN_IF_ERROR(CheckNumel(kLoss, "row_max", row_max, DType::kF32, N));
   RETURN_IF_ERROR(CheckNumel(kLoss, "sum_exp", sum_exp, DType::kF32, N));
   RETURN_IF_ERROR(CheckNumel(kLoss, "target_logit", target_logit, DType::kF32, N));
-  return CudaStatus(kernels::LaunchCrossEntropyLoss(losses.f32(), lse.f32(), row_max.f32(),
-                                                    sum_exp.f32(), target_logit.f32(),
-                                                    static_cast<int>(N), stream),
-                    kLoss);
+  return CudaStatus(
+      kernels::LaunchCrossEntropyLoss(losses.f32(), lse.f32(), row_max.f32(), sum_exp.f32(),
+                                      target_logit.f32(), static_cast<int>(N), stream),
+      kLoss);
 }
 
 absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
@@ -72,12 +86,16 @@ absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
   RETURN_IF_ERROR(CheckShard(kBwd, logits, vocab_start, vocab_size, &N, &Vs));
   RETURN_IF_ERROR(CheckNumel(kBwd, "targets", targets, DType::kI32, N));
   RETURN_IF_ERROR(CheckNumel(kBwd, "lse", lse, DType::kF32, N));
-  RETURN_IF_ERROR(CheckRows(kBwd, "dlogits", dlogits, DType::kF32, N, Vs));
-  return CudaStatus(kernels::LaunchCrossEntropyBackward(
-                        dlogits.f32(), logits.f32(), targets.i32(), lse.f32(),
-                        static_cast<int>(N), static_cast<int>(Vs), vocab_start, vocab_size,
-                        dloss, stream),
-                    kBwd);
+  // dlogits is stored like the logits (a mixed call is InvalidArgument).
+  RETURN_IF_ERROR(CheckRows(kBwd, "dlogits", dlogits, logits.dtype, N, Vs));
+  return WithStorage(kBwd, "logits", logits.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(
+        kernels::LaunchCrossEntropyBackward<T>(Data<T>(dlogits), Data<T>(logits), targets.i32(),
+                                               lse.f32(), static_cast<int>(N), static_cast<int>(Vs),
+                                               vocab_start, vocab_size, dloss, stream),
+        kBwd);
+  });
 }
 
 LADDER_CUDA_END

@@ -5,6 +5,12 @@
 // targets [N] i32, statistics [N] f32. Tensors on the GPU (Device::kCuda);
 // work is enqueued on `stream` and not waited for.
 //
+// Storage (backend.h "Precision"): logits are f32 or bf16, and dlogits has
+// the logits' dtype (a mixed call is InvalidArgument); the statistics
+// (row_max, sum_exp, target_logit, lse, losses) are f32 whatever the logits
+// are. Arithmetic is fp32 on the widened logits; only dlogits is rounded
+// (once, to nearest even) when it is bf16.
+//
 // Targets live on the GPU and are not range-checked here (the caller
 // validates them on the host before staging); a target outside [0, V) is
 // treated as "not in this shard" and nothing is read out of bounds.
