@@ -1,5 +1,6 @@
 // Causal multi-head self-attention, forward and backward: a flash kernel set
-// (the default) and a naive one (for teaching, and as a plain cross-check).
+// (the default) and a naive one (for teaching, and as a plain cross-check),
+// each for fp32 or bf16 storage (below, "storage types").
 //
 // Per (batch b, head h), with Q, K, V the [T, HS] slices of qkv and
 // scale = 1/sqrt(HS):
@@ -23,11 +24,16 @@
 // multiplies P into the output accumulator at once. O = O / l and
 // lse = m + log(l) at the end. Nothing T x T ever leaves the chip.
 //
-// Bytes (HBM, fp32): the forward reads qkv once, 12*B*T*C bytes, and writes
-// out and lse, 4*B*T*(C + NH) bytes; the K/V tiles that several query tiles
-// read again come from L2 (a head's K and V are 2*T*HS floats: 512 KiB at
-// T = 1024, HS = 64). The backward reads qkv, out, dout and lse (plus L2
-// re-reads) and writes dqkv once: ~28*B*T*C bytes.
+// Bytes (HBM), with e = the bytes of one stored element (4 for fp32, 2 for
+// bf16; lse is fp32 either way): the forward reads qkv once, 3*e*B*T*C bytes
+// (12*B*T*C fp32, 6*B*T*C bf16), and writes out and lse, e*B*T*C + 4*B*NH*T
+// bytes; the K/V tiles that several query tiles read again come from L2 (a
+// head's K and V are 2*T*HS elements: 512 KiB fp32, 256 KiB bf16 at
+// T = 1024, HS = 64). The backward reads qkv, out and dout once each,
+// 5*e*B*T*C bytes, and lse, 4*B*NH*T (plus L2 re-reads), and writes dqkv
+// once, 3*e*B*T*C: 8*e*B*T*C bytes in all (32*B*T*C fp32, 16*B*T*C bf16).
+// The naive kernels add their trips through the B*NH*T*T fp32 scratch,
+// the same for both storage types.
 // FLOPs: each product over the causal half of the T x T square is T^2 * HS
 // FLOPs per head (T^2/2 multiply-adds per channel). The forward does two
 // (Q K^T, P V): 2*B*NH*T^2*HS. The backward does seven: its key-tile kernel
@@ -65,6 +71,29 @@
 // the result is bitwise reproducible. D is recomputed where it is needed
 // (32 dot products of length HS per query tile, a 1/(4*32) fraction of the
 // tile's work), so the op needs no scratch.
+//
+// ---- storage types -----------------------------------------------------------
+// Every kernel is one template over Storage, the element type of qkv, out,
+// dout and dqkv: float or __nv_bfloat16 (backend.h "Precision"; the name is
+// not T because T is the sequence length). All arithmetic is fp32 whatever
+// the storage: an element is widened (exactly) where it is loaded, and each
+// result (out, dq, dk, dv) is rounded once, to nearest even, where it is
+// stored. lse and the naive scratch are fp32, so P is recomputed in the
+// backward from the same fp32 lse for both types, and D = dO . O reads the
+// stored (rounded) O, the one the backward is given.
+// The shared-memory tiles stay fp32, widened once by LoadTile: the inner
+// loops read every tile element many times (each of the 4 warps reads all
+// of K and V, and a Q or dO tile is read again for every key tile it
+// meets), so one conversion per load is cheaper than one per read; the odd
+// row stride that keeps the lane = row reads free of bank conflicts is
+// counted in 4-byte words (two bf16 per word would put pairs of rows in one
+// bank); and one layout, one shared-memory size and one kMaxFlashHeadSize
+// serve both types. bf16 tiles would halve the shared memory, which matters
+// for the tensor-core version (its operands are bf16 in shared memory, read
+// by ldmatrix), not for these fp32 FMA loops, which are bound by arithmetic,
+// not by loads. Global loads and stores stay scalar and coalesced (a warp
+// moves 128 bytes of fp32 or 64 of bf16 per instruction); with bf16 the
+// kernels move half the bytes.
 //
 // ---- naive ----------------------------------------------------------------
 // One thread per score, one warp per softmax row, one thread per output
@@ -104,15 +133,17 @@ __device__ __forceinline__ float WarpMax(float v) {
 __host__ __device__ __forceinline__ int TileStride(int HS) { return HS | 1; }
 
 // Copies rows [t0, t0 + kTile) of a [T, HS] head slice (row stride ld_src
-// floats in global memory) into a tile of stride ld; rows at or past T are
-// zero. Consecutive threads read consecutive channels of a row (coalesced).
+// elements in global memory) into an fp32 tile of stride ld, widening each
+// element; rows at or past T are zero. Consecutive threads read consecutive
+// channels of a row (coalesced).
+template <typename Storage>
 __device__ __forceinline__ void LoadTile(float* __restrict__ tile, int ld,
-                                         const float* __restrict__ src, size_t ld_src, int t0,
+                                         const Storage* __restrict__ src, size_t ld_src, int t0,
                                          int T, int HS) {
   for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
     const int r = idx / HS, c = idx % HS;
     const int t = t0 + r;
-    tile[r * ld + c] = t < T ? src[static_cast<size_t>(t) * ld_src + c] : 0.0f;
+    tile[r * ld + c] = t < T ? ToFloat(src[static_cast<size_t>(t) * ld_src + c]) : 0.0f;
   }
 }
 
@@ -141,14 +172,15 @@ __device__ __forceinline__ void ScoreAndGradDots(const float* __restrict__ a,
 // The backward's D of query `row`: dO_row . O_row over the head's HS
 // channels, summed across the warp (every lane gets it); 0 for a row past T.
 // dout_head and out_head point at the head's channels of row 0 (stride C).
-__device__ __forceinline__ float RowDoutDotOut(const float* __restrict__ dout_head,
-                                               const float* __restrict__ out_head, int row,
-                                               int T, int C, int HS, int lane) {
+template <typename Storage>
+__device__ __forceinline__ float RowDoutDotOut(const Storage* __restrict__ dout_head,
+                                               const Storage* __restrict__ out_head, int row, int T,
+                                               int C, int HS, int lane) {
   float part = 0.0f;
   if (row < T) {
     for (int col = lane; col < HS; col += kWarpSize) {
-      part += dout_head[static_cast<size_t>(row) * C + col] *
-              out_head[static_cast<size_t>(row) * C + col];
+      part += ToFloat(dout_head[static_cast<size_t>(row) * C + col]) *
+              ToFloat(out_head[static_cast<size_t>(row) * C + col]);
     }
   }
   return WarpSum(part);
@@ -162,15 +194,16 @@ __device__ __forceinline__ void ZeroRows(float* __restrict__ p, int n) {
 
 // Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
 // Q, K [kTile][ld] | V, O [kTile][HS] | P [kWarps][kRows][kTile].
+template <typename Storage>
 __global__ void __launch_bounds__(kThreads)
-    FlashForwardKernel(float* __restrict__ out, float* __restrict__ lse,
-                       const float* __restrict__ qkv, int T, int NH, int HS, float scale) {
+    FlashForwardKernel(Storage* __restrict__ out, float* __restrict__ lse,
+                       const Storage* __restrict__ qkv, int T, int NH, int HS, float scale) {
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
   const int i0 = tile * kTile;
   const int C = NH * HS;
   const size_t C3 = 3 * static_cast<size_t>(C);
-  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;  // q; k at +C, v at +2C
+  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;  // q; k at +C, v at +2C
   const int ld = TileStride(HS);
   float* sQ = DynamicShared<float>();
   float* sK = sQ + kTile * ld;
@@ -251,9 +284,9 @@ __global__ void __launch_bounds__(kThreads)
     const int row = row0 + i;
     if (row >= T) continue;
     const float inv = 1.0f / l[i];
-    float* dst = out + (static_cast<size_t>(b) * T + row) * C + h * HS;
+    Storage* dst = out + (static_cast<size_t>(b) * T + row) * C + h * HS;
     for (int col = lane; col < HS; col += kWarpSize) {
-      dst[col] = sO[(warp * kRows + i) * HS + col] * inv;
+      dst[col] = FromFloat<Storage>(sO[(warp * kRows + i) * HS + col] * inv);
     }
     if (lane == 0) lse[static_cast<size_t>(bh) * T + row] = m[i] + logf(l[i]);
   }
@@ -263,18 +296,19 @@ __global__ void __launch_bounds__(kThreads)
 
 // Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
 // Q, dO, K, V [kTile][ld] | dQ [kTile][HS] | dS [kWarps][kRows][kTile].
+template <typename Storage>
 __global__ void __launch_bounds__(kThreads)
-    FlashBackwardDqKernel(float* __restrict__ dqkv, const float* __restrict__ dout,
-                          const float* __restrict__ qkv, const float* __restrict__ out,
+    FlashBackwardDqKernel(Storage* __restrict__ dqkv, const Storage* __restrict__ dout,
+                          const Storage* __restrict__ qkv, const Storage* __restrict__ out,
                           const float* __restrict__ lse, int T, int NH, int HS, float scale) {
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
   const int i0 = tile * kTile;
   const int C = NH * HS;
   const size_t C3 = 3 * static_cast<size_t>(C);
-  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
-  const float* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
-  const float* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
+  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
+  const Storage* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
+  const Storage* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
   const int ld = TileStride(HS);
   float* sQ = DynamicShared<float>();
   float* sdO = sQ + kTile * ld;
@@ -337,9 +371,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kRows; ++i) {
     const int row = row0 + i;
     if (row >= T) continue;
-    float* dst = dqkv + (static_cast<size_t>(b) * T + row) * C3 + h * HS;
+    Storage* dst = dqkv + (static_cast<size_t>(b) * T + row) * C3 + h * HS;
     for (int col = lane; col < HS; col += kWarpSize) {
-      dst[col] = sdQ[(warp * kRows + i) * HS + col];
+      dst[col] = FromFloat<Storage>(sdQ[(warp * kRows + i) * HS + col]);
     }
   }
 }
@@ -350,17 +384,18 @@ __global__ void __launch_bounds__(kThreads)
 // lane = query of the current query tile. Shared memory (floats):
 // K, V, Q, dO [kTile][ld] | dK, dV [kTile][HS] | P, dS [kWarps][kRows][kTile] |
 // D, lse [kTile].
+template <typename Storage>
 __global__ void __launch_bounds__(kThreads)
-    FlashBackwardDkDvKernel(float* __restrict__ dqkv, const float* __restrict__ dout,
-                            const float* __restrict__ qkv, const float* __restrict__ out,
+    FlashBackwardDkDvKernel(Storage* __restrict__ dqkv, const Storage* __restrict__ dout,
+                            const Storage* __restrict__ qkv, const Storage* __restrict__ out,
                             const float* __restrict__ lse, int T, int NH, int HS, float scale) {
   const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int j0 = blockIdx.y * kTile;  // key tile 0 is seen by every query tile: first
   const int C = NH * HS;
   const size_t C3 = 3 * static_cast<size_t>(C);
-  const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
-  const float* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
-  const float* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
+  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
+  const Storage* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
+  const Storage* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
   const int ld = TileStride(HS);
   float* sK = DynamicShared<float>();
   float* sV = sK + kTile * ld;
@@ -439,10 +474,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kRows; ++i) {
     const int key = key0 + i;
     if (key >= T) continue;
-    float* dst = dqkv + (static_cast<size_t>(b) * T + key) * C3 + h * HS;
+    Storage* dst = dqkv + (static_cast<size_t>(b) * T + key) * C3 + h * HS;
     for (int col = lane; col < HS; col += kWarpSize) {
-      dst[C + col] = sdK[(warp * kRows + i) * HS + col];
-      dst[2 * C + col] = sdV[(warp * kRows + i) * HS + col];
+      dst[C + col] = FromFloat<Storage>(sdK[(warp * kRows + i) * HS + col]);
+      dst[2 * C + col] = FromFloat<Storage>(sdV[(warp * kRows + i) * HS + col]);
     }
   }
 }
@@ -466,22 +501,25 @@ struct Shape {
 };
 
 // The q (k, v: part 1, 2) row of token t of head h in batch b.
-__device__ __forceinline__ const float* QkvRow(const float* qkv, const Shape& s, int b, int t,
-                                               int part, int h) {
+template <typename Storage>
+__device__ __forceinline__ const Storage* QkvRow(const Storage* qkv, const Shape& s, int b, int t,
+                                                 int part, int h) {
   const size_t C = s.C();
   return qkv + (static_cast<size_t>(b) * s.T + t) * 3 * C + part * C + h * s.HS;
 }
 
-__device__ __forceinline__ float Dot(const float* x, const float* y, int n) {
+template <typename Storage>
+__device__ __forceinline__ float Dot(const Storage* x, const Storage* y, int n) {
   float acc = 0.0f;
-  for (int c = 0; c < n; ++c) acc += x[c] * y[c];
+  for (int c = 0; c < n; ++c) acc += ToFloat(x[c]) * ToFloat(y[c]);
   return acc;
 }
 
 // att[bh][i][j] = scale * q_i . k_j for j <= i, -inf above the diagonal.
 // One thread per score.
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveScoresKernel(float* __restrict__ att, const float* __restrict__ qkv, Shape s,
+    NaiveScoresKernel(float* __restrict__ att, const Storage* __restrict__ qkv, Shape s,
                       float scale) {
   const size_t TT = static_cast<size_t>(s.T) * s.T;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -518,9 +556,10 @@ __global__ void __launch_bounds__(kNaiveThreads)
 }
 
 // out[b,i,h*HS + c] = sum_{j <= i} P[i][j] v_j[c]. One thread per output element.
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveOutKernel(float* __restrict__ out, const float* __restrict__ att,
-                   const float* __restrict__ qkv, Shape s) {
+    NaiveOutKernel(Storage* __restrict__ out, const float* __restrict__ att,
+                   const Storage* __restrict__ qkv, Shape s) {
   const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n) return;
@@ -528,13 +567,14 @@ __global__ void __launch_bounds__(kNaiveThreads)
   const int i = static_cast<int>(idx / s.C() % s.T), b = static_cast<int>(idx / s.C() / s.T);
   const float* p = att + ((static_cast<size_t>(b) * s.NH + h) * s.T + i) * s.T;
   float acc = 0.0f;
-  for (int j = 0; j <= i; ++j) acc += p[j] * QkvRow(qkv, s, b, j, 2, h)[c];
-  out[idx] = acc;
+  for (int j = 0; j <= i; ++j) acc += p[j] * ToFloat(QkvRow(qkv, s, b, j, 2, h)[c]);
+  out[idx] = FromFloat<Storage>(acc);
 }
 
 // att[bh][i][j] = P = exp(scale * q_i . k_j - lse_i) for j <= i, else 0.
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveProbsKernel(float* __restrict__ att, const float* __restrict__ qkv,
+    NaiveProbsKernel(float* __restrict__ att, const Storage* __restrict__ qkv,
                      const float* __restrict__ lse, Shape s, float scale) {
   const size_t TT = static_cast<size_t>(s.T) * s.T;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -551,9 +591,10 @@ __global__ void __launch_bounds__(kNaiveThreads)
 }
 
 // dV[j][c] = sum_{i >= j} P[i][j] dO[i][c]. One thread per element of dV.
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveDvKernel(float* __restrict__ dqkv, const float* __restrict__ att,
-                  const float* __restrict__ dout, Shape s) {
+    NaiveDvKernel(Storage* __restrict__ dqkv, const float* __restrict__ att,
+                  const Storage* __restrict__ dout, Shape s) {
   const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n) return;
@@ -564,17 +605,18 @@ __global__ void __launch_bounds__(kNaiveThreads)
   float acc = 0.0f;
   for (int i = j; i < s.T; ++i) {
     acc += p[static_cast<size_t>(i) * s.T + j] *
-           dout[(static_cast<size_t>(b) * s.T + i) * C + h * s.HS + c];
+           ToFloat(dout[(static_cast<size_t>(b) * s.T + i) * C + h * s.HS + c]);
   }
-  dqkv[(static_cast<size_t>(b) * s.T + j) * 3 * C + 2 * C + h * s.HS + c] = acc;
+  dqkv[(static_cast<size_t>(b) * s.T + j) * 3 * C + 2 * C + h * s.HS + c] = FromFloat<Storage>(acc);
 }
 
 // att = scale * dS = scale * P * (dO_i . v_j - D_i), in place, with
 // D_i = dO_i . O_i recomputed by each thread (the naive kernels keep no
 // buffer of their own).
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveDsKernel(float* __restrict__ att, const float* __restrict__ qkv,
-                  const float* __restrict__ dout, const float* __restrict__ out, Shape s,
+    NaiveDsKernel(float* __restrict__ att, const Storage* __restrict__ qkv,
+                  const Storage* __restrict__ dout, const Storage* __restrict__ out, Shape s,
                   float scale) {
   const size_t TT = static_cast<size_t>(s.T) * s.T;
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -591,9 +633,10 @@ __global__ void __launch_bounds__(kNaiveThreads)
 
 // dQ[i][c] = sum_{j <= i} dS[i][j] k_j[c] and dK[t][c] = sum_{i >= t} dS[i][t] q_i[c].
 // One thread per (b, t, h, c), writing dQ of token t and dK of token t.
+template <typename Storage>
 __global__ void __launch_bounds__(kNaiveThreads)
-    NaiveDqDkKernel(float* __restrict__ dqkv, const float* __restrict__ att,
-                    const float* __restrict__ qkv, Shape s) {
+    NaiveDqDkKernel(Storage* __restrict__ dqkv, const float* __restrict__ att,
+                    const Storage* __restrict__ qkv, Shape s) {
   const size_t n = static_cast<size_t>(s.B) * s.T * s.C();
   const size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n) return;
@@ -603,14 +646,14 @@ __global__ void __launch_bounds__(kNaiveThreads)
   const float* ds = att + (static_cast<size_t>(b) * s.NH + h) * s.T * s.T;
   float dq = 0.0f, dk = 0.0f;
   for (int j = 0; j <= t; ++j) {
-    dq += ds[static_cast<size_t>(t) * s.T + j] * QkvRow(qkv, s, b, j, 1, h)[c];
+    dq += ds[static_cast<size_t>(t) * s.T + j] * ToFloat(QkvRow(qkv, s, b, j, 1, h)[c]);
   }
   for (int i = t; i < s.T; ++i) {
-    dk += ds[static_cast<size_t>(i) * s.T + t] * QkvRow(qkv, s, b, i, 0, h)[c];
+    dk += ds[static_cast<size_t>(i) * s.T + t] * ToFloat(QkvRow(qkv, s, b, i, 0, h)[c]);
   }
-  float* dst = dqkv + (static_cast<size_t>(b) * s.T + t) * 3 * C + h * s.HS + c;
-  dst[0] = dq;
-  dst[C] = dk;
+  Storage* dst = dqkv + (static_cast<size_t>(b) * s.T + t) * 3 * C + h * s.HS + c;
+  dst[0] = FromFloat<Storage>(dq);
+  dst[C] = FromFloat<Storage>(dk);
 }
 
 unsigned Blocks(size_t threads) {
@@ -621,21 +664,24 @@ bool Empty(int B, int T, int NH, int HS) { return B <= 0 || T <= 0 || NH <= 0 ||
 
 }  // namespace
 
-cudaError_t LaunchFlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T,
+template <typename Storage>
+cudaError_t LaunchFlashAttentionForward(Storage* out, float* lse, const Storage* qkv, int B, int T,
                                         int NH, int HS, cudaStream_t stream) {
   if (Empty(B, T, NH, HS)) return cudaSuccess;
   if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
   const size_t smem = FlashForwardSmem(HS);
-  cudaError_t err = AllowDynamicShared<FlashForwardKernel>(smem);
+  constexpr auto kernel = FlashForwardKernel<Storage>;
+  cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
-  return Launch<FlashForwardKernel>(grid, kThreads, smem, stream, out, lse, qkv, T, NH, HS,
-                                    1.0f / sqrtf(static_cast<float>(HS)));
+  return Launch<kernel>(grid, kThreads, smem, stream, out, lse, qkv, T, NH, HS,
+                        1.0f / sqrtf(static_cast<float>(HS)));
 }
 
-cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                         const float* out, const float* lse, int B, int T, int NH,
+template <typename Storage>
+cudaError_t LaunchFlashAttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv,
+                                         const Storage* out, const float* lse, int B, int T, int NH,
                                          int HS, cudaStream_t stream) {
   if (Empty(B, T, NH, HS)) return cudaSuccess;
   if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
@@ -643,55 +689,74 @@ cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const f
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
   const size_t smem_kv = FlashBackwardDkDvSmem(HS);
-  cudaError_t err = AllowDynamicShared<FlashBackwardDkDvKernel>(smem_kv);
+  constexpr auto dkdv = FlashBackwardDkDvKernel<Storage>;
+  cudaError_t err = AllowDynamicShared<dkdv>(smem_kv);
   if (err != cudaSuccess) return err;
-  err = Launch<FlashBackwardDkDvKernel>(grid, kThreads, smem_kv, stream, dqkv, dout, qkv, out, lse,
-                                        T, NH, HS, scale);
+  err = Launch<dkdv>(grid, kThreads, smem_kv, stream, dqkv, dout, qkv, out, lse, T, NH, HS, scale);
   if (err != cudaSuccess) return err;
   const size_t smem_q = FlashBackwardDqSmem(HS);
-  err = AllowDynamicShared<FlashBackwardDqKernel>(smem_q);
+  constexpr auto dq = FlashBackwardDqKernel<Storage>;
+  err = AllowDynamicShared<dq>(smem_q);
   if (err != cudaSuccess) return err;
-  return Launch<FlashBackwardDqKernel>(grid, kThreads, smem_q, stream, dqkv, dout, qkv, out, lse, T,
-                                       NH, HS, scale);
+  return Launch<dq>(grid, kThreads, smem_q, stream, dqkv, dout, qkv, out, lse, T, NH, HS, scale);
 }
 
-cudaError_t LaunchNaiveAttentionForward(float* out, float* lse, float* scratch, const float* qkv,
-                                        int B, int T, int NH, int HS, cudaStream_t stream) {
+template <typename Storage>
+cudaError_t LaunchNaiveAttentionForward(Storage* out, float* lse, float* scratch,
+                                        const Storage* qkv, int B, int T, int NH, int HS,
+                                        cudaStream_t stream) {
   if (Empty(B, T, NH, HS)) return cudaSuccess;
   const Shape s{B, T, NH, HS};
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const size_t scores = static_cast<size_t>(B) * NH * T * T;
-  cudaError_t err =
-      Launch<NaiveScoresKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv, s, scale);
+  cudaError_t err = Launch<NaiveScoresKernel<Storage>>(Blocks(scores), kNaiveThreads, 0, stream,
+                                                       scratch, qkv, s, scale);
   if (err != cudaSuccess) return err;
   const size_t rows = static_cast<size_t>(B) * NH * T;
   err = Launch<NaiveSoftmaxKernel>(Blocks(rows * kWarpSize), kNaiveThreads, 0, stream, scratch, lse,
                                    s);
   if (err != cudaSuccess) return err;
   const size_t outs = static_cast<size_t>(B) * T * NH * HS;
-  return Launch<NaiveOutKernel>(Blocks(outs), kNaiveThreads, 0, stream, out,
-                                static_cast<const float*>(scratch), qkv, s);
+  return Launch<NaiveOutKernel<Storage>>(Blocks(outs), kNaiveThreads, 0, stream, out,
+                                         static_cast<const float*>(scratch), qkv, s);
 }
 
-cudaError_t LaunchNaiveAttentionBackward(float* dqkv, float* scratch, const float* dout,
-                                         const float* qkv, const float* out, const float* lse,
+template <typename Storage>
+cudaError_t LaunchNaiveAttentionBackward(Storage* dqkv, float* scratch, const Storage* dout,
+                                         const Storage* qkv, const Storage* out, const float* lse,
                                          int B, int T, int NH, int HS, cudaStream_t stream) {
   if (Empty(B, T, NH, HS)) return cudaSuccess;
   const Shape s{B, T, NH, HS};
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const size_t scores = static_cast<size_t>(B) * NH * T * T;
   const size_t elems = static_cast<size_t>(B) * T * NH * HS;
-  cudaError_t err = Launch<NaiveProbsKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv,
-                                             lse, s, scale);
+  cudaError_t err = Launch<NaiveProbsKernel<Storage>>(Blocks(scores), kNaiveThreads, 0, stream,
+                                                      scratch, qkv, lse, s, scale);
   if (err != cudaSuccess) return err;
-  err = Launch<NaiveDvKernel>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
-                              static_cast<const float*>(scratch), dout, s);
+  err = Launch<NaiveDvKernel<Storage>>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
+                                       static_cast<const float*>(scratch), dout, s);
   if (err != cudaSuccess) return err;
-  err = Launch<NaiveDsKernel>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv, dout, out, s,
-                              scale);
+  err = Launch<NaiveDsKernel<Storage>>(Blocks(scores), kNaiveThreads, 0, stream, scratch, qkv, dout,
+                                       out, s, scale);
   if (err != cudaSuccess) return err;
-  return Launch<NaiveDqDkKernel>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
-                                 static_cast<const float*>(scratch), qkv, s);
+  return Launch<NaiveDqDkKernel<Storage>>(Blocks(elems), kNaiveThreads, 0, stream, dqkv,
+                                          static_cast<const float*>(scratch), qkv, s);
 }
+
+// The two storage types (backend.h "Precision").
+#define LADDER_ATTENTION_INSTANTIATE(Storage)                                                      \
+  template cudaError_t LaunchFlashAttentionForward<Storage>(Storage*, float*, const Storage*, int, \
+                                                            int, int, int, cudaStream_t);          \
+  template cudaError_t LaunchFlashAttentionBackward<Storage>(                                      \
+      Storage*, const Storage*, const Storage*, const Storage*, const float*, int, int, int, int,  \
+      cudaStream_t);                                                                               \
+  template cudaError_t LaunchNaiveAttentionForward<Storage>(                                       \
+      Storage*, float*, float*, const Storage*, int, int, int, int, cudaStream_t);                 \
+  template cudaError_t LaunchNaiveAttentionBackward<Storage>(                                      \
+      Storage*, float*, const Storage*, const Storage*, const Storage*, const float*, int, int,    \
+      int, int, cudaStream_t);
+LADDER_ATTENTION_INSTANTIATE(float)
+LADDER_ATTENTION_INSTANTIATE(__nv_bfloat16)
+#undef LADDER_ATTENTION_INSTANTIATE
 
 LADDER_KERNELS_END

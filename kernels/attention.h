@@ -20,6 +20,12 @@
 // Naive kernels need `scratch` of B*NH*T*T floats (AttentionScratchFloats) and
 // take any HS. Every kernel is deterministic: each output element is written
 // by one thread, its sums in an order fixed by the shape (no atomics).
+//
+// Storage is the element type of qkv, out, dout and dqkv (backend.h
+// "Precision"): float or __nv_bfloat16, the only two instantiations. lse and
+// the naive scratch are fp32 whatever the storage, and so is all arithmetic:
+// elements are widened on load and each result is rounded once on store.
+// (Storage, not T: T is the sequence length here.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,20 +38,25 @@ LADDER_KERNELS_BEGIN
 // key-tile kernel: ~205 KiB at HS = 256, within the 227 KiB an H100 allows).
 inline constexpr int kMaxFlashHeadSize = 256;
 
-cudaError_t LaunchFlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T,
+template <typename Storage>
+cudaError_t LaunchFlashAttentionForward(Storage* out, float* lse, const Storage* qkv, int B, int T,
                                         int NH, int HS, cudaStream_t stream);
 
-cudaError_t LaunchFlashAttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                         const float* out, const float* lse, int B, int T, int NH,
+template <typename Storage>
+cudaError_t LaunchFlashAttentionBackward(Storage* dqkv, const Storage* dout, const Storage* qkv,
+                                         const Storage* out, const float* lse, int B, int T, int NH,
                                          int HS, cudaStream_t stream);
 
 // scratch: B*NH*T*T floats (overwritten: the probabilities P of every head).
-cudaError_t LaunchNaiveAttentionForward(float* out, float* lse, float* scratch, const float* qkv,
-                                        int B, int T, int NH, int HS, cudaStream_t stream);
+template <typename Storage>
+cudaError_t LaunchNaiveAttentionForward(Storage* out, float* lse, float* scratch,
+                                        const Storage* qkv, int B, int T, int NH, int HS,
+                                        cudaStream_t stream);
 
 // scratch: B*NH*T*T floats (overwritten: P, then dS in place).
-cudaError_t LaunchNaiveAttentionBackward(float* dqkv, float* scratch, const float* dout,
-                                         const float* qkv, const float* out, const float* lse,
+template <typename Storage>
+cudaError_t LaunchNaiveAttentionBackward(Storage* dqkv, float* scratch, const Storage* dout,
+                                         const Storage* qkv, const Storage* out, const float* lse,
                                          int B, int T, int NH, int HS, cudaStream_t stream);
 
 LADDER_KERNELS_END

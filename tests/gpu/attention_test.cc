@@ -2,21 +2,38 @@
 // (CpuBackend), both kinds (kFlash against the CPU's kFlash, kNaive against
 // its kNaive), on random qkv of several shapes: head sizes 24, 25 (odd), 32,
 // 48, 64, 128, 256, T from 1 to 161 (never a multiple of the 32-row tile
-// except T = 64), B = 1 and NH = 1 among them. Forward: out and lse. Backward: dqkv,
-// on the CPU's out and lse (both sides get identical inputs). Every GPU
-// output is poisoned with NaN first, so an element no kernel wrote fails.
-// Then bitwise run-to-run determinism of both passes, and the argument checks.
+// except T = 64), B = 1 and NH = 1 among them. Forward: out and lse. Backward:
+// dqkv, given the same out and lse as the reference. Every GPU output is
+// poisoned with NaN first, so an element no kernel wrote fails. Then bitwise
+// run-to-run determinism of both passes, and the argument checks.
 //
-// Tolerances, per element, with ref the CPU value:
-//   out, lse:  |gpu - ref| <= 2e-5 * (1 + |ref|)
-//   dqkv:      |gpu - ref| <= 1e-4 * (1 + |ref|)
-// The two sides sum the same dot products and softmax rows in different
-// orders and use different exp implementations (the CPU's flash kernel a
-// Cephes polynomial, ~1 ulp; CUDA's expf, ~2 ulp), so they agree to a few
-// float ulps of each score; the outputs are weighted means of V (well
+// Storage: every case runs twice, with qkv, out, dout and dqkv stored in f32
+// and then in bf16 (lse stays f32). For bf16 the reference is the fp32 CPU
+// backend on the *bf16-rounded* qkv and dout (Bf16Rounded), so both sides
+// see the same values. Its backward is given the out the bf16 forward stored
+// (downloaded, rounded as the GPU rounded it), because the backward reads out
+// (D = dO . O) and the GPU backward is given that same stored out; both
+// backwards get the reference's lse (f32). For f32 both backwards get the
+// reference's out and lse.
+//
+// Tolerances, per element, with ref the CPU value, tol = 2e-5 for the
+// forward (out, lse) and 1e-4 for the backward (dqkv), and r = 2^-8
+// (kBf16Rounding, the relative error of one rounding to bf16):
+//   f32 out, lse, dqkv:  |gpu - ref| <= tol * (1 + |ref|)
+//   bf16 lse (f32):      |gpu - ref| <= 2e-5 * (1 + |ref|)
+//   bf16 out, dqkv:      |gpu - ref| <= r * |ref| + (1 + r) * tol * (1 + |ref|)
+// The fp32 bounds: the two sides sum the same dot products and softmax rows
+// in different orders and use different exp implementations (the CPU's flash
+// kernel a Cephes polynomial, ~1 ulp; CUDA's expf, ~2 ulp), so they agree to
+// a few float ulps of each score; the outputs are weighted means of V (well
 // conditioned, so the error stays near float epsilon times the row length),
 // and the gradients are sums over up to T such terms of both signs (dS =
 // P * (dP - D) subtracts nearly equal numbers), hence the looser bound.
+// The bf16 bounds: the kernels compute in fp32 on the same inputs, so before
+// the store their value v is within the fp32 bound e of ref; the one
+// rounding on store moves it by at most r * |v| <= r * (|ref| + e), hence
+// r * |ref| plus the fp32 bound widened by the factor (1 + r). lse is not
+// rounded (f32), so its bound is the fp32 one.
 //
 // Without a GPU every test that needs one skips with the reason; the argument
 // checks still run. Inputs come from Philox (seed 20240607, or
@@ -39,35 +56,45 @@
 namespace ladder {
 namespace {
 
+using gpu_test::Bf16Rounded;
 using gpu_test::ExpectBitwise;
 using gpu_test::GpuFloats;
+using gpu_test::GpuStored;
+using gpu_test::kBf16Rounding;
 using gpu_test::Normal;
 using gpu_test::Poison;
 
 constexpr double kOutTol = 2e-5;
 constexpr double kGradTol = 1e-4;
 
-// |got - want| <= tol * (1 + |want|).
+// |got - want| <= tol * (1 + |want|) for a value stored in f32 and
+// r * |want| + (1 + r) * tol * (1 + |want|), r = kBf16Rounding, for one
+// rounded to bf16 on store (see the tolerances above).
 void ExpectClose(const std::string& what, const std::vector<float>& got,
-                 const std::vector<float>& want, double tol) {
-  gpu_test::ExpectClose(what, got, want, tol, tol);
+                 const std::vector<float>& want, double tol, DType stored = DType::kF32) {
+  const double r = stored == DType::kBF16 ? kBf16Rounding : 0.0;
+  gpu_test::ExpectClose(what, got, want, /*rel_tol=*/r + (1 + r) * tol, /*abs_tol=*/(1 + r) * tol);
 }
 
 struct Case {
   int64_t B, T, NH, HS;
   AttentionKind kind;
-  float stddev;  // of q, k, v: larger values make peakier softmax rows
+  float stddev;               // of q, k, v: larger values make peakier softmax rows
+  DType dtype = DType::kF32;  // storage of qkv, out, dout, dqkv
 };
 
+const char* StorageName(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
+
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << (c.kind == AttentionKind::kFlash ? "flash" : "naive") << " B=" << c.B << " T=" << c.T
-      << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev;
+  *os << (c.kind == AttentionKind::kFlash ? "flash" : "naive") << " " << StorageName(c.dtype)
+      << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev;
 }
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return absl::StrCat(c.kind == AttentionKind::kFlash ? "flash" : "naive", "_B", c.B, "_T", c.T,
-                      "_NH", c.NH, "_HS", c.HS, c.stddev > 1.0f ? "_peaky" : "");
+  return absl::StrCat(c.kind == AttentionKind::kFlash ? "flash" : "naive",
+                      c.dtype == DType::kBF16 ? "_bf16" : "", "_B", c.B, "_T", c.T, "_NH", c.NH,
+                      "_HS", c.HS, c.stddev > 1.0f ? "_peaky" : "");
 }
 
 class AttentionGpuTest : public testing::TestWithParam<Case> {
@@ -82,36 +109,37 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
   const Case c = GetParam();
   const int64_t B = c.B, T = c.T, NH = c.NH, C = c.NH * c.HS;
   const int nh = static_cast<int>(NH);
+  const DType dt = c.dtype;
+  const bool bf16 = dt == DType::kBF16;
   const uint64_t s = static_cast<uint64_t>(((B * 131 + T) * 17 + NH) * 257 + c.HS) * 4;
-  const std::vector<float> qkv = Normal(B * T * 3 * C, s + 0, 0.0f, c.stddev);
-  const std::vector<float> dout = Normal(B * T * C, s + 1);
+  // bf16: the values the kernels will load, so the reference sees them too.
+  auto stored = [&](std::vector<float> x) { return bf16 ? Bf16Rounded(std::move(x)) : x; };
+  const std::vector<float> qkv = stored(Normal(B * T * 3 * C, s + 0, 0.0f, c.stddev));
+  const std::vector<float> dout = stored(Normal(B * T * C, s + 1));
   const int64_t scratch_n = AttentionScratchFloats(c.kind, B, T, NH);
 
-  // ---- CPU reference ----
+  // ---- CPU reference forward ----
   CpuBackend cpu;
+  const Device kCpu = Device::kCpu;
   std::vector<float> qkv_c = qkv, dout_c = dout, out_c(B * T * C), lse_c(B * NH * T),
                      dqkv_c(B * T * 3 * C), scratch_c(scratch_n);
-  const Tensor cpu_scratch = scratch_n > 0 ? Tensor::F32(scratch_c.data(), {scratch_n}, Device::kCpu) : Tensor();
-  ASSERT_TRUE(cpu.AttentionForward(
-                     Tensor::F32(out_c.data(), {B, T, C}, Device::kCpu), Tensor::F32(lse_c.data(), {B, NH, T}, Device::kCpu),
-                     Tensor::F32(qkv_c.data(), {B, T, 3 * C}, Device::kCpu), nh, c.kind, cpu_scratch)
-                  .ok());
-  ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}, Device::kCpu),
-                                    Tensor::F32(dout_c.data(), {B, T, C}, Device::kCpu),
-                                    Tensor::F32(qkv_c.data(), {B, T, 3 * C}, Device::kCpu),
-                                    Tensor::F32(out_c.data(), {B, T, C}, Device::kCpu),
-                                    Tensor::F32(lse_c.data(), {B, NH, T}, Device::kCpu), nh, c.kind, cpu_scratch)
+  const Tensor cpu_scratch =
+      scratch_n > 0 ? Tensor::F32(scratch_c.data(), {scratch_n}, kCpu) : Tensor();
+  ASSERT_TRUE(cpu.AttentionForward(Tensor::F32(out_c.data(), {B, T, C}, kCpu),
+                                   Tensor::F32(lse_c.data(), {B, NH, T}, kCpu),
+                                   Tensor::F32(qkv_c.data(), {B, T, 3 * C}, kCpu), nh, c.kind,
+                                   cpu_scratch)
                   .ok());
 
   // ---- GPU forward ----
-  GpuFloats qkv_g(B * T * 3 * C), out_g(B * T * C), lse_g(B * NH * T), dout_g(B * T * C),
-      dqkv_g(B * T * 3 * C), scratch_g(scratch_n);
-  for (const GpuFloats* b : {&qkv_g, &out_g, &lse_g, &dout_g, &dqkv_g, &scratch_g}) {
+  GpuStored qkv_g(qkv, dt), out_g(Poison(B * T * C), dt), dout_g(dout, dt),
+      dqkv_g(Poison(B * T * 3 * C), dt);
+  GpuFloats lse_g(B * NH * T), scratch_g(scratch_n);
+  for (const GpuStored* b : {&qkv_g, &out_g, &dout_g, &dqkv_g}) {
     ASSERT_TRUE(b->ok()) << "cudaMalloc failed";
   }
+  for (const GpuFloats* b : {&lse_g, &scratch_g}) ASSERT_TRUE(b->ok()) << "cudaMalloc failed";
   const Tensor gpu_scratch = scratch_n > 0 ? scratch_g.View({scratch_n}) : Tensor();
-  qkv_g.Upload(qkv);
-  dout_g.Upload(dout);
   auto forward = [&]() {
     out_g.Upload(Poison(B * T * C));
     lse_g.Upload(Poison(B * NH * T));
@@ -123,13 +151,24 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> out = out_g.Download(), lse = lse_g.Download();
-  ExpectClose("out", out, out_c, kOutTol);
-  ExpectClose("lse", lse, lse_c, kOutTol);
+  ExpectClose("out", out, out_c, kOutTol, dt);
+  ExpectClose("lse", lse, lse_c, kOutTol);  // f32 whatever the storage
 
-  // ---- GPU backward, on the CPU's out and lse ----
-  GpuFloats out_ref(B * T * C), lse_ref(B * NH * T);
-  out_ref.Upload(out_c);
-  lse_ref.Upload(lse_c);
+  // ---- CPU reference backward, on the out the GPU backward reads ----
+  // f32: the reference's own out. bf16: the out the GPU forward stored.
+  std::vector<float> out_bwd = bf16 ? out : out_c;
+  ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}, kCpu),
+                                    Tensor::F32(dout_c.data(), {B, T, C}, kCpu),
+                                    Tensor::F32(qkv_c.data(), {B, T, 3 * C}, kCpu),
+                                    Tensor::F32(out_bwd.data(), {B, T, C}, kCpu),
+                                    Tensor::F32(lse_c.data(), {B, NH, T}, kCpu), nh, c.kind,
+                                    cpu_scratch)
+                  .ok());
+
+  // ---- GPU backward, on the same out and the reference's lse ----
+  GpuStored out_ref(out_bwd, dt);  // exact: out_bwd holds values of dtype dt
+  GpuFloats lse_ref(lse_c);
+  ASSERT_TRUE(out_ref.ok() && lse_ref.ok()) << "cudaMalloc failed";
   auto backward = [&]() {
     dqkv_g.Upload(Poison(B * T * 3 * C));
     scratch_g.Upload(Poison(scratch_n));
@@ -151,7 +190,7 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
         want.push_back(dqkv_c[bt * 3 * C + part * C + ch]);
       }
     }
-    ExpectClose(part_name[part], got, want, kGradTol);
+    ExpectClose(part_name[part], got, want, kGradTol, dt);
   }
 
   // ---- determinism: the same bits again ----
@@ -170,24 +209,29 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
 // 32: a lane's last column chunk is partial), 25 (odd), 128 (the flash
 // kernels' shared memory above the default 48 KiB), 256 (their limit, ~205
 // KiB). T = 1 (a single key), T < 32, T = 64 (whole tiles) and T = 33, 70,
-// 97, 161 (a partial last tile).
-// The naive kind is O(T^2) per thread group and slow on the simulator, so it
-// gets fewer, smaller cases.
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGpuTest, testing::ValuesIn([] {
-                           constexpr AttentionKind kF = AttentionKind::kFlash;
-                           constexpr AttentionKind kN = AttentionKind::kNaive;
-                           return std::vector<Case>{
-                               {1, 1, 1, 32, kF, 1.0f},   {2, 70, 2, 32, kF, 1.0f},
-                               {1, 33, 1, 64, kF, 1.0f},  {2, 64, 3, 64, kF, 1.0f},
-                               {3, 17, 3, 24, kF, 1.0f},  {1, 97, 2, 48, kF, 1.0f},
-                               {2, 40, 2, 25, kF, 1.0f},  {1, 45, 2, 128, kF, 1.0f},
-                               {1, 70, 2, 32, kF, 3.0f},  {2, 161, 2, 64, kF, 1.0f},
-                               {1, 35, 1, 256, kF, 1.0f}, {1, 1, 1, 32, kN, 1.0f},
-                               {2, 37, 2, 32, kN, 1.0f},  {1, 33, 3, 24, kN, 1.0f},
-                               {1, 20, 1, 25, kN, 3.0f},
-                           };
-                         }()),
-                         CaseName);
+// 97, 161 (a partial last tile). The naive kind is O(T^2) per thread group,
+// so it gets fewer, smaller cases. Every case runs for both storage dtypes.
+std::vector<Case> Cases() {
+  constexpr AttentionKind kF = AttentionKind::kFlash;
+  constexpr AttentionKind kN = AttentionKind::kNaive;
+  const std::vector<Case> shapes = {
+      {1, 1, 1, 32, kF, 1.0f},   {2, 70, 2, 32, kF, 1.0f},  {1, 33, 1, 64, kF, 1.0f},
+      {2, 64, 3, 64, kF, 1.0f},  {3, 17, 3, 24, kF, 1.0f},  {1, 97, 2, 48, kF, 1.0f},
+      {2, 40, 2, 25, kF, 1.0f},  {1, 45, 2, 128, kF, 1.0f}, {1, 70, 2, 32, kF, 3.0f},
+      {2, 161, 2, 64, kF, 1.0f}, {1, 35, 1, 256, kF, 1.0f}, {1, 1, 1, 32, kN, 1.0f},
+      {2, 37, 2, 32, kN, 1.0f},  {1, 33, 3, 24, kN, 1.0f},  {1, 20, 1, 25, kN, 3.0f},
+  };
+  std::vector<Case> cases;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (Case c : shapes) {
+      c.dtype = dtype;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGpuTest, testing::ValuesIn(Cases()), CaseName);
 
 // Argument checks run before anything touches the GPU, so they run everywhere.
 TEST(AttentionGpuArgs, RejectsBadArguments) {
@@ -198,8 +242,9 @@ TEST(AttentionGpuArgs, RejectsBadArguments) {
   constexpr AttentionKind kF = AttentionKind::kFlash;
   constexpr AttentionKind kN = AttentionKind::kNaive;
 
-  absl::Status s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}),
-                                          Tensor::F32(fake, {2, 5, 192}, Device::kCpu), 2, kF, Tensor());
+  absl::Status s =
+      cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}),
+                             Tensor::F32(fake, {2, 5, 192}, Device::kCpu), 2, kF, Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("not a CUDA tensor"), std::string::npos) << s;
 
@@ -221,6 +266,50 @@ TEST(AttentionGpuArgs, RejectsBadArguments) {
   s = cuda::AttentionBackward(gpu({2, 5, 192}), gpu({2, 5, 64}), gpu({2, 5, 192}), gpu({2, 4, 64}),
                               gpu({2, 2, 5}), 2, kF, Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of the wrong shape";
+
+  // One storage dtype per call (qkv's); lse and scratch f32 whatever it is.
+  auto b16 = [&](std::initializer_list<int64_t> dims) {
+    return Tensor(fake, DType::kBF16, dims, Device::kCuda);
+  };
+  for (AttentionKind kind : {kF, kN}) {
+    const Tensor scratch = kind == kN ? gpu({2 * 2 * 5 * 5}) : Tensor();
+    s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}), b16({2, 5, 192}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "f32 out, bf16 qkv";
+    EXPECT_NE(s.message().find("out is f32 but qkv is bf16"), std::string::npos) << s;
+
+    s = cuda::AttentionForward(b16({2, 5, 64}), gpu({2, 2, 5}), gpu({2, 5, 192}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 out, f32 qkv";
+    EXPECT_NE(s.message().find("out is bf16 but qkv is f32"), std::string::npos) << s;
+
+    s = cuda::AttentionForward(b16({2, 5, 64}), b16({2, 2, 5}), b16({2, 5, 192}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 lse";
+    EXPECT_NE(s.message().find("lse"), std::string::npos) << s;
+
+    s = cuda::AttentionBackward(b16({2, 5, 192}), gpu({2, 5, 64}), b16({2, 5, 192}),
+                                b16({2, 5, 64}), gpu({2, 2, 5}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "f32 dout, bf16 qkv";
+    EXPECT_NE(s.message().find("dout is f32 but qkv is bf16"), std::string::npos) << s;
+
+    s = cuda::AttentionBackward(b16({2, 5, 192}), b16({2, 5, 64}), b16({2, 5, 192}),
+                                gpu({2, 5, 64}), gpu({2, 2, 5}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "f32 out, bf16 qkv";
+    EXPECT_NE(s.message().find("out is f32 but qkv is bf16"), std::string::npos) << s;
+
+    s = cuda::AttentionBackward(gpu({2, 5, 192}), b16({2, 5, 64}), b16({2, 5, 192}),
+                                b16({2, 5, 64}), gpu({2, 2, 5}), 2, kind, scratch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "f32 dqkv, bf16 qkv";
+    EXPECT_NE(s.message().find("dqkv is f32 but qkv is bf16"), std::string::npos) << s;
+  }
+  s = cuda::AttentionForward(b16({2, 5, 64}), gpu({2, 2, 5}), b16({2, 5, 192}), 2, kN,
+                             b16({2 * 2 * 5 * 5}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "bf16 scratch";
+  EXPECT_NE(s.message().find("scratch"), std::string::npos) << s;
+
+  s = cuda::AttentionForward(gpu({2, 5, 64}), gpu({2, 2, 5}),
+                             Tensor(fake, DType::kI32, {2, 5, 192}, Device::kCuda), 2, kF,
+                             Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "i32 qkv";
+  EXPECT_NE(s.message().find("f32 or bf16"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Validates shapes, dtypes and devices, then calls the kernel launchers.
+// Validates shapes, dtypes and devices, then calls the kernel launchers with
+// the element type of the call's storage dtype (cuda_check.h WithStorage).
 #include "src/backend/cuda/attention.h"
 
 #include "kernels/attention.h"
@@ -12,11 +13,34 @@ constexpr char kBwd[] = "AttentionBackward";
 
 using Dims = AttentionDims;
 
-// qkv [B,T,3C] f32 on the GPU, num_heads dividing C, sizes that fit an int
-// (and, for kFlash, a head size the kernels hold in shared memory).
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI8:
+      return "i8";
+  }
+  return "?";
+}
+
+// qkv [B,T,3C], f32 or bf16, on the GPU, num_heads dividing C, sizes that
+// fit an int (and, for kFlash, a head size the kernels hold in shared
+// memory). qkv's dtype is the call's storage dtype.
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, AttentionKind kind,
                       Dims* d) {
-  RETURN_IF_ERROR(CheckAttentionQkv(Device::kCuda, op, qkv, num_heads, d));
+  if (qkv.dtype != DType::kF32 && qkv.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": qkv is ", DTypeName(qkv.dtype), ", expected f32 or bf16"));
+  }
+  // The shared check (the CPU's too) is for f32; its shape rules are the
+  // same for bf16, so it sees qkv as f32.
+  Tensor as_f32 = qkv;
+  as_f32.dtype = DType::kF32;
+  RETURN_IF_ERROR(CheckAttentionQkv(Device::kCuda, op, as_f32, num_heads, d));
   if (d->B * d->NH > INT_MAX || d->T > INT_MAX || 3 * d->C > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": qkv ", qkv.ShapeString(), " is too large for the kernels"));
@@ -27,6 +51,18 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, At
                      kernels::kMaxFlashHeadSize, " (use AttentionKind::kNaive)"));
   }
   return absl::OkStatus();
+}
+
+// An activation of the call (out, dout, dqkv): qkv's storage dtype (one per
+// call, backend.h "Precision") and the exact shape dims.
+absl::Status CheckActivation(absl::string_view op, absl::string_view what, const Tensor& t,
+                             DType storage, std::initializer_list<int64_t> dims) {
+  if (!t.empty() && t.dtype != storage) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is ", DTypeName(t.dtype),
+                                                   " but qkv is ", DTypeName(storage),
+                                                   " (one storage dtype per call)"));
+  }
+  return CheckExact(op, what, t, storage, dims);
 }
 
 absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor& scratch,
@@ -42,19 +78,23 @@ absl::Status AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
                               Tensor scratch, cudaStream_t stream) {
   Dims d;
   RETURN_IF_ERROR(CheckQkv(kFwd, qkv, num_heads, kind, &d));
-  RETURN_IF_ERROR(CheckExact(kFwd, "out", out, DType::kF32, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(CheckActivation(kFwd, "out", out, qkv.dtype, {d.B, d.T, d.C}));
   RETURN_IF_ERROR(CheckExact(kFwd, "lse", lse, DType::kF32, {d.B, d.NH, d.T}));
   RETURN_IF_ERROR(CheckScratch(kFwd, kind, scratch, d));
   const int B = static_cast<int>(d.B), T = static_cast<int>(d.T), NH = static_cast<int>(d.NH),
             HS = static_cast<int>(d.HS);
-  if (kind == AttentionKind::kNaive) {
-    return CudaStatus(kernels::LaunchNaiveAttentionForward(out.f32(), lse.f32(), scratch.f32(),
-                                                           qkv.f32(), B, T, NH, HS, stream),
+  return WithStorage(kFwd, "qkv", qkv.dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (kind == AttentionKind::kNaive) {
+      return CudaStatus(
+          kernels::LaunchNaiveAttentionForward<S>(Data<S>(out), lse.f32(), scratch.f32(),
+                                                  Data<S>(qkv), B, T, NH, HS, stream),
+          kFwd);
+    }
+    return CudaStatus(kernels::LaunchFlashAttentionForward<S>(Data<S>(out), lse.f32(), Data<S>(qkv),
+                                                              B, T, NH, HS, stream),
                       kFwd);
-  }
-  return CudaStatus(
-      kernels::LaunchFlashAttentionForward(out.f32(), lse.f32(), qkv.f32(), B, T, NH, HS, stream),
-      kFwd);
+  });
 }
 
 absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
@@ -62,23 +102,26 @@ absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                                cudaStream_t stream) {
   Dims d;
   RETURN_IF_ERROR(CheckQkv(kBwd, qkv, num_heads, kind, &d));
-  RETURN_IF_ERROR(CheckExact(kBwd, "dqkv", dqkv, DType::kF32, {d.B, d.T, 3 * d.C}));
-  RETURN_IF_ERROR(CheckExact(kBwd, "dout", dout, DType::kF32, {d.B, d.T, d.C}));
-  RETURN_IF_ERROR(CheckExact(kBwd, "out", out, DType::kF32, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(CheckActivation(kBwd, "dqkv", dqkv, qkv.dtype, {d.B, d.T, 3 * d.C}));
+  RETURN_IF_ERROR(CheckActivation(kBwd, "dout", dout, qkv.dtype, {d.B, d.T, d.C}));
+  RETURN_IF_ERROR(CheckActivation(kBwd, "out", out, qkv.dtype, {d.B, d.T, d.C}));
   RETURN_IF_ERROR(CheckExact(kBwd, "lse", lse, DType::kF32, {d.B, d.NH, d.T}));
   RETURN_IF_ERROR(CheckScratch(kBwd, kind, scratch, d));
   const int B = static_cast<int>(d.B), T = static_cast<int>(d.T), NH = static_cast<int>(d.NH),
             HS = static_cast<int>(d.HS);
-  if (kind == AttentionKind::kNaive) {
+  return WithStorage(kBwd, "qkv", qkv.dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (kind == AttentionKind::kNaive) {
+      return CudaStatus(kernels::LaunchNaiveAttentionBackward<S>(
+                            Data<S>(dqkv), scratch.f32(), Data<S>(dout), Data<S>(qkv), Data<S>(out),
+                            lse.f32(), B, T, NH, HS, stream),
+                        kBwd);
+    }
     return CudaStatus(
-        kernels::LaunchNaiveAttentionBackward(dqkv.f32(), scratch.f32(), dout.f32(), qkv.f32(),
-                                              out.f32(), lse.f32(), B, T, NH, HS, stream),
+        kernels::LaunchFlashAttentionBackward<S>(Data<S>(dqkv), Data<S>(dout), Data<S>(qkv),
+                                                 Data<S>(out), lse.f32(), B, T, NH, HS, stream),
         kBwd);
-  }
-  return CudaStatus(
-      kernels::LaunchFlashAttentionBackward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(),
-                                            B, T, NH, HS, stream),
-      kBwd);
+  });
 }
 
 LADDER_CUDA_END

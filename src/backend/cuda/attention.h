@@ -1,7 +1,10 @@
 // Causal self-attention on the GPU: the Tensor/Status face of
 // kernels/attention.cu. Same semantics as Backend::AttentionForward and
-// AttentionBackward (src/backend/backend.h); every tensor f32 on the GPU
-// (Device::kCuda). kFlash takes no scratch and head sizes up to
+// AttentionBackward (src/backend/backend.h); every tensor on the GPU
+// (Device::kCuda). qkv, out, dout and dqkv share one storage dtype, f32 or
+// bf16 (any other mix is InvalidArgument, naming the tensor); lse and the
+// scratch are f32. Arithmetic is fp32 either way. Both kinds take both
+// dtypes. kFlash takes no scratch and head sizes up to
 // kernels::kMaxFlashHeadSize (256); kNaive takes any head size and a scratch
 // of at least AttentionScratchFloats(kNaive, B, T, NH) floats. Work is
 // enqueued on `stream` and not waited for.
