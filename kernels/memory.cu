@@ -19,11 +19,12 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) FillKernel(T* __restrict__ x, int64_t n, T value) {
+__global__ void __launch_bounds__(kThreads) FillKernel(T* __restrict__ x, int64_t n, float value) {
+  const T v = FromFloat<T>(value);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    x[i] = value;
+    x[i] = v;
   }
 }
 
@@ -33,8 +34,7 @@ template <typename T>
 cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>(kMaxBlocks, (n + kThreads - 1) / kThreads);
-  return Launch<FillKernel<T>>(static_cast<unsigned>(blocks), kThreads, 0, stream, x, n,
-                               FromFloat<T>(value));
+  return Launch<FillKernel<T>>(static_cast<unsigned>(blocks), kThreads, 0, stream, x, n, value);
 }
 
 template cudaError_t LaunchFill<float>(float*, int64_t, float, cudaStream_t);

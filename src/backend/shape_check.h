@@ -169,15 +169,15 @@ struct AttentionDims {
   int64_t B, T, C, NH, HS;
 };
 
-// OK iff qkv is f32 [B,T,3C] on `device` and num_heads is positive and
-// divides C; fills *d.
+// OK iff qkv is [B,T,3C] of `dtype` (the storage the caller accepts) on
+// `device` and num_heads is positive and divides C; fills *d.
 inline absl::Status CheckAttentionQkv(Device device, absl::string_view op, const Tensor& qkv,
-                                      int num_heads, AttentionDims* d) {
-  if (qkv.empty() || qkv.dtype != DType::kF32 || qkv.rank != 3 || !DimsValid(qkv) ||
+                                      DType dtype, int num_heads, AttentionDims* d) {
+  if (qkv.empty() || qkv.dtype != dtype || qkv.rank != 3 || !DimsValid(qkv) ||
       qkv.dim(2) % 3 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ", qkv.ShapeString(),
-                                                   qkv.empty() ? " (empty)" : "",
-                                                   ", expected f32 [B,T,3C]"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ",
+                                                   internal::Describe(qkv, dtype), ", expected ",
+                                                   DTypeName(dtype), " [B,T,3C]"));
   }
   d->B = qkv.dim(0);
   d->T = qkv.dim(1);
@@ -191,12 +191,13 @@ inline absl::Status CheckAttentionQkv(Device device, absl::string_view op, const
   return CheckDevice(device, op, "qkv", qkv);
 }
 
-// OK iff logits, viewed row-wise, is an f32 [N, Vshard] shard on `device` of
+// OK iff logits, viewed row-wise, is a [N, Vshard] shard of `dtype` on `device` of
 // a vocabulary of vocab_size >= 1 real columns starting at vocab_start >= 0
 // (the vocabulary-parallel cross-entropy's arguments); fills *N and *Vs.
 inline absl::Status CheckVocabShard(Device device, absl::string_view op, const Tensor& logits,
-                                    int64_t vocab_start, int vocab_size, int64_t* N, int64_t* Vs) {
-  RETURN_IF_ERROR(RowView(device, op, "logits", logits, DType::kF32, N, Vs));
+                                    DType dtype, int64_t vocab_start, int vocab_size, int64_t* N,
+                                    int64_t* Vs) {
+  RETURN_IF_ERROR(RowView(device, op, "logits", logits, dtype, N, Vs));
   if (vocab_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": vocab_size ", vocab_size, " is not positive"));

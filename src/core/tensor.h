@@ -35,6 +35,21 @@ inline size_t DTypeSize(DType t) {
   return 0;
 }
 
+// "f32", "bf16", "i32" or "i8": how errors name a dtype.
+inline const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI8:
+      return "i8";
+  }
+  return "?";
+}
+
 struct Tensor {
   static constexpr int kMaxRank = 4;
 

@@ -65,7 +65,7 @@ constexpr int64_t kTile = 64;
 using Dims = AttentionDims;
 
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, Dims* d) {
-  return CheckAttentionQkv(Device::kCpu, op, qkv, num_heads, d);
+  return CheckAttentionQkv(Device::kCpu, op, qkv, DType::kF32, num_heads, d);
 }
 
 absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor& scratch,

@@ -38,7 +38,7 @@ constexpr char kBwd[] = "CrossEntropyBackward";
 // (non-padding) columns, max(0, min(Vshard, V - vocab_start)).
 absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
                         int vocab_size, int64_t* N, int64_t* Vs, int64_t* real) {
-  RETURN_IF_ERROR(CheckVocabShard(Device::kCpu, op, logits, vocab_start, vocab_size, N, Vs));
+  RETURN_IF_ERROR(CheckVocabShard(Device::kCpu, op, logits, DType::kF32, vocab_start, vocab_size, N, Vs));
   *real = std::clamp<int64_t>(vocab_size - vocab_start, 0, *Vs);
   return absl::OkStatus();
 }

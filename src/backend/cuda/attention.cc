@@ -13,20 +13,6 @@ constexpr char kBwd[] = "AttentionBackward";
 
 using Dims = AttentionDims;
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kI32:
-      return "i32";
-    case DType::kI8:
-      return "i8";
-  }
-  return "?";
-}
-
 // qkv [B,T,3C], f32 or bf16, on the GPU, num_heads dividing C, sizes that
 // fit an int (and, for kFlash, a head size the kernels hold in shared
 // memory). qkv's dtype is the call's storage dtype.
@@ -36,11 +22,7 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, At
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": qkv is ", DTypeName(qkv.dtype), ", expected f32 or bf16"));
   }
-  // The shared check (the CPU's too) is for f32; its shape rules are the
-  // same for bf16, so it sees qkv as f32.
-  Tensor as_f32 = qkv;
-  as_f32.dtype = DType::kF32;
-  RETURN_IF_ERROR(CheckAttentionQkv(Device::kCuda, op, as_f32, num_heads, d));
+  RETURN_IF_ERROR(CheckAttentionQkv(Device::kCuda, op, qkv, qkv.dtype, num_heads, d));
   if (d->B * d->NH > INT_MAX || d->T > INT_MAX || 3 * d->C > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": qkv ", qkv.ShapeString(), " is too large for the kernels"));

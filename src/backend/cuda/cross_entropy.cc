@@ -13,16 +13,13 @@ constexpr char kLoss[] = "CrossEntropyLoss";
 constexpr char kBwd[] = "CrossEntropyBackward";
 
 // CheckVocabShard (src/backend/shape_check.h) for logits stored in either
-// dtype: the shared check wants f32 logits, so the storage dtype is checked
-// here (f32 or bf16, else InvalidArgument) and the shape checks run as for f32.
+// dtype (f32 or bf16, else InvalidArgument).
 absl::Status CheckShard(absl::string_view op, const Tensor& logits, int64_t vocab_start,
                         int vocab_size, int64_t* N, int64_t* Vs) {
   if (logits.dtype != DType::kF32 && logits.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": logits must be f32 or bf16"));
   }
-  Tensor shape_only = logits;
-  shape_only.dtype = DType::kF32;
-  return CheckVocabShard(Device::kCuda, op, shape_only, vocab_start, vocab_size, N, Vs);
+  return CheckVocabShard(Device::kCuda, op, logits, logits.dtype, vocab_start, vocab_size, N, Vs);
 }
 
 }  // namespace
