@@ -1,15 +1,24 @@
 // Token + position embedding, forward and a deterministic backward.
 //
+// Storage: the forward's out, wte and wpe are T, float or __nv_bfloat16 (the
+// activations and the forward's weights share one storage dtype, backend.h
+// "Precision"); the backward reads dout as T and accumulates dwte and dwpe
+// in fp32 whatever T is (parameter gradients). Arithmetic is fp32: bf16
+// elements are widened exactly on load, and out is rounded once on store.
+// s = sizeof(T) below: 4 or 2 bytes per element.
+//
 // Forward: out[n,:] = wte[tokens[n] - vocab_start,:] + wpe[positions[n],:],
 // each term present only when its id is in range (a vocabulary shard under
 // tensor parallelism holds some of the token rows; the other ranks supply the
 // rest and an all-reduce sums them). It is a gather: per row it reads two rows
-// of C floats and writes one, 12C bytes (plus 8 bytes of ids) and C FLOPs, so
-// it is bound by memory bandwidth; the kernel only has to read rows with wide,
-// coalesced accesses. Launch: one block per row (grid.y splits rows wider than
-// 256 threads x 4 floats), a thread per 16-byte vector of the row, the block
-// sized to the row (C/4 threads rounded up to a warp, at most 256) so that a
-// GPT-2 row of 768 channels is one block of 192 threads with nothing idle.
+// of C elements and writes one, 3sC bytes (plus 8 bytes of ids) and C FLOPs,
+// so it is bound by memory bandwidth; the kernel only has to read rows with
+// wide, coalesced accesses. Launch: one block per row (grid.y splits rows
+// wider than 256 threads x kVec elements), a thread per 16-byte vector of the
+// row (kVec = kVec16<T>: 4 floats or 8 bf16, when C % kVec == 0 and every
+// pointer is aligned; 1 otherwise), the block sized to the row (C/kVec
+// threads rounded up to a warp, at most 256) so that a GPT-2 row of 768
+// channels is one block of 192 (f32) or 96 (bf16) threads with nothing idle.
 //
 // Backward: dwte[token,:] += dout[n,:] and dwpe[position,:] += dout[n,:]. A
 // scatter-add: many rows hit the same token (and every batch row hits the
@@ -34,15 +43,15 @@
 //      of equal keys (the others exit at once) loads the table row, adds its
 //      rows of dout in sorted order, which is row order, and stores it.
 // The result is bitwise the CPU's loop over rows n = 0..N-1 (old value, then
-// each row's gradient in order), on any GPU and any run. Cost: the sort
-// moves a few tens of bytes per row per pass (small next to the 4C bytes of
-// each dout row); the sum reads each dout row once and each touched table row
-// once. The price of summing in row order is that a token found in many rows
-// is summed by one block: a frequent token (a few percent of a batch of tens
-// of thousands of rows) makes that block the long pole. Its rows are loaded
-// kRowsInFlight at a time so their latencies overlap; splitting a long run
-// across blocks would be faster still but would add a second level of partial
-// sums, giving up the bitwise equality with the CPU's sequential sum.
+// each row's gradient in order; with bf16 dout, of its widened values), on
+// any GPU and any run. Cost: the sort moves a few tens of bytes per row per
+// pass (small next to the sC bytes of each dout row); the sum reads each dout
+// row once (16-byte vectors of kVec16<T> elements when C and the alignment
+// allow) and each touched fp32 table row once. The price of summing in row order is that a token
+// found in many rows is summed by one block: a frequent token (a few percent of a batch of tens of
+// thousands of rows) makes that block the long pole. Its rows are loaded kRowsInFlight at a time so
+// their latencies overlap; splitting a long run across blocks would be faster still but would add a
+// second level of partial sums, giving up the bitwise equality with the CPU's sequential sum.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -77,36 +86,37 @@ int RowThreads(int C, int vec) {
 // ---- forward ------------------------------------------------------------------
 
 // Block (RowThreads): row blockIdx.x, vectors blockIdx.y * blockDim.x + threadIdx.x.
-template <int kVec>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
-    EmbeddingForwardKernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
-                           const int32_t* __restrict__ positions, const float* __restrict__ wte,
-                           const float* __restrict__ wpe, int C, int64_t vocab_start, int vshard,
+    EmbeddingForwardKernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                           const int32_t* __restrict__ positions, const T* __restrict__ wte,
+                           const T* __restrict__ wpe, int C, int64_t vocab_start, int vshard,
                            int max_t) {
   const int n = blockIdx.x;
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
   if (c >= C) return;
   const int64_t r = int64_t{tokens[n]} - vocab_start;
-  const float* e = r >= 0 && r < vshard ? wte + r * C + c : nullptr;
-  const float* p = nullptr;
+  const T* e = r >= 0 && r < vshard ? wte + r * C + c : nullptr;
+  const T* p = nullptr;
   if (wpe != nullptr) {
     const int t = positions[n];
     if (t >= 0 && t < max_t) p = wpe + static_cast<int64_t>(t) * C + c;
   }
-  // The CPU's four cases, so that a lone term is copied, not added to 0.
-  Vec<float, kVec> o;
+  // The CPU's four cases, so that a lone term is copied (exactly, in either
+  // storage), not added to 0.
+  Vec<T, kVec> o;
   if (e != nullptr) {
     o = LoadVec<kVec>(e);
     if (p != nullptr) {
-      const Vec<float, kVec> q = LoadVec<kVec>(p);
+      const Vec<T, kVec> q = LoadVec<kVec>(p);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) o.v[k] += q.v[k];
+      for (int k = 0; k < kVec; ++k) o.v[k] = FromFloat<T>(ToFloat(o.v[k]) + ToFloat(q.v[k]));
     }
   } else if (p != nullptr) {
     o = LoadVec<kVec>(p);
   } else {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) o.v[k] = 0.0f;
+    for (int k = 0; k < kVec; ++k) o.v[k] = FromFloat<T>(0.0f);
   }
   StoreVec<kVec>(out + static_cast<int64_t>(n) * C + c, o);
 }
@@ -197,27 +207,56 @@ __global__ void __launch_bounds__(kTile)
 
 // ---- backward: per-key sums in row order ------------------------------------------
 
+// kVec fp32 values of a gradient row, moved in 16-byte pieces (4 floats):
+// with bf16 dout kVec is 8, and a Vec<float, 8> would need 32-byte alignment
+// that the rows (16-byte aligned) lack.
+template <int kVec>
+constexpr int kPiece = kVec < 4 ? kVec : 4;
+
+template <int kVec>
+__device__ __forceinline__ Vec<float, kVec> LoadFloats(const float* p) {
+  Vec<float, kVec> x;
+#pragma unroll
+  for (int k0 = 0; k0 < kVec; k0 += kPiece<kVec>) {
+    const Vec<float, kPiece<kVec>> q = LoadVec<kPiece<kVec>>(p + k0);
+#pragma unroll
+    for (int k = 0; k < kPiece<kVec>; ++k) x.v[k0 + k] = q.v[k];
+  }
+  return x;
+}
+
+template <int kVec>
+__device__ __forceinline__ void StoreFloats(float* p, const Vec<float, kVec>& x) {
+#pragma unroll
+  for (int k0 = 0; k0 < kVec; k0 += kPiece<kVec>) {
+    Vec<float, kPiece<kVec>> q;
+#pragma unroll
+    for (int k = 0; k < kPiece<kVec>; ++k) q.v[k] = x.v[k0 + k];
+    StoreVec<kPiece<kVec>>(p + k0, q);
+  }
+}
+
 // Block (RowThreads): sorted position blockIdx.x, vectors blockIdx.y * blockDim.x
 // + threadIdx.x of the row. Only the block at the start of a run of equal keys
-// works: grad[key,:] += its rows of dout, in sorted (= row) order.
-template <int kVec>
+// works: grad[key,:] += its rows of dout, in sorted (= row) order, in fp32.
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kMaxRowThreads)
     SegmentSumKernel(float* __restrict__ grad, const int32_t* __restrict__ keys,
-                     const int32_t* __restrict__ rows, const float* __restrict__ dout, int N,
-                     int C, int range) {
+                     const int32_t* __restrict__ rows, const T* __restrict__ dout, int N, int C,
+                     int range) {
   const int p = blockIdx.x;
   const int key = keys[p];
   if (key == range || (p > 0 && keys[p - 1] == key)) return;
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
   if (c >= C) return;
   float* g = grad + static_cast<int64_t>(key) * C + c;
-  Vec<float, kVec> acc = LoadVec<kVec>(g);
+  Vec<float, kVec> acc = LoadFloats<kVec>(g);
   int q = p;
   // Keys are sorted, so keys[q + kRowsInFlight - 1] == key means the whole
   // group belongs to the run: its loads are independent and go out together;
   // the adds still happen one row at a time, in order.
   for (; q + kRowsInFlight <= N && keys[q + kRowsInFlight - 1] == key; q += kRowsInFlight) {
-    Vec<float, kVec> d[kRowsInFlight];
+    Vec<T, kVec> d[kRowsInFlight];
 #pragma unroll
     for (int r = 0; r < kRowsInFlight; ++r) {
       d[r] = LoadVec<kVec>(dout + static_cast<int64_t>(rows[q + r]) * C + c);
@@ -225,19 +264,20 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 #pragma unroll
     for (int r = 0; r < kRowsInFlight; ++r) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc.v[k] += d[r].v[k];
+      for (int k = 0; k < kVec; ++k) acc.v[k] += ToFloat(d[r].v[k]);
     }
   }
   for (; q < N && keys[q] == key; ++q) {
-    const Vec<float, kVec> d = LoadVec<kVec>(dout + static_cast<int64_t>(rows[q]) * C + c);
+    const Vec<T, kVec> d = LoadVec<kVec>(dout + static_cast<int64_t>(rows[q]) * C + c);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc.v[k] += d.v[k];
+    for (int k = 0; k < kVec; ++k) acc.v[k] += ToFloat(d.v[k]);
   }
-  StoreVec<kVec>(g, acc);
+  StoreFloats<kVec>(g, acc);
 }
 
 // grad[ids[n] - base,:] += dout[n,:] for ids in range, deterministically.
-cudaError_t ScatterAddRows(float* grad, const float* dout, const int32_t* ids, int N, int C,
+template <typename T>
+cudaError_t ScatterAddRows(float* grad, const T* dout, const int32_t* ids, int N, int C,
                            int64_t base, int range, int32_t* scratch, cudaStream_t stream) {
   const int tiles = Tiles(N);
   int32_t* keys = scratch;
@@ -245,7 +285,8 @@ cudaError_t ScatterAddRows(float* grad, const float* dout, const int32_t* ids, i
   int32_t* keys_tmp = rows + N;
   int32_t* rows_tmp = keys_tmp + N;
   int32_t* hist = rows_tmp + N;
-  cudaError_t err = Launch<MakeKeysKernel>(tiles, kTile, 0, stream, keys, rows, ids, N, base, range);
+  cudaError_t err =
+      Launch<MakeKeysKernel>(tiles, kTile, 0, stream, keys, rows, ids, N, base, range);
   if (err != cudaSuccess) return err;
   // Keys are in [0, range]: std::bit_width(range) bits, kRadixBits per pass.
   const int bits = std::bit_width(static_cast<unsigned>(range));
@@ -263,34 +304,38 @@ cudaError_t ScatterAddRows(float* grad, const float* dout, const int32_t* ids, i
     std::swap(keys, keys_tmp);
     std::swap(rows, rows_tmp);
   }
-  const bool vec = C % 4 == 0 && Aligned16(grad) && Aligned16(dout);
-  const int threads = RowThreads(C, vec ? 4 : 1);
-  const dim3 grid(N, (C + threads * (vec ? 4 : 1) - 1) / (threads * (vec ? 4 : 1)));
+  constexpr int kWide = kVec16<T>;
+  const bool vec = C % kWide == 0 && Aligned16(grad) && Aligned16(dout);
+  const int kVec = vec ? kWide : 1;
+  const int threads = RowThreads(C, kVec);
+  const dim3 grid(N, (C + threads * kVec - 1) / (threads * kVec));
   if (vec) {
-    return Launch<SegmentSumKernel<4>>(grid, threads, 0, stream, grad, keys, rows, dout, N, C,
-                                       range);
+    return Launch<SegmentSumKernel<T, kWide>>(grid, threads, 0, stream, grad, keys, rows, dout, N,
+                                              C, range);
   }
-  return Launch<SegmentSumKernel<1>>(grid, threads, 0, stream, grad, keys, rows, dout, N, C, range);
+  return Launch<SegmentSumKernel<T, 1>>(grid, threads, 0, stream, grad, keys, rows, dout, N, C,
+                                        range);
 }
 
 }  // namespace
 
-cudaError_t LaunchEmbeddingForward(float* out, const int32_t* tokens, const int32_t* positions,
-                                   const float* wte, const float* wpe, int N, int C,
-                                   int64_t vocab_start, int vshard, int max_t,
-                                   cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchEmbeddingForward(T* out, const int32_t* tokens, const int32_t* positions,
+                                   const T* wte, const T* wpe, int N, int C, int64_t vocab_start,
+                                   int vshard, int max_t, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return cudaSuccess;
-  const bool vec = C % 4 == 0 && Aligned16(out) && Aligned16(wte) &&
-                   (wpe == nullptr || Aligned16(wpe));
-  const int kVec = vec ? 4 : 1;
+  constexpr int kWide = kVec16<T>;
+  const bool vec =
+      C % kWide == 0 && Aligned16(out) && Aligned16(wte) && (wpe == nullptr || Aligned16(wpe));
+  const int kVec = vec ? kWide : 1;
   const int threads = RowThreads(C, kVec);
   const dim3 grid(N, (C + threads * kVec - 1) / (threads * kVec));
   if (vec) {
-    return Launch<EmbeddingForwardKernel<4>>(grid, threads, 0, stream, out, tokens, positions, wte,
-                                             wpe, C, vocab_start, vshard, max_t);
+    return Launch<EmbeddingForwardKernel<T, kWide>>(
+        grid, threads, 0, stream, out, tokens, positions, wte, wpe, C, vocab_start, vshard, max_t);
   }
-  return Launch<EmbeddingForwardKernel<1>>(grid, threads, 0, stream, out, tokens, positions, wte,
-                                           wpe, C, vocab_start, vshard, max_t);
+  return Launch<EmbeddingForwardKernel<T, 1>>(grid, threads, 0, stream, out, tokens, positions, wte,
+                                              wpe, C, vocab_start, vshard, max_t);
 }
 
 size_t EmbeddingBackwardScratchInts(int N) {
@@ -298,10 +343,10 @@ size_t EmbeddingBackwardScratchInts(int N) {
   return 4 * static_cast<size_t>(N) + static_cast<size_t>(kRadix) * Tiles(N);
 }
 
-cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
-                                    const int32_t* tokens, const int32_t* positions, int N, int C,
-                                    int64_t vocab_start, int vshard, int max_t, int32_t* scratch,
-                                    cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens,
+                                    const int32_t* positions, int N, int C, int64_t vocab_start,
+                                    int vshard, int max_t, int32_t* scratch, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return cudaSuccess;
   // The sort's histogram (256 ints per tile of 256 rows) is indexed by int.
   if (static_cast<int64_t>(kRadix) * Tiles(N) > INT32_MAX / 2) return cudaErrorInvalidValue;
@@ -316,5 +361,20 @@ cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
   }
   return cudaSuccess;
 }
+
+template cudaError_t LaunchEmbeddingForward<float>(float*, const int32_t*, const int32_t*,
+                                                   const float*, const float*, int, int, int64_t,
+                                                   int, int, cudaStream_t);
+template cudaError_t LaunchEmbeddingForward<__nv_bfloat16>(__nv_bfloat16*, const int32_t*,
+                                                           const int32_t*, const __nv_bfloat16*,
+                                                           const __nv_bfloat16*, int, int, int64_t,
+                                                           int, int, cudaStream_t);
+template cudaError_t LaunchEmbeddingBackward<float>(float*, float*, const float*, const int32_t*,
+                                                    const int32_t*, int, int, int64_t, int, int,
+                                                    int32_t*, cudaStream_t);
+template cudaError_t LaunchEmbeddingBackward<__nv_bfloat16>(float*, float*, const __nv_bfloat16*,
+                                                            const int32_t*, const int32_t*, int,
+                                                            int, int64_t, int, int, int32_t*,
+                                                            cudaStream_t);
 
 LADDER_KERNELS_END

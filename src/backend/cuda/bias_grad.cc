@@ -19,13 +19,16 @@ int64_t BiasGradScratchFloats(int64_t rows, int64_t cols) {
 
 absl::Status BiasGrad(Tensor dbias, Tensor dout, Tensor scratch, cudaStream_t stream) {
   int64_t N = 0, OC = 0;
-  RETURN_IF_ERROR(RowView(kOp, "dout", dout, DType::kF32, &N, &OC));
+  RETURN_IF_ERROR(RowView(kOp, "dout", dout, dout.dtype, &N, &OC));
   RETURN_IF_ERROR(CheckExact(kOp, "dbias", dbias, DType::kF32, {OC}));
   const int64_t need = BiasGradScratchFloats(N, OC);
   if (need > 0) RETURN_IF_ERROR(CheckNumel(kOp, "scratch", scratch, DType::kF32, need, true));
-  return CudaStatus(kernels::LaunchBiasGrad(dbias.f32(), dout.f32(), scratch.f32(),
-                                            static_cast<int>(N), static_cast<int>(OC), stream),
-                    kOp);
+  return WithStorage(kOp, "dout", dout.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(kernels::LaunchBiasGrad<T>(dbias.f32(), Data<T>(dout), scratch.f32(),
+                                                 static_cast<int>(N), static_cast<int>(OC), stream),
+                      kOp);
+  });
 }
 
 LADDER_CUDA_END

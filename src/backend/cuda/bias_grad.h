@@ -16,9 +16,12 @@ LADDER_CUDA_BEGIN
 // Floats of GPU scratch BiasGrad needs for a dout of rows x cols.
 int64_t BiasGradScratchFloats(int64_t rows, int64_t cols);
 
-// dbias [OC] += column sums of dout [N,OC] (leading dims may be split).
-// Deterministic (bitwise reproducible; no atomics). scratch: f32, at least
-// BiasGradScratchFloats(N, OC) elements (overwritten).
+// dbias [OC] f32 += column sums of dout [N,OC] (leading dims may be split),
+// dout f32 or bf16 (the activations' storage dtype, backend.h "Precision"):
+// summed in fp32 either way, dbias is never bf16. Deterministic (bitwise
+// reproducible; no atomics; a bf16 dout gives the bits of an f32 dout holding
+// the same values). scratch: f32, at least BiasGradScratchFloats(N, OC)
+// elements (overwritten).
 absl::Status BiasGrad(Tensor dbias, Tensor dout, Tensor scratch, cudaStream_t stream = nullptr);
 
 LADDER_CUDA_END

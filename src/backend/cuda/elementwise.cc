@@ -1,4 +1,6 @@
 // Validates shapes, dtypes and devices, then calls the kernel launchers.
+// One storage dtype per call (backend.h "Precision"): the first tensor named
+// sets it (f32 or bf16), and every other tensor must share it.
 #include "src/backend/cuda/elementwise.h"
 
 #include "kernels/elementwise.h"
@@ -15,26 +17,38 @@ constexpr char kAdd[] = "ResidualAdd";
 
 absl::Status GeluForward(Tensor out, Tensor inp, cudaStream_t stream) {
   int64_t N = 0, C = 0;
-  RETURN_IF_ERROR(RowView(kGeluFwd, "inp", inp, DType::kF32, &N, &C));
-  RETURN_IF_ERROR(CheckRows(kGeluFwd, "out", out, DType::kF32, N, C));
-  return CudaStatus(kernels::LaunchGeluForward(out.f32(), inp.f32(), N * C, stream), kGeluFwd);
+  RETURN_IF_ERROR(RowView(kGeluFwd, "inp", inp, inp.dtype, &N, &C));
+  RETURN_IF_ERROR(CheckRows(kGeluFwd, "out", out, inp.dtype, N, C));
+  return WithStorage(kGeluFwd, "inp", inp.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(kernels::LaunchGeluForward<T>(Data<T>(out), Data<T>(inp), N * C, stream),
+                      kGeluFwd);
+  });
 }
 
 absl::Status GeluBackward(Tensor dinp, Tensor dout, Tensor inp, cudaStream_t stream) {
   int64_t N = 0, C = 0;
-  RETURN_IF_ERROR(RowView(kGeluBwd, "inp", inp, DType::kF32, &N, &C));
-  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dout", dout, DType::kF32, N, C));
-  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dinp", dinp, DType::kF32, N, C));
-  return CudaStatus(
-      kernels::LaunchGeluBackward(dinp.f32(), dout.f32(), inp.f32(), N * C, stream), kGeluBwd);
+  RETURN_IF_ERROR(RowView(kGeluBwd, "inp", inp, inp.dtype, &N, &C));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dout", dout, inp.dtype, N, C));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dinp", dinp, inp.dtype, N, C));
+  return WithStorage(kGeluBwd, "inp", inp.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(
+        kernels::LaunchGeluBackward<T>(Data<T>(dinp), Data<T>(dout), Data<T>(inp), N * C, stream),
+        kGeluBwd);
+  });
 }
 
 absl::Status ResidualAdd(Tensor out, Tensor a, Tensor b, cudaStream_t stream) {
   int64_t N = 0, C = 0;
-  RETURN_IF_ERROR(RowView(kAdd, "a", a, DType::kF32, &N, &C));
-  RETURN_IF_ERROR(CheckRows(kAdd, "b", b, DType::kF32, N, C));
-  RETURN_IF_ERROR(CheckRows(kAdd, "out", out, DType::kF32, N, C));
-  return CudaStatus(kernels::LaunchResidualAdd(out.f32(), a.f32(), b.f32(), N * C, stream), kAdd);
+  RETURN_IF_ERROR(RowView(kAdd, "a", a, a.dtype, &N, &C));
+  RETURN_IF_ERROR(CheckRows(kAdd, "b", b, a.dtype, N, C));
+  RETURN_IF_ERROR(CheckRows(kAdd, "out", out, a.dtype, N, C));
+  return WithStorage(kAdd, "a", a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(
+        kernels::LaunchResidualAdd<T>(Data<T>(out), Data<T>(a), Data<T>(b), N * C, stream), kAdd);
+  });
 }
 
 LADDER_CUDA_END

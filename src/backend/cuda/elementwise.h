@@ -1,8 +1,11 @@
 // GELU and the residual add on the GPU: the Tensor/Status face of
 // kernels/elementwise.cu. Same semantics as Backend::GeluForward,
-// GeluBackward and ResidualAdd (src/backend/backend.h): row-wise views, fp32
-// tensors on the GPU (Device::kCuda). Work is enqueued on `stream` (default:
-// the legacy default stream) and not waited for.
+// GeluBackward and ResidualAdd (src/backend/backend.h): row-wise views,
+// tensors on the GPU (Device::kCuda). Every tensor of a call is f32, or every
+// one is bf16 (backend.h "Precision": computed in fp32, each result rounded
+// once to bf16); another dtype, or a mix, is InvalidArgument naming the
+// tensor. Work is enqueued on `stream` (default: the legacy default stream)
+// and not waited for.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -21,9 +21,13 @@
 
 LADDER_CUDA_BEGIN
 
-// out [N,C] f32 (any leading dims), tokens and positions i32 with N elements
-// each (any shape), wte [Vshard,C] f32, wpe [maxT,C] f32 or empty (then
-// positions may be empty too). vocab_start >= 0.
+// out [N,C] (any leading dims), tokens and positions i32 with N elements
+// each (any shape), wte [Vshard,C], wpe [maxT,C] or empty (then positions may
+// be empty too). vocab_start >= 0. out, wte and wpe share one storage dtype,
+// f32 or bf16 (backend.h "Precision"; with bf16, the model's bf16 weight
+// copy, and each out element is the fp32 sum rounded once). A bf16 wte or wpe
+// with an f32 out is InvalidArgument: bf16 weights with f32 activations are
+// the CPU backend's serving format, not this backend's.
 absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte, Tensor wpe,
                               int64_t vocab_start, cudaStream_t stream = nullptr);
 
@@ -32,7 +36,9 @@ int64_t EmbeddingBackwardScratchInts(int64_t rows);
 
 // dwte[token - vocab_start,:] += dout[n,:] for tokens in the shard; dwpe
 // [maxT,C] (or empty: skipped) gets dwpe[positions[n],:] += dout[n,:].
-// Deterministic: bitwise the same as adding the rows in order n = 0..N-1.
+// dout f32 or bf16; dwte and dwpe f32 whatever dout's dtype (parameter
+// gradients accumulate in fp32). Deterministic: bitwise the same as adding
+// the (widened) rows in order n = 0..N-1 in fp32.
 // scratch: an i32 GPU tensor of at least EmbeddingBackwardScratchInts(N)
 // elements (overwritten).
 absl::Status EmbeddingBackward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
