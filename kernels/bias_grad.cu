@@ -66,9 +66,10 @@ __global__ void __launch_bounds__(kWarpSize* kGroups)
     ColumnPartialsKernel(float* __restrict__ partials, const T* __restrict__ dout, int N, int OC,
                          int rows_per_chunk) {
   constexpr int kCols = kWarpSize * kVec;
-  // The sums go to shared memory in 16-byte pieces (4 floats): with kVec = 8
-  // a Vec<float, 8> would need 32-byte alignment, and the region has 16.
-  constexpr int kPiece = kVec < 4 ? kVec : 4;
+  // The sums go to shared memory in 16-byte pieces (common.cuh kFloatPiece):
+  // with kVec = 8 a Vec<float, 8> would need 32-byte alignment, and the
+  // region has 16.
+  constexpr int kPiece = kFloatPiece<kVec>;
   float* acc = DynamicShared<float>();
   const int col0 = blockIdx.x * kCols;
   const int col = col0 + threadIdx.x * kVec;

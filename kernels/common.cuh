@@ -45,6 +45,38 @@ __device__ __forceinline__ void StoreVec(T* p, const Vec<T, kVec>& x) {
   *reinterpret_cast<Vec<T, kVec>*>(p) = x;
 }
 
+// kVec floats moved in pieces of at most 16 bytes (4 floats). An fp32
+// accumulator beside a vector of 8 bf16 is 32 bytes, but rows and dynamic
+// shared memory are only 16-byte aligned, and no single access moves more
+// than 16 bytes anyway.
+template <int kVec>
+inline constexpr int kFloatPiece = kVec < 4 ? kVec : 4;
+
+template <int kVec>
+__device__ __forceinline__ Vec<float, kVec> LoadFloats(const float* p) {
+  constexpr int kPiece = kFloatPiece<kVec>;
+  Vec<float, kVec> x;
+#pragma unroll
+  for (int k = 0; k < kVec; k += kPiece) {
+    const Vec<float, kPiece> piece = LoadVec<kPiece>(p + k);
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) x.v[k + j] = piece.v[j];
+  }
+  return x;
+}
+
+template <int kVec>
+__device__ __forceinline__ void StoreFloats(float* p, const Vec<float, kVec>& x) {
+  constexpr int kPiece = kFloatPiece<kVec>;
+#pragma unroll
+  for (int k = 0; k < kVec; k += kPiece) {
+    Vec<float, kPiece> piece;
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) piece.v[j] = x.v[k + j];
+    StoreVec<kPiece>(p + k, piece);
+  }
+}
+
 // True iff p is aligned for 16-byte vector accesses.
 inline bool Aligned16(const void* p) { return reinterpret_cast<size_t>(p) % 16 == 0; }
 

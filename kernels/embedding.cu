@@ -207,34 +207,8 @@ __global__ void __launch_bounds__(kTile)
 
 // ---- backward: per-key sums in row order ------------------------------------------
 
-// kVec fp32 values of a gradient row, moved in 16-byte pieces (4 floats):
-// with bf16 dout kVec is 8, and a Vec<float, 8> would need 32-byte alignment
-// that the rows (16-byte aligned) lack.
-template <int kVec>
-constexpr int kPiece = kVec < 4 ? kVec : 4;
-
-template <int kVec>
-__device__ __forceinline__ Vec<float, kVec> LoadFloats(const float* p) {
-  Vec<float, kVec> x;
-#pragma unroll
-  for (int k0 = 0; k0 < kVec; k0 += kPiece<kVec>) {
-    const Vec<float, kPiece<kVec>> q = LoadVec<kPiece<kVec>>(p + k0);
-#pragma unroll
-    for (int k = 0; k < kPiece<kVec>; ++k) x.v[k0 + k] = q.v[k];
-  }
-  return x;
-}
-
-template <int kVec>
-__device__ __forceinline__ void StoreFloats(float* p, const Vec<float, kVec>& x) {
-#pragma unroll
-  for (int k0 = 0; k0 < kVec; k0 += kPiece<kVec>) {
-    Vec<float, kPiece<kVec>> q;
-#pragma unroll
-    for (int k = 0; k < kPiece<kVec>; ++k) q.v[k] = x.v[k0 + k];
-    StoreVec<kPiece<kVec>>(p + k0, q);
-  }
-}
+// Gradient rows' fp32 accumulators move through LoadFloats/StoreFloats
+// (common.cuh): with bf16 dout kVec is 8, more than one 16-byte access.
 
 // Block (RowThreads): sorted position blockIdx.x, vectors blockIdx.y * blockDim.x
 // + threadIdx.x of the row. Only the block at the start of a run of equal keys

@@ -74,37 +74,9 @@ int BackwardBlocks(int N, int C) {
   return std::max(1, std::min(needed, kBackwardMaxWarps / warps));
 }
 
-// kVec fp32 values in shared memory (the row copy, the dgamma/dbeta partials),
-// moved in pieces of at most 16 bytes: DynamicShared is only 16-byte aligned,
-// and with bf16 storage kVec is 8 (32 bytes of fp32), which one shared access
-// cannot move anyway.
-template <int kVec>
-constexpr int kSharedPiece = kVec < 4 ? kVec : 4;
-
-template <int kVec>
-__device__ __forceinline__ Vec<float, kVec> LoadShared(const float* p) {
-  constexpr int kPiece = kSharedPiece<kVec>;
-  Vec<float, kVec> x;
-#pragma unroll
-  for (int k = 0; k < kVec; k += kPiece) {
-    const Vec<float, kPiece> piece = LoadVec<kPiece>(p + k);
-#pragma unroll
-    for (int j = 0; j < kPiece; ++j) x.v[k + j] = piece.v[j];
-  }
-  return x;
-}
-
-template <int kVec>
-__device__ __forceinline__ void StoreShared(float* p, const Vec<float, kVec>& x) {
-  constexpr int kPiece = kSharedPiece<kVec>;
-#pragma unroll
-  for (int k = 0; k < kVec; k += kPiece) {
-    Vec<float, kPiece> piece;
-#pragma unroll
-    for (int j = 0; j < kPiece; ++j) piece.v[j] = x.v[k + j];
-    StoreVec<kPiece>(p + k, piece);
-  }
-}
+// kVec fp32 values in shared memory (the row copy, the dgamma/dbeta
+// partials) move through LoadFloats/StoreFloats (common.cuh): with bf16
+// storage kVec is 8, 32 bytes of fp32, more than one shared access moves.
 
 // ---- forward ----------------------------------------------------------------
 
@@ -148,7 +120,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
       xf.v[k] = ToFloat(a.v[k]);
       sum += xf.v[k];
     }
-    StoreShared<kVec>(xs + i, xf);
+    StoreFloats<kVec>(xs + i, xf);
   }
   const float mu = WarpSum(sum) / C;
 
@@ -157,7 +129,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   // barrier is needed between the passes.
   float sq = 0.0f;
   for (int i = lane * kVec; i < C; i += stride) {
-    const Vec<float, kVec> xf = LoadShared<kVec>(xs + i);
+    const Vec<float, kVec> xf = LoadFloats<kVec>(xs + i);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float d = xf.v[k] - mu;
@@ -170,7 +142,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 
   // Pass 3: normalize, scale, shift.
   for (int i = lane * kVec; i < C; i += stride) {
-    const Vec<float, kVec> xf = LoadShared<kVec>(xs + i);
+    const Vec<float, kVec> xf = LoadFloats<kVec>(xs + i);
     const Vec<T, kVec> g = LoadVec<kVec>(gamma + i);
     const Vec<T, kVec> b = LoadVec<kVec>(beta + i);
     Vec<T, kVec> out;
@@ -210,8 +182,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   // below), so the warp's slice needs no synchronization until the end.
   const Vec<float, kVec> zero{};
   for (int i = lane * kVec; i < C; i += stride) {
-    StoreShared<kVec>(dgamma_acc + i, zero);
-    StoreShared<kVec>(dbeta_acc + i, zero);
+    StoreFloats<kVec>(dgamma_acc + i, zero);
+    StoreFloats<kVec>(dbeta_acc + i, zero);
   }
 
   for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
@@ -244,8 +216,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
       const Vec<T, kVec> xv = LoadVec<kVec>(x + base + i);
       const Vec<T, kVec> gv = LoadVec<kVec>(gamma + i);
       Vec<T, kVec> dr = LoadVec<kVec>(d_residual + base + i);
-      Vec<float, kVec> ag = LoadShared<kVec>(dgamma_acc + i);
-      Vec<float, kVec> ab = LoadShared<kVec>(dbeta_acc + i);
+      Vec<float, kVec> ag = LoadFloats<kVec>(dgamma_acc + i);
+      Vec<float, kVec> ab = LoadFloats<kVec>(dbeta_acc + i);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const float dyk = ToFloat(d.v[k]);
@@ -256,8 +228,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
         ab.v[k] += dyk;
       }
       StoreVec<kVec>(d_residual + base + i, dr);
-      StoreShared<kVec>(dgamma_acc + i, ag);
-      StoreShared<kVec>(dbeta_acc + i, ab);
+      StoreFloats<kVec>(dgamma_acc + i, ag);
+      StoreFloats<kVec>(dbeta_acc + i, ab);
     }
   }
 

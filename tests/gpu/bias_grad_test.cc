@@ -51,7 +51,6 @@ struct Case {
 // How gtest prints a failing case.
 void PrintTo(const Case& c, std::ostream* os) { *os << "N" << c.N << "_OC" << c.OC; }
 
-const char* DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "f32"; }
 
 class BiasGradGpuTest : public gpu_test::GpuTest,
                         public testing::WithParamInterface<std::tuple<Case, DType>> {};

@@ -74,7 +74,6 @@ std::vector<double> GeluBackwardBound(const std::vector<float>& x, const std::ve
   return bound;
 }
 
-const char* DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "f32"; }
 
 struct Shape {
   int64_t N, C;

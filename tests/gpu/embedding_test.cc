@@ -52,7 +52,6 @@ using gpu_test::Normal;
 using gpu_test::Poison;
 using gpu_test::UniformInts;
 
-const char* DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "f32"; }
 
 // Values as a device storing `dt` holds them: rounded to bf16 for bf16.
 std::vector<float> Stored(std::vector<float> x, DType dt) {

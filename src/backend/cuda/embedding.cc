@@ -10,20 +10,6 @@ namespace {
 constexpr char kFwd[] = "EmbeddingForward";
 constexpr char kBwd[] = "EmbeddingBackward";
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kI32:
-      return "i32";
-    case DType::kI8:
-      return "i8";
-  }
-  return "?";
-}
-
 // OK iff the table `t` (wte or wpe, `d` prefixing the name) has dtype
 // `table`: the rows' (out's) storage dtype in the forward, f32 (a parameter
 // gradient) in the backward. An empty table passes (the shape checks follow).
