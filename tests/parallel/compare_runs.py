@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Compares two `ladder train` output directories: per-step losses from
 metrics.jsonl and every weight tensor of model.bin (read as docs/formats.md
-describes it), each within a relative tolerance.
+describes it), each within a relative tolerance (the weights' own, if given).
 
-  compare_runs.py REFERENCE_DIR OTHER_DIR [TOLERANCE]
+  compare_runs.py REFERENCE_DIR OTHER_DIR [TOLERANCE [WEIGHT_TOLERANCE]]
 
 Exit 0 if everything is within tolerance, 1 otherwise (with the worst cases)."""
 import json
@@ -48,6 +48,7 @@ def tensors(run):
 def main():
     ref, other = sys.argv[1], sys.argv[2]
     tol = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
+    wtol = float(sys.argv[4]) if len(sys.argv) > 4 else tol
     bad = []
     a, b = losses(ref), losses(other)
     if len(a) != len(b):
@@ -61,11 +62,11 @@ def main():
         diff = math.sqrt(sum((u - v) ** 2 for u, v in zip(x, y)))
         rel = diff / norm if norm > 0 else diff
         worst = max(worst, rel)
-        if rel > tol:
+        if rel > wtol:
             bad.append(f"{name}: relative difference {rel:.3g}")
     worst_loss = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=0.0)
     print(f"{len(a)} losses (worst {worst_loss:.2g}), weights (worst {worst:.2g}); "
-          f"tolerance {tol}")
+          f"tolerance {tol}" + (f", weights {wtol}" if wtol != tol else ""))
     for line in bad[:10]:
         print("  " + line)
     sys.exit(1 if bad else 0)
