@@ -19,10 +19,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/core/bf16.h"
 #include "src/core/philox.h"
 #include "src/core/status.h"
 #include "src/parallel/comm.h"
@@ -84,6 +86,30 @@ void CheckAllReduce(Communicator& c) {
     if (Ok(c, "AllReduce max",
            c.AllReduce(Tensor::F32(b.data(), {n}, Device::kCpu), ReduceOp::kMax))) {
       Expect(c, "AllReduce max f32", b, max);
+    }
+  }
+  // bf16 reduces in fp32 and rounds each step's result: small integers whose
+  // every partial sum stays exact in bf16 (at most 256) give the exact sum
+  // and max in any order.
+  for (int64_t n : {int64_t{1}, int64_t{1001}}) {
+    std::vector<bf16> b16(n), b16max(n);
+    std::vector<float> want_sum(n, 0.0f), want_max(n, -FLT_MAX);
+    auto small = [](int w, int64_t i) { return static_cast<float>((w + 1) * (i % 4 + 1)); };
+    for (int64_t i = 0; i < n; ++i) {
+      b16[i] = FloatToBf16(small(me, i));
+      b16max[i] = FloatToBf16(small(me, i) * (me % 2 ? -1.0f : 1.0f));
+      for (int w : m) {
+        want_sum[i] += small(w, i);
+        want_max[i] = std::max(want_max[i], small(w, i) * (w % 2 ? -1.0f : 1.0f));
+      }
+    }
+    for (auto [buf, op, want, name] :
+         {std::tuple{&b16, ReduceOp::kSum, &want_sum, "AllReduce sum bf16"},
+          std::tuple{&b16max, ReduceOp::kMax, &want_max, "AllReduce max bf16"}}) {
+      if (!Ok(c, name, c.AllReduce(Tensor::BF16(buf->data(), {n}, Device::kCpu), op))) continue;
+      std::vector<float> got(n);
+      for (int64_t i = 0; i < n; ++i) got[i] = Bf16ToFloat((*buf)[i]);
+      Expect(c, name, got, *want);
     }
   }
   std::vector<int32_t> v = {me, -me, 7}, want = {0, 0, 7 * c.size()};

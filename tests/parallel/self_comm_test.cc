@@ -49,8 +49,8 @@ TEST(SelfCommunicatorTest, RefusesWhatAGroupOfTwoWouldRefuse) {
   EXPECT_EQ(code(c.ReduceScatter(Tensor::F32(a.data(), {4}, Device::kCpu),
                                  Tensor::F32(b.data(), {2}, Device::kCpu))),
             kBad);
-  EXPECT_EQ(code(c.AllReduce(Tensor(h.data(), DType::kBF16, {4}, Device::kCpu), ReduceOp::kSum)),
-            kBad);
+  EXPECT_EQ(code(c.AllReduce(Tensor(h.data(), DType::kI8, {4}, Device::kCpu), ReduceOp::kSum)),
+            kBad);  // i8 is moved, never reduced
   EXPECT_EQ(code(c.AllReduce(Tensor(), ReduceOp::kSum)), kBad);
   absl::Status s = c.Send(Tensor::F32(a.data(), {4}, Device::kCpu), 0);
   EXPECT_EQ(s.message(),
