@@ -13,7 +13,9 @@
 # trained with --device cuda and with --device cpu, compared by
 # tests/parallel/compare_runs.py within 1e-4; `ladder bench ops --device
 # cuda`, every backend op timed against its floor (its table printed before
-# the summary, its TSV copied to $OUT/bench_ops.tsv). It ends with a summary
+# the summary, its TSV copied to $OUT/bench_ops.tsv); the same model in
+# bf16 mixed precision against the CPU, and GPT-2 124M's bf16 training
+# throughput against the bf16 GEMM ceiling (`ladder bench train`). It ends with a summary
 # table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
 # when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
 # Each test has 90 s, each training run and the benchmark 120 s
@@ -174,6 +176,39 @@ else
     tail -n 30 "$logs/train_cuda.log"; keep_log train_cuda "$logs/train_cuda.log"
     row "train --device cuda" FAIL "$(since "$t0")"
     row "compare cuda vs cpu (1e-4)" "FAIL (no cuda run)" -
+  fi
+fi
+
+# Mixed precision: the same model in bf16 against the CPU's fp32 (losses
+# within 2e-2, master weights within 5e-2, as tests/parallel/bf16_model_test.sh
+# holds the simulator), then GPT-2 124M at T = 1024 timed in bf16 against the
+# bf16 GEMM ceiling measured in the same run (issue target: 0.60).
+echo "== training in bf16: equivalence.conf --precision bf16 vs cpu; bench train gpt2-124m"
+if [ "$gpus" -eq 0 ]; then
+  row "train --device cuda --precision bf16" "SKIP (no GPU)" -
+  row "bench train gpt2-124m bf16" "SKIP (no GPU)" -
+else
+  t0=$(date +%s.%N)
+  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cuda --precision bf16 \
+       --out "$work/cuda_bf16" >"$logs/train_cuda_bf16.log" 2>&1 && [ "$cpu_ok" -eq 1 ] &&
+     python3 tests/parallel/compare_runs.py "$work/cpu" "$work/cuda_bf16" 2e-2 5e-2 \
+       >"$logs/compare_bf16.log" 2>&1; then
+    row "train --device cuda --precision bf16" "PASS ($(head -c 60 "$logs/compare_bf16.log"))" "$(since "$t0")"
+  else
+    tail -n 30 "$logs/train_cuda_bf16.log"; cat "$logs/compare_bf16.log" 2>/dev/null
+    keep_log train_cuda_bf16 "$logs/train_cuda_bf16.log"
+    row "train --device cuda --precision bf16" FAIL "$(since "$t0")"
+  fi
+  t0=$(date +%s.%N)
+  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench train --config configs/gpt2-124m.conf \
+       --device cuda --precision bf16 --batch-size 8 --steps 5 --warmup 2 \
+       >"$logs/bench_train_bf16.log" 2>&1; then
+    fraction=$(sed -n 's/.*"fraction":\([0-9.]*\).*/\1/p' "$logs/bench_train_bf16.log")
+    row "bench train gpt2-124m bf16" "${fraction:-?} of the bf16 GEMM ceiling (target 0.60)" "$(since "$t0")"
+    grep -h "GEMM ceiling\|tokens/s\|step .* ms" "$logs/bench_train_bf16.log"
+  else
+    tail -n 30 "$logs/bench_train_bf16.log"; keep_log bench_train_bf16 "$logs/bench_train_bf16.log"
+    row "bench train gpt2-124m bf16" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
   fi
 fi
 

@@ -59,22 +59,24 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // Every rank measures the ceiling at the same time and the rates are
   // summed: the rate all ranks reach together on the cores they share.
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
-  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend));
+  ASSIGN_OR_RETURN(const DType storage, ParsePrecision(f.layout.precision, *backend));
+  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend, 2048, 3, storage));
   float rate = static_cast<float>(ceiling.gflops);
   RETURN_IF_ERROR(
       par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
   double gemm = rate;
   TrainerOptions options = par.groups(f.layout);
-  ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
+  options.storage = storage;
   ASSIGN_OR_RETURN(auto trainer,
                    Trainer::Create(rc, backend.get(), &tokens, &tokens, gemm, options));
   if (lead) {
     std::printf(
         "bench train: %s, %.2fM parameters, %d x %d tokens per step, %d threads per "
-        "rank, dp %d x tp %d x pp %d, ZeRO-%d, %d microbatches (%s)\n",
+        "rank, dp %d x tp %d x pp %d, ZeRO-%d, %d microbatches (%s), %s\n",
         f.config.c_str(), rc.model.NumParameters() / 1e6, rc.batch_size, rc.model.context,
         omp_get_max_threads(), par.grid.dp_size(), par.grid.tp_size(), par.grid.pp_size(),
-        static_cast<int>(f.layout.zero), trainer->microbatches(), f.layout.pp_schedule.c_str());
+        static_cast<int>(f.layout.zero), trainer->microbatches(), f.layout.pp_schedule.c_str(),
+        storage == DType::kBF16 ? "bf16 mixed precision" : "fp32");
     std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(),
                 CpuIsaName(ActiveCpuIsa()));
     std::printf("GEMM ceiling: %.1f GFLOP/s (best: %s; summed over %d ranks running at once)\n",

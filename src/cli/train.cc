@@ -187,10 +187,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
   const Grid& grid = par.grid;
-  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend, 1024));
-  const double peak = ceiling.gflops;
   TrainerOptions options = par.groups(f.layout);
   ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
+  ASSIGN_OR_RETURN(const GemmCeiling ceiling,
+                   MeasureBackendGemmCeiling(*backend, 1024, 3, options.storage));
+  const double peak = ceiling.gflops;
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
   options.inject_nan_step = fault.nan_step;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
+#include "src/core/bf16.h"
 #include "src/core/philox.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
@@ -38,7 +39,8 @@ GemmCeiling MeasureGemmCeiling(int max_n, int reps) {
   return best;
 }
 
-absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_n, int reps) {
+absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_n, int reps,
+                                                      DType storage) {
   if (backend.device() == Device::kCpu) return MeasureGemmCeiling(max_n, reps);
   const std::vector<int64_t> sizes = backend.memory_is_host()
                                          ? std::vector<int64_t>{128, 256}
@@ -46,15 +48,22 @@ absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_
   GemmCeiling best;
   PhiloxStream rng(0, kSyntheticDataStream);
   for (const int64_t n : sizes) {
-    ASSIGN_OR_RETURN(DeviceBuffer memory, backend.Allocate(3 * n * n * sizeof(float)));
-    float* base = static_cast<float*>(memory.get());
-    const Tensor a = Tensor::F32(base, {n, n}, backend.device());
-    const Tensor w = Tensor::F32(base + n * n, {n, n}, backend.device());
-    const Tensor out = Tensor::F32(base + 2 * n * n, {n, n}, backend.device());
+    const size_t bytes = DTypeSize(storage);
+    ASSIGN_OR_RETURN(DeviceBuffer memory, backend.Allocate(3 * n * n * bytes));
+    char* base = static_cast<char*>(memory.get());
+    const Tensor a(base, storage, {n, n}, backend.device());
+    const Tensor w(base + n * n * bytes, storage, {n, n}, backend.device());
+    const Tensor out(base + 2 * n * n * bytes, storage, {n, n}, backend.device());
     std::vector<float> host(2 * n * n);
     for (float& x : host) x = rng.NextUniform() - 0.5f;
-    RETURN_IF_ERROR(backend.CopyFromHost(Tensor::F32(base, {2 * n * n}, backend.device()),
-                                         host.data()));
+    const Tensor operands(base, storage, {2 * n * n}, backend.device());
+    if (storage == DType::kBF16) {
+      std::vector<bf16> rounded(host.size());
+      for (size_t i = 0; i < host.size(); ++i) rounded[i] = FloatToBf16(host[i]);
+      RETURN_IF_ERROR(backend.CopyFromHost(operands, rounded.data()));
+    } else {
+      RETURN_IF_ERROR(backend.CopyFromHost(operands, host.data()));
+    }
     absl::Status failed;
     auto run = [&] {
       absl::Status s = backend.MatmulForward(out, a, w, Tensor());
@@ -65,7 +74,8 @@ absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_
     RETURN_IF_ERROR(failed);
     const double gflops = 2.0 * n * n * static_cast<double>(n) / seconds / 1e9;
     if (gflops > best.gflops) {
-      best = {gflops, absl::StrCat(std::string(backend.name()), " MatmulForward ", n, "^3")};
+      best = {gflops, absl::StrCat(std::string(backend.name()), " MatmulForward ",
+                                   DTypeName(storage), " ", n, "^3")};
     }
   }
   return best;

@@ -34,14 +34,16 @@ GemmCeiling MeasureGemmCeiling(int max_n = 2048, int reps = 3);
 
 // The ceiling for work done on `backend`'s device: the CPU's as above
 // (max_n as there) for the CPU backend; for a device backend, the best
-// MatmulForward of that backend (cuBLASLt on a GPU) on square fp32 operands
-// of random values, each size warmed up and timed as the best of `reps`
-// (every call followed by Synchronize): 2048, 4096 and 8192 on a GPU; 128
-// and 256 on the CUDA simulator, whose host reference GEMM is slow. MFU of a
-// run on a GPU divides by this, never by the host's rate. Errors: the
-// backend's (allocation, op).
+// MatmulForward of that backend (cuBLASLt on a GPU) on square operands of
+// random values stored as `storage` (f32, or bf16: the tensor cores' rate a
+// bf16 run's MFU must be measured against), each size warmed up and timed
+// as the best of `reps` (every call followed by Synchronize): 2048, 4096 and
+// 8192 on a GPU; 128 and 256 on the CUDA simulator, whose host reference
+// GEMM is slow. MFU of a run on a GPU divides by this, never by the host's
+// rate. Errors: the backend's (allocation, op).
 absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_n = 2048,
-                                                      int reps = 3);
+                                                      int reps = 3,
+                                                      DType storage = DType::kF32);
 
 // Bytes per second all threads read from memory: a sum over `bytes` of
 // floats. Batch-1 decoding reads every weight once per token, so this over
