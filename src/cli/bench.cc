@@ -60,7 +60,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   // summed: the rate all ranks reach together on the cores they share.
   RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
   ASSIGN_OR_RETURN(const DType storage, ParsePrecision(f.layout.precision, *backend));
-  ASSIGN_OR_RETURN(const GemmCeiling ceiling, MeasureBackendGemmCeiling(*backend, 2048, 3, storage));
+  ASSIGN_OR_RETURN(const GemmCeiling ceiling,
+                   MeasureBackendGemmCeiling(*backend, 2048, 3, storage));
   float rate = static_cast<float>(ceiling.gflops);
   RETURN_IF_ERROR(
       par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));

@@ -23,8 +23,9 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
             "the config's accumulation steps");
   flags.String("pp-schedule", &f->pp_schedule, "pipeline schedule: gpipe or 1f1b");
   flags.Int("zero", &f->zero, "1: ZeRO-1, shard the AdamW state over the data-parallel ranks");
-  flags.Bool("recompute", &f->recompute,
-             "activation recomputation: keep each layer's input only, redo the layer backward");
+  flags.String("recompute", &f->recompute,
+               "activation recomputation: none, gelu (rebuild each layer's GELU output in the "
+               "backward) or layer (keep each layer's input only, redo the layer's forward)");
 }
 
 void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
@@ -36,6 +37,15 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
                "and weight copy, fp32 master weights, gradients and AdamW; cuda or cuda-sim)");
 }
 
+namespace {
+
+absl::Status PrecisionError(const std::string& precision) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision must be auto, fp32 or bf16, got '", precision, "'"));
+}
+
+}  // namespace
+
 absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend& backend) {
   if (precision == "auto") return backend.name() == "cuda" ? DType::kBF16 : DType::kF32;
   if (precision == "fp32") return DType::kF32;
@@ -46,8 +56,7 @@ absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend
     }
     return DType::kBF16;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--precision must be auto, fp32 or bf16, got '", precision, "'"));
+  return PrecisionError(precision);
 }
 
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size) {
@@ -85,6 +94,10 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
                                                    ") x microbatches (", micro, ") equal parts"));
   }
   RETURN_IF_ERROR(pp::ParseSchedule(f.pp_schedule).status());
+  RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
+  if (f.precision != "auto" && f.precision != "fp32" && f.precision != "bf16") {
+    return PrecisionError(f.precision);
+  }
   if (f.zero != 0 && f.zero != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--zero must be 0 or 1, got ", f.zero));
   }
@@ -108,7 +121,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.zero1 = f.zero == 1;
   g.schedule = pp::ParseSchedule(f.pp_schedule).value_or(pp::Schedule::k1F1B);
   g.microbatches = static_cast<int>(f.microbatches);
-  g.recompute = f.recompute;
+  g.recompute = ParseRecompute(f.recompute).value_or(Recompute::kNone);
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   return g;
 }

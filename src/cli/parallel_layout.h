@@ -22,7 +22,7 @@ struct LayoutFlags {
   int64_t microbatches = 0;  // 0: the config's accumulation steps
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25;
-  bool recompute = false;
+  std::string recompute = "none";
   double comm_timeout = 300;
   std::string precision = "auto";
 };

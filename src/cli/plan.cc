@@ -78,7 +78,7 @@ absl::Status RunPlan(const PlanFlags& f) {
   l.zero1 = lf.zero == 1;
   l.microbatches = static_cast<int>(lf.microbatches);
   ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(lf.pp_schedule));
-  l.recompute = lf.recompute;
+  ASSIGN_OR_RETURN(l.recompute, ParseRecompute(lf.recompute));
   l.storage = f.precision == "bf16" ? DType::kBF16 : DType::kF32;
   ASSIGN_OR_RETURN(Plan p, MakePlan(rc, l));
   if (f.json) {
@@ -93,7 +93,12 @@ absl::Status RunPlan(const PlanFlags& f) {
               bf16 ? "bf16 mixed precision (bf16 activations and weight copy; fp32 master "
                      "weights, gradients and AdamW)"
                    : "fp32",
-              l.recompute ? ", recomputing activations" : "");
+              l.recompute == Recompute::kNone
+                  ? ""
+                  : absl::StrCat(", recomputing ", l.recompute == Recompute::kGelu
+                                                       ? "each layer's GELU output"
+                                                       : "each layer from its input")
+                        .c_str());
   std::printf("batch: %d microbatches of %d x %d tokens per DP rank and step\n", p.microbatches,
               p.micro_rows, m.context);
   std::printf(
@@ -109,7 +114,10 @@ absl::Status RunPlan(const PlanFlags& f) {
       "+ 4) fp32 statistics%s, N = %d tokens, C = %d, NH = %d, t = %d; times the schedule's "
       "slots\n",
       bf16 ? 2 : 4,
-      l.recompute ? " kept for the backward's recomputation: only N x C (the layer input)" : "",
+      l.recompute == Recompute::kLayer
+          ? " kept for the backward's recomputation: only N x C (the layer input)"
+      : l.recompute == Recompute::kGelu ? ", less N x 4C/t (the GELU output, rebuilt)"
+                                        : "",
       p.micro_rows * m.context, m.n_embd, m.n_head, l.tp);
   std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s\n", "stage",
               "ranks", "layers", "slots", "weights", "gradients", "optimizer", "activations",

@@ -1,5 +1,9 @@
 #include "src/model/activations.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace ladder {
 namespace {
 
@@ -28,8 +32,9 @@ class Bump {
   int64_t used_ = 0;  // bytes
 };
 
-// Everything a layer saves but its input x.
-void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_t NH,
+// Everything a layer saves but its input x (and, with `gelu` false, its
+// GELU output).
+void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_t NH, bool gelu,
                  LayerActivations* layer) {
   LayerActivations& l = *layer;
   const int64_t N = B * T;
@@ -44,13 +49,33 @@ void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_
   l.ln2_mean = bump.F32({N});
   l.ln2_rstd = bump.F32({N});
   l.fch = bump.Act({N, 4 * Cl});
-  l.fch_gelu = bump.Act({N, 4 * Cl});
+  if (gelu) l.fch_gelu = bump.Act({N, 4 * Cl});
 }
 
 }  // namespace
 
+absl::StatusOr<Recompute> ParseRecompute(std::string_view name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "gelu") return Recompute::kGelu;
+  if (name == "layer") return Recompute::kLayer;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--recompute must be none, gelu or layer, got '", std::string(name), "'"));
+}
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kGelu:
+      return "gelu";
+    case Recompute::kLayer:
+      return "layer";
+  }
+  return "?";
+}
+
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, bool recompute,
+                                  int64_t T, bool with_backward, int slots, Recompute recompute,
                                   DType storage, const Tensor& arena, GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
@@ -69,7 +94,9 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
     s.layers.assign(stage.last - stage.first, {});
     for (LayerActivations& l : s.layers) {
       l.x = bump.Act({B, T, C});
-      if (!recompute) LayOutLayer(bump, B, T, C, Cl, NH, &l);
+      if (recompute != Recompute::kLayer) {
+        LayOutLayer(bump, B, T, C, Cl, NH, recompute == Recompute::kNone, &l);
+      }
     }
     if (last_stage) {
       s.x_final = bump.Act({N, C});
@@ -94,7 +121,8 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();
   a.stage_out = last_stage ? Tensor() : bump.Act({B, T, C});
   a.recompute = {};
-  if (recompute) LayOutLayer(bump, B, T, C, Cl, NH, &a.recompute);
+  if (recompute == Recompute::kLayer) LayOutLayer(bump, B, T, C, Cl, NH, true, &a.recompute);
+  if (recompute == Recompute::kGelu) a.recompute.fch_gelu = bump.Act({N, 4 * Cl});
   sizes.scratch_bytes = bump.used() - saved;
   if (with_backward) {
     a.d_resid = bump.Act({B, T, C});

@@ -14,19 +14,36 @@
 // each; attention lse NH'; two LayerNorm means and rstds). Activations take
 // the storage dtype (4 bytes in fp32, 2 in bf16: backend.h "Precision");
 // statistics are always fp32. Each tensor starts on a 16-byte boundary.
-// With activation recomputation it saves only the layer input x (N C) and
-// recomputes the rest in the backward, one layer at a time, in one shared
-// layer of scratch.
+// Recomputation (Recompute) trades some of that memory for forward work in
+// the backward.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "src/core/tensor.h"
 #include "src/model/gpt_config.h"
 #include "src/model/parameters.h"
 
 namespace ladder {
+
+// What the forward keeps for the backward (--recompute; GptParallel::recompute).
+enum class Recompute {
+  kNone,  // everything listed above
+  // All but the GELU output fch_gelu (N 4C' per layer, the largest saved
+  // tensor with fch): every layer's forward writes it into one shared
+  // buffer, and the backward rebuilds it from fch, one GELU pass per layer
+  // (llm.c's default).
+  kGelu,
+  // Only each layer's input x (N C): the backward redoes the layer's forward
+  // up to the GELU, one layer at a time, in one shared layer of scratch.
+  kLayer,
+};
+// "none", "gelu" or "layer"; InvalidArgument names anything else.
+absl::StatusOr<Recompute> ParseRecompute(std::string_view name);
+const char* RecomputeName(Recompute r);
 
 // Shapes below are for one rank: with tensor parallelism of degree P, C' =
 // C / P (its heads' width), NH' = NH / P and Vp' = Vp / P.
@@ -68,8 +85,10 @@ struct GptActivations {
   Tensor branch;        // [N,C] attention / MLP branch output
   Tensor attn_scratch;  // naive attention's [B,NH,T,T] f32 (empty for flash)
   Tensor stage_out;     // [B,T,C] residual stream for the next stage (not on the last)
-  // With recomputation: the one layer whose activations exist at a time
-  // (its x is borrowed from the slot's layer being run); empty otherwise.
+  // With Recompute::kLayer: the one layer whose activations exist at a time
+  // (its x is borrowed from the slot's layer being run); with kGelu, only its
+  // fch_gelu is set: the buffer every layer's GELU output shares; empty
+  // otherwise.
   LayerActivations recompute;
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
@@ -92,10 +111,10 @@ struct ActivationSizes {       // bytes
 // `slots` microbatches of B sequences of T tokens in `arena` (a flat device
 // buffer of at least total_bytes() bytes, 16-byte aligned, whose device the
 // views carry; empty to only measure), activations stored as `storage` (f32
-// or bf16), saving only each layer's input if `recompute`. Returns the
+// or bf16), keeping what `recompute` says. Returns the
 // sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, bool recompute,
+                                  int64_t T, bool with_backward, int slots, Recompute recompute,
                                   DType storage, const Tensor& arena, GptActivations* acts);
 
 }  // namespace ladder

@@ -266,8 +266,9 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   const int n_layers = static_cast<int>(s.layers.size());
   Tensor resid_mid;  // of the layer before
   for (int l = 0; l < n_layers; ++l) {
-    LayerActivations la = par_.recompute ? a.recompute : s.layers[l];
+    LayerActivations la = par_.recompute == Recompute::kLayer ? a.recompute : s.layers[l];
     la.x = s.layers[l].x;
+    if (par_.recompute == Recompute::kGelu) la.fch_gelu = a.recompute.fch_gelu;
     if (l > 0) {
       RETURN_IF_ERROR(be.ResidualLayerNormForward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, resid_mid,
                                                   a.branch, w_.layers[l].ln1_w,
@@ -327,12 +328,16 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     const LayerTensors& w = w_.layers[l];
     const LayerTensors& g = g_.layers[l];
     LayerActivations la = s.layers[l];
-    if (par_.recompute) {
+    if (par_.recompute == Recompute::kLayer) {
       // Rebuild what the forward did not keep. The attention projection's
       // output lands in branch, which the backward no longer needs.
       la = a.recompute;
       la.x = s.layers[l].x;
       RETURN_IF_ERROR(LayerForward(l, la, /*project=*/false));
+    } else if (par_.recompute == Recompute::kGelu) {
+      // The GELU output, the down projection's input, from the kept fch.
+      la.fch_gelu = a.recompute.fch_gelu;
+      RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
     }
     // MLP branch: d_resid is the gradient of its output.
     RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,

@@ -32,9 +32,9 @@ struct GptParallel {
   // Activation slots: microbatches whose forward state is kept at once (a
   // pipeline schedule runs several forwards before their backwards).
   int slots = 1;
-  // Activation recomputation: keep only each layer's input and redo the
-  // layer's forward in the backward (activations.h has the sizes).
-  bool recompute = false;
+  // Activation recomputation: what the forward keeps and the backward redoes
+  // (activations.h Recompute has the levels and sizes).
+  Recompute recompute = Recompute::kNone;
   // Pads the flat weight and gradient buffers with zeros to a multiple of
   // this many floats (ZeRO-1 cuts them into equal shards).
   int64_t buffer_multiple = 1;

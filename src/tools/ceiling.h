@@ -42,8 +42,7 @@ GemmCeiling MeasureGemmCeiling(int max_n = 2048, int reps = 3);
 // GEMM is slow. MFU of a run on a GPU divides by this, never by the host's
 // rate. Errors: the backend's (allocation, op).
 absl::StatusOr<GemmCeiling> MeasureBackendGemmCeiling(Backend& backend, int max_n = 2048,
-                                                      int reps = 3,
-                                                      DType storage = DType::kF32);
+                                                      int reps = 3, DType storage = DType::kF32);
 
 // Bytes per second all threads read from memory: a sum over `bytes` of
 // floats. Batch-1 decoding reads every weight once per token, so this over

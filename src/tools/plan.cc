@@ -55,8 +55,8 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     const bool first = s == 0, last = s == P - 1;
     const int64_t Ls = sp.layers.last - sp.layers.first;
     if (Tp > 1) {
-      int64_t per_micro = (first ? N * C : 0) + 4 * Ls * N * C + (l.recompute ? Ls * N * C : 0) +
-                          (last ? N * C : 0);
+      int64_t per_micro = (first ? N * C : 0) + 4 * Ls * N * C +
+                          (l.recompute == Recompute::kLayer ? Ls * N * C : 0) + (last ? N * C : 0);
       sp.tensor_bytes = M * (per_micro * e + (last ? 3 * N * 4 : 0)) + 4;
     }
     if (D > 1) {

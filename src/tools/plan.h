@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/model/activations.h"
 #include "src/model/parameters.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/run_config.h"
@@ -52,7 +53,7 @@ struct PlanLayout {
   bool zero1 = false;
   int microbatches = 0;  // 0: the config's accumulation steps
   pp::Schedule schedule = pp::Schedule::k1F1B;
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;
   DType storage = DType::kF32;  // activations and the weights ops read (fp32 or bf16)
 };
 

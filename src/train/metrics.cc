@@ -41,6 +41,9 @@ std::string StepRecord::ToJson() const {
     }
     out += "}";
   }
+  absl::StrAppend(&out, ",\"memory\":{\"weights\":", memory.weights, ",\"grads\":", memory.grads,
+                  ",\"optimizer\":", memory.optimizer, ",\"activations\":", memory.activations,
+                  "}");
   if (skipped) out += ",\"skipped\":true";
   if (val_loss) absl::StrAppend(&out, ",\"val_loss\":", Num(*val_loss));
   out += "}";

@@ -33,6 +33,13 @@ struct StepRecord {
     int64_t bytes = 0;
   };
   std::vector<AxisComm> comm;
+  // Device memory of this rank by category, bytes (what `ladder plan`
+  // predicts per stage): weights (fp32, plus a bf16 model's copy),
+  // gradients (with the ZeRO-1 shard), optimizer state, activation arena.
+  struct Memory {
+    int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
+  };
+  Memory memory;
   bool skipped = false;  // the guard refused the update (src/train/guard.h)
   std::optional<double> val_loss;
 

@@ -212,6 +212,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   r.t_optimizer = t.Seconds();
   r.t_step = step_timer.Seconds();
+  r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
+              model_->activation_sizes().total_bytes()};
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (Parallel(c)) {
       r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});

@@ -53,7 +53,7 @@ struct TrainerOptions {
   // last parameters first (the order the backward finishes them).
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
   // Activation recomputation (GptParallel::recompute).
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;
   // Storage of activations and of the weights the ops read
   // (GptParallel::storage): kF32, or kBF16 for mixed precision.
   DType storage = DType::kF32;

@@ -187,7 +187,9 @@ expect_error 2 "--inject-fault 'boom@3' is not one of kill:RANK@STEP" -- train -
   --data "$tmp/corpus.txt" --out "$tmp/x" --inject-fault boom@3
 expect_error 2 "cannot open '/nonexistent/ck/latest'" -- checkpoint inspect /nonexistent/ck
 expect_error 2 "expected two arguments: DIR OUT" -- checkpoint convert /nonexistent/ck
-expect_error 2 "--precision must be fp32 or mixed, got 'fp16'" -- plan --config "$src/tests/cli/micro.conf" --precision fp16
+expect_error 2 "--precision must be fp32 or bf16, got 'fp16'" -- plan --config "$src/tests/cli/micro.conf" --precision fp16
+expect_error 2 "--recompute must be none, gelu or layer, got 'all'" -- plan --config "$src/tests/cli/micro.conf" --recompute all
+expect_error 2 "--precision must be auto, fp32 or bf16, got 'fp8'" -- train --config "$src/tests/cli/micro.conf" --device cpu --precision fp8 --out "$tmp/fp8"
 expect_error 2 "n_head (2) is not divisible by tp (4)" -- plan --config "$src/tests/cli/micro.conf" --tp 4
 expect_error 2 "n_layer (2) is smaller than pp (3): a stage needs a layer" -- plan --config "$src/tests/cli/micro.conf" --pp 3
 expect_error 2 "/nonexistent/model" -- generate --model /nonexistent/model

@@ -25,7 +25,7 @@ for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --zero 1 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1" \
     "8 --dp 2 --pp 4 --microbatches 4 --zero 1" \
-    "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute"; do
+    "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute layer"; do
   set -- $layout
   np=$1
   shift

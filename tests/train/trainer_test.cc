@@ -79,16 +79,19 @@ TEST(TrainerTest, RecomputationIsBitwiseIdenticalAndSmaller) {
   groups.microbatches = 2;
   groups.schedule = pp::Schedule::kGPipe;  // two slots in flight
   auto a = Losses(rc, data, groups, &kept);
-  groups.recompute = true;
-  auto b = Losses(rc, data, groups, &recomputed);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(kept, recomputed);
   CpuBackend be;
-  auto full = *Trainer::Create(rc, &be, &data, &data, 0);
-  groups.recompute = true;
-  auto lean = *Trainer::Create(rc, &be, &data, &data, 0, groups);
-  EXPECT_LT(lean->model().activation_sizes().total_bytes(),
-            full->model().activation_sizes().total_bytes());
+  auto full = *Trainer::Create(rc, &be, &data, &data, 0, groups);
+  int64_t previous = full->model().activation_sizes().total_bytes();
+  for (const Recompute level : {Recompute::kGelu, Recompute::kLayer}) {
+    groups.recompute = level;
+    auto b = Losses(rc, data, groups, &recomputed);
+    EXPECT_EQ(a, b) << RecomputeName(level);
+    EXPECT_EQ(kept, recomputed) << RecomputeName(level);
+    auto lean = *Trainer::Create(rc, &be, &data, &data, 0, groups);
+    const int64_t bytes = lean->model().activation_sizes().total_bytes();
+    EXPECT_LT(bytes, previous) << RecomputeName(level);  // none > gelu > layer
+    previous = bytes;
+  }
 }
 
 TEST(TrainerTest, LearnsARepeatingPattern) {
