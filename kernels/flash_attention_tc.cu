@@ -80,18 +80,18 @@ namespace {
 constexpr int kTcTile = 64;  // query rows per block = keys per key tile
 constexpr int kTcWarps = 4;  // 16 query rows each
 constexpr int kTcThreads = kTcWarps * kWarpSize;
-constexpr int kPad = 8;                // bf16 per shared row beyond HS (16 bytes)
+constexpr int kPad = 8;                  // bf16 per shared row beyond HS (16 bytes)
 constexpr unsigned kTcMaxGridY = 65535;  // gridDim.y limit: query tiles
 
 static_assert(kTcTile == 16 * kTcWarps, "one mma m-tile (16 rows) per warp");
 
-template <int kHS>
-constexpr int kLd = kHS + kPad;  // shared row stride in bf16
-template <int kHS>
-constexpr int kTileElems = kTcTile * kLd<kHS>;
-// Q | K0 | V0 | K1 | V1.
-template <int kHS>
-constexpr size_t kTcSmem = 5 * static_cast<size_t>(kTileElems<kHS>) * sizeof(uint16_t);
+// Shared row stride in bf16, elements of one 64-row tile, and the block's
+// shared memory: Q | K0 | V0 | K1 | V1.
+__host__ __device__ constexpr int Ld(int hs) { return hs + kPad; }
+__host__ __device__ constexpr int TileElems(int hs) { return kTcTile * Ld(hs); }
+__host__ __device__ constexpr size_t TcSmem(int hs) {
+  return 5 * static_cast<size_t>(TileElems(hs)) * sizeof(uint16_t);
+}
 
 // Starts copying rows [t0, t0 + 64) of a [T, kHS] head slice (row stride ld_src
 // elements) into a shared tile: 16-byte pieces by cp.async for rows < T,
@@ -102,7 +102,7 @@ __device__ __forceinline__ void LoadTileAsync(uint16_t* tile, const uint16_t* __
   constexpr int kPieces = kHS / 8;  // 16-byte pieces per row
   for (int c = static_cast<int>(threadIdx.x); c < kTcTile * kPieces; c += kTcThreads) {
     const int row = c / kPieces, col = (c % kPieces) * 8;
-    uint16_t* dst = tile + row * kLd<kHS> + col;
+    uint16_t* dst = tile + row * Ld(kHS) + col;
     if (t0 + row < T) {
       CpAsync16(dst, src + static_cast<size_t>(t0 + row) * ld_src + col);
     } else {
@@ -121,14 +121,14 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v + __shfl_xor_sync(kFullMask, v, 2);
 }
 
-// Grid (B*NH, query tiles), kTcThreads threads, kTcSmem<kHS> bytes.
+// Grid (B*NH, query tiles), kTcThreads threads, TcSmem(kHS) bytes.
 template <int kHS>
 __global__ void __launch_bounds__(kTcThreads)
     FlashForwardTcKernel(uint16_t* __restrict__ out, float* __restrict__ lse,
                          const uint16_t* __restrict__ qkv, int T, int NH, float scale) {
-  constexpr int kLdS = kLd<kHS>;
-  constexpr int kKSteps = kHS / 16;  // k-steps of Q K^T (channels)
-  constexpr int kONTiles = kHS / 8;  // n-tiles of O (channels)
+  constexpr int kLdS = Ld(kHS);
+  constexpr int kKSteps = kHS / 16;      // k-steps of Q K^T (channels)
+  constexpr int kONTiles = kHS / 8;      // n-tiles of O (channels)
   constexpr int kSNTiles = kTcTile / 8;  // n-tiles of S (keys)
 
   const int bh = static_cast<int>(blockIdx.x), b = bh / NH, h = bh % NH;
@@ -141,14 +141,14 @@ __global__ void __launch_bounds__(kTcThreads)
   const uint16_t* v_base = q_base + 2 * C;
 
   uint16_t* sQ = DynamicShared<uint16_t>();
-  uint16_t* sKV = sQ + kTileElems<kHS>;  // stage s: K at 2s, V at 2s + 1 tiles
+  uint16_t* sKV = sQ + TileElems(kHS);  // stage s: K at 2s, V at 2s + 1 tiles
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int g = lane >> 2, t = lane & 3;  // mma groupID, threadID_in_group
+  const int g = lane >> 2, t = lane & 3;    // mma groupID, threadID_in_group
   const int mi = lane >> 3, mj = lane & 7;  // ldmatrix: matrix and row this lane addresses
 
   LoadTileAsync<kHS>(sQ, q_base, C3, i0, T);
   LoadTileAsync<kHS>(sKV, k_base, C3, 0, T);
-  LoadTileAsync<kHS>(sKV + kTileElems<kHS>, v_base, C3, 0, T);
+  LoadTileAsync<kHS>(sKV + TileElems(kHS), v_base, C3, 0, T);
   CpAsyncCommit();
 
   uint32_t qf[kKSteps][4];
@@ -163,9 +163,9 @@ __global__ void __launch_bounds__(kTcThreads)
 
   for (int kt = 0; kt <= qt; ++kt) {
     if (kt < qt) {
-      uint16_t* next = sKV + ((kt + 1) & 1) * 2 * kTileElems<kHS>;
+      uint16_t* next = sKV + ((kt + 1) & 1) * 2 * TileElems(kHS);
       LoadTileAsync<kHS>(next, k_base, C3, (kt + 1) * kTcTile, T);
-      LoadTileAsync<kHS>(next + kTileElems<kHS>, v_base, C3, (kt + 1) * kTcTile, T);
+      LoadTileAsync<kHS>(next + TileElems(kHS), v_base, C3, (kt + 1) * kTcTile, T);
     }
     CpAsyncCommit();   // possibly empty: "the most recent group" stays tile kt + 1
     CpAsyncWait<1>();  // tile kt (and, at kt = 0, Q) has landed for this thread
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(kTcThreads)
         LdMatrixX4(qf[ks], sQ + (warp * 16 + (lane & 15)) * kLdS + ks * 16 + 8 * (lane >> 4));
       }
     }
-    const uint16_t* sK = sKV + (kt & 1) * 2 * kTileElems<kHS>;
-    const uint16_t* sV = sK + kTileElems<kHS>;
+    const uint16_t* sK = sKV + (kt & 1) * 2 * TileElems(kHS);
+    const uint16_t* sV = sK + TileElems(kHS);
 
     // S = Q K^T: 16 x 64 per warp. ldmatrix.x4 matrices: keys 0-7/ch 0-7,
     // keys 0-7/ch 8-15, keys 8-15/ch 0-7, keys 8-15/ch 8-15 of a 16-key pair.
@@ -242,10 +242,10 @@ __global__ void __launch_bounds__(kTcThreads)
     // lanes 16-31 the same rows at channel 16np + 8: b of n-tiles 2np, 2np+1.
 #pragma unroll
     for (int kk = 0; kk < kSNTiles / 2; ++kk) {
-      const uint32_t a[4] = {
-          PackBf16x2(s[2 * kk][0], s[2 * kk][1]), PackBf16x2(s[2 * kk][2], s[2 * kk][3]),
-          PackBf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-          PackBf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t a[4] = {PackBf16x2(s[2 * kk][0], s[2 * kk][1]),
+                             PackBf16x2(s[2 * kk][2], s[2 * kk][3]),
+                             PackBf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackBf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int np = 0; np < kONTiles / 2; ++np) {
         uint32_t r[4];
@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(kTcThreads)
     const float sum = QuadSum(l[r]);  // every lane takes part in the shuffle
     if (row >= T) continue;
     const float inv = 1.0f / sum;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out + (static_cast<size_t>(b) * T + row) * C +
-                                                h * kHS + 2 * t);
+    uint32_t* dst =
+        reinterpret_cast<uint32_t*>(out + (static_cast<size_t>(b) * T + row) * C + h * kHS + 2 * t);
 #pragma unroll
     for (int n = 0; n < kONTiles; ++n) {
       dst[4 * n] = PackBf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
@@ -277,14 +277,15 @@ __global__ void __launch_bounds__(kTcThreads)
 }
 
 template <int kHS>
-cudaError_t LaunchTc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                     int NH, cudaStream_t stream) {
+cudaError_t LaunchTc(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                     cudaStream_t stream) {
   constexpr auto kernel = FlashForwardTcKernel<kHS>;
-  cudaError_t err = AllowDynamicShared<kernel>(kTcSmem<kHS>);
+  cudaError_t err = AllowDynamicShared<kernel>(TcSmem(kHS));
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>((T + kTcTile - 1) / kTcTile));
+  const dim3 grid(static_cast<unsigned>(B * NH),
+                  static_cast<unsigned>((T + kTcTile - 1) / kTcTile));
   if (grid.y > kTcMaxGridY) return cudaErrorInvalidValue;
-  return Launch<kernel>(grid, kTcThreads, kTcSmem<kHS>, stream, reinterpret_cast<uint16_t*>(out),
+  return Launch<kernel>(grid, kTcThreads, TcSmem(kHS), stream, reinterpret_cast<uint16_t*>(out),
                         lse, reinterpret_cast<const uint16_t*>(qkv), T, NH,
                         1.0f / sqrtf(static_cast<float>(kHS)));
 }

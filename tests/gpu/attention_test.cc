@@ -318,9 +318,9 @@ std::vector<Case> Cases() {
   // (a partial third), 256 (four whole); and one peaky case (softmax rows
   // dominated by a few keys, the running max rising from tile to tile).
   const std::vector<Case> tc_shapes = {
-      {1, 1, 1, 64, kF, 1.0f},   {2, 17, 3, 64, kF, 1.0f},  {1, 64, 2, 64, kF, 1.0f},
-      {2, 65, 1, 64, kF, 1.0f},  {1, 130, 3, 64, kF, 1.0f}, {2, 256, 2, 64, kF, 1.0f},
-      {2, 1, 2, 128, kF, 1.0f},  {1, 17, 1, 128, kF, 1.0f}, {2, 64, 1, 128, kF, 1.0f},
+      {1, 1, 1, 64, kF, 1.0f},   {2, 17, 3, 64, kF, 1.0f},   {1, 64, 2, 64, kF, 1.0f},
+      {2, 65, 1, 64, kF, 1.0f},  {1, 130, 3, 64, kF, 1.0f},  {2, 256, 2, 64, kF, 1.0f},
+      {2, 1, 2, 128, kF, 1.0f},  {1, 17, 1, 128, kF, 1.0f},  {2, 64, 1, 128, kF, 1.0f},
       {1, 65, 3, 128, kF, 1.0f}, {2, 130, 1, 128, kF, 1.0f}, {1, 256, 2, 128, kF, 1.0f},
       {1, 130, 2, 64, kF, 3.0f},
   };

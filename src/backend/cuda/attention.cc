@@ -81,9 +81,8 @@ absl::Status AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
     // unaligned buffers, the scalar one.
     if constexpr (std::is_same_v<S, __nv_bfloat16>) {
       if (kernels::FlashAttentionTcApplies(out.data, qkv.data, HS)) {
-        return CudaStatus(kernels::LaunchFlashAttentionForwardTc(Data<S>(out), lse.f32(),
-                                                                 Data<S>(qkv), B, T, NH, HS,
-                                                                 stream),
+        return CudaStatus(kernels::LaunchFlashAttentionForwardTc(
+                              Data<S>(out), lse.f32(), Data<S>(qkv), B, T, NH, HS, stream),
                           kFwd);
       }
     }
