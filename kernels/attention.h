@@ -17,6 +17,10 @@
 // hold a few 32 x HS tiles in shared memory, so HS is limited to
 // kMaxFlashHeadSize, and T to 32 * 65535 query tiles (beyond either the
 // launchers return cudaErrorInvalidValue).
+// For bf16 storage with HS 64 or 128 the dispatcher (src/backend/cuda/
+// attention.cc) runs the forward on tensor cores instead
+// (kernels/flash_attention_tc.h: same contract, P rounded to bf16 before
+// P V); the backward below reads its out and lse like the scalar forward's.
 // Naive kernels need `scratch` of B*NH*T*T floats (AttentionScratchFloats) and
 // take any HS. Every kernel is deterministic: each output element is written
 // by one thread, its sums in an order fixed by the shape (no atomics).

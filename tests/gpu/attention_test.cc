@@ -10,11 +10,18 @@
 // Storage: every case runs twice, with qkv, out, dout and dqkv stored in f32
 // and then in bf16 (lse stays f32). For bf16 the reference is the fp32 CPU
 // backend on the *bf16-rounded* qkv and dout (Bf16Rounded), so both sides
-// see the same values. Its backward is given the out the bf16 forward stored
-// (downloaded, rounded as the GPU rounded it), because the backward reads out
-// (D = dO . O) and the GPU backward is given that same stored out; both
-// backwards get the reference's lse (f32). For f32 both backwards get the
-// reference's out and lse.
+// see the same values. Both backwards are then given the out and lse the
+// bf16 forward produced (downloaded; out rounded as the GPU rounded it), as
+// in training, where the backward reads what the forward saved (out for
+// D = dO . O, lse to recompute P): the check is that the backward matches
+// the reference on exactly the forward's outputs, whichever forward kernel
+// made them. For f32 both backwards get the reference's out and lse.
+//
+// Tensor-core forward (kernels/flash_attention_tc.cu): bf16 flash with head
+// size 64 or 128 goes there (names end in _tc). Besides the shapes above it
+// gets its own list (bf16 only): HS 64 and 128, T = 1, 17, 64, 65, 130, 256
+// (one key; under one 64-row tile; whole tiles; one row past a tile; a
+// partial third tile; four whole tiles), B 1-2, NH 1-3.
 //
 // Tolerances, per element, with ref the CPU value, tol = 2e-5 for the
 // forward (out, lse) and 1e-4 for the backward (dqkv), and r = 2^-8
@@ -34,6 +41,23 @@
 // rounding on store moves it by at most r * |v| <= r * (|ref| + e), hence
 // r * |ref| plus the fp32 bound widened by the factor (1 + r). lse is not
 // rounded (f32), so its bound is the fp32 one.
+// The tensor-core forward's bounds (TensorCoreBounds), per element, with
+// P[i,j] = exp(s_ij - lse_i) the reference's probabilities, s_ij =
+// scale * q_i . k_j, A[i,c] = sum_j P[i,j] |v_j[c]| and
+// d_i = HS * 2^-24 * max_j scale * sum_c |q_i[c] k_j[c]|:
+//   out: |gpu - ref| <= r * |ref| + (1 + r) * ((r + 4 d_i) * A + tol * (1 + |ref| + A))
+//   lse: |gpu - ref| <= tol * (1 + |ref|) + d_i
+// d_i bounds the fp32 error of a score (HS products, exact for bf16 inputs,
+// summed in fp32 in some order: at most HS roundings of 2^-24 relative of
+// the sum of magnitudes); lse is 1-Lipschitz in the scores, hence its term.
+// Each unnormalized weight p_j = exp(s_j - m) then has a relative error of
+// at most 2 d_i (its score and the max), and the normalized weight p_j / l
+// of 4 d_i; rounding p_j to bf16 before the P V mma adds r relative to each
+// weight. A weighted sum moves by at most its weights' relative error times
+// sum_j P |v_j| = A, hence (r + 4 d_i) * A; the fp32 products and sums
+// (their order, expf's few ulps) are the tol term, widened by A because
+// the terms of opposite signs can cancel (|ref| << A). Then the one bf16
+// rounding on store as above. lse sums the unrounded p, so it has no r term.
 //
 // Without a GPU every test that needs one skips with the reason; the argument
 // checks still run. Inputs come from Philox (seed 20240607, or
@@ -42,6 +66,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -50,6 +75,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/flash_attention_tc.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -85,16 +111,68 @@ struct Case {
 
 const char* StorageName(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
 
+// True iff the case's forward runs on the tensor-core kernel (the device
+// buffers are aligned, so the dispatcher's choice is the head size's).
+bool TensorCore(const Case& c) {
+  return c.kind == AttentionKind::kFlash && c.dtype == DType::kBF16 &&
+         kernels::FlashAttentionTcHeadSize(static_cast<int>(c.HS));
+}
+
+// The per-element bounds of the tensor-core forward (see the tolerances at
+// the top) for out [B,T,C] and lse [B,NH,T], from the reference's qkv (the
+// bf16-rounded values), out and lse.
+void TensorCoreBounds(const Case& c, const std::vector<float>& qkv,
+                      const std::vector<float>& out_ref, const std::vector<float>& lse_ref,
+                      std::vector<double>* out_bound, std::vector<double>* lse_bound) {
+  const int64_t T = c.T, NH = c.NH, HS = c.HS, C = NH * HS;
+  const double r = kBf16Rounding, tol = kOutTol;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  out_bound->assign(out_ref.size(), 0.0);
+  lse_bound->assign(lse_ref.size(), 0.0);
+  std::vector<double> p(T), a(HS);
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      auto at = [&](int64_t t, int64_t part, int64_t ch) {
+        return static_cast<double>(qkv[(b * T + t) * 3 * C + part * C + h * HS + ch]);
+      };
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t row = (b * NH + h) * T + i;
+        double d = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0, mag = 0.0;
+          for (int64_t ch = 0; ch < HS; ++ch) {
+            s += at(i, 0, ch) * at(j, 1, ch);
+            mag += std::fabs(at(i, 0, ch) * at(j, 1, ch));
+          }
+          p[j] = std::exp(s * scale - lse_ref[row]);
+          d = std::max(d, static_cast<double>(HS) * 0x1p-24 * scale * mag);
+        }
+        (*lse_bound)[row] = tol * (1 + std::fabs(lse_ref[row])) + d;
+        std::fill(a.begin(), a.end(), 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t ch = 0; ch < HS; ++ch) a[ch] += p[j] * std::fabs(at(j, 2, ch));
+        }
+        for (int64_t ch = 0; ch < HS; ++ch) {
+          const int64_t idx = (b * T + i) * C + h * HS + ch;
+          const double ref = std::fabs(out_ref[idx]);
+          (*out_bound)[idx] = r * ref + (1 + r) * ((r + 4 * d) * a[ch] + tol * (1 + ref + a[ch]));
+        }
+      }
+    }
+  }
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
   *os << (c.kind == AttentionKind::kFlash ? "flash" : "naive") << " " << StorageName(c.dtype)
-      << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev;
+      << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev
+      << (TensorCore(c) ? " (tensor-core forward)" : "");
 }
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return absl::StrCat(c.kind == AttentionKind::kFlash ? "flash" : "naive",
                       c.dtype == DType::kBF16 ? "_bf16" : "", "_B", c.B, "_T", c.T, "_NH", c.NH,
-                      "_HS", c.HS, c.stddev > 1.0f ? "_peaky" : "");
+                      "_HS", c.HS, c.stddev > 1.0f ? "_peaky" : "", TensorCore(c) ? "_tc" : "");
 }
 
 class AttentionGpuTest : public testing::TestWithParam<Case> {
@@ -151,23 +229,30 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> out = out_g.Download(), lse = lse_g.Download();
-  ExpectClose("out", out, out_c, kOutTol, dt);
-  ExpectClose("lse", lse, lse_c, kOutTol);  // f32 whatever the storage
+  if (TensorCore(c)) {
+    std::vector<double> out_bound, lse_bound;
+    TensorCoreBounds(c, qkv, out_c, lse_c, &out_bound, &lse_bound);
+    gpu_test::ExpectWithin("out", out, out_c, out_bound);
+    gpu_test::ExpectWithin("lse", lse, lse_c, lse_bound);
+  } else {
+    ExpectClose("out", out, out_c, kOutTol, dt);
+    ExpectClose("lse", lse, lse_c, kOutTol);  // f32 whatever the storage
+  }
 
-  // ---- CPU reference backward, on the out the GPU backward reads ----
-  // f32: the reference's own out. bf16: the out the GPU forward stored.
-  std::vector<float> out_bwd = bf16 ? out : out_c;
+  // ---- CPU reference backward, on the out and lse the GPU backward reads ----
+  // f32: the reference's own. bf16: the ones the GPU forward produced.
+  std::vector<float> out_bwd = bf16 ? out : out_c, lse_bwd = bf16 ? lse : lse_c;
   ASSERT_TRUE(cpu.AttentionBackward(Tensor::F32(dqkv_c.data(), {B, T, 3 * C}, kCpu),
                                     Tensor::F32(dout_c.data(), {B, T, C}, kCpu),
                                     Tensor::F32(qkv_c.data(), {B, T, 3 * C}, kCpu),
                                     Tensor::F32(out_bwd.data(), {B, T, C}, kCpu),
-                                    Tensor::F32(lse_c.data(), {B, NH, T}, kCpu), nh, c.kind,
+                                    Tensor::F32(lse_bwd.data(), {B, NH, T}, kCpu), nh, c.kind,
                                     cpu_scratch)
                   .ok());
 
-  // ---- GPU backward, on the same out and the reference's lse ----
+  // ---- GPU backward, on the same out and lse ----
   GpuStored out_ref(out_bwd, dt);  // exact: out_bwd holds values of dtype dt
-  GpuFloats lse_ref(lse_c);
+  GpuFloats lse_ref(lse_bwd);
   ASSERT_TRUE(out_ref.ok() && lse_ref.ok()) << "cudaMalloc failed";
   auto backward = [&]() {
     dqkv_g.Upload(Poison(B * T * 3 * C));
@@ -227,6 +312,21 @@ std::vector<Case> Cases() {
       c.dtype = dtype;
       cases.push_back(c);
     }
+  }
+  // The tensor-core forward (bf16, HS 64 and 128): 64-row tiles, so T = 1,
+  // 17 (one partial tile), 64 (one whole), 65 (one row into a second), 130
+  // (a partial third), 256 (four whole); and one peaky case (softmax rows
+  // dominated by a few keys, the running max rising from tile to tile).
+  const std::vector<Case> tc_shapes = {
+      {1, 1, 1, 64, kF, 1.0f},   {2, 17, 3, 64, kF, 1.0f},   {1, 64, 2, 64, kF, 1.0f},
+      {2, 65, 1, 64, kF, 1.0f},  {1, 130, 3, 64, kF, 1.0f},  {2, 256, 2, 64, kF, 1.0f},
+      {2, 1, 2, 128, kF, 1.0f},  {1, 17, 1, 128, kF, 1.0f},  {2, 64, 1, 128, kF, 1.0f},
+      {1, 65, 3, 128, kF, 1.0f}, {2, 130, 1, 128, kF, 1.0f}, {1, 256, 2, 128, kF, 1.0f},
+      {1, 130, 2, 64, kF, 3.0f},
+  };
+  for (Case c : tc_shapes) {
+    c.dtype = DType::kBF16;
+    cases.push_back(c);
   }
   return cases;
 }

@@ -2,7 +2,10 @@
 // the element type of the call's storage dtype (cuda_check.h WithStorage).
 #include "src/backend/cuda/attention.h"
 
+#include <type_traits>
+
 #include "kernels/attention.h"
+#include "kernels/flash_attention_tc.h"
 #include "src/backend/cuda/cuda_check.h"
 
 LADDER_CUDA_BEGIN
@@ -72,6 +75,16 @@ absl::Status AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
           kernels::LaunchNaiveAttentionForward<S>(Data<S>(out), lse.f32(), scratch.f32(),
                                                   Data<S>(qkv), B, T, NH, HS, stream),
           kFwd);
+    }
+    // bf16 with a head size of 64 or 128: the tensor-core kernel (P rounded
+    // to bf16 before P V; kernels/flash_attention_tc.cu). Otherwise, and for
+    // unaligned buffers, the scalar one.
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+      if (kernels::FlashAttentionTcApplies(out.data, qkv.data, HS)) {
+        return CudaStatus(kernels::LaunchFlashAttentionForwardTc(
+                              Data<S>(out), lse.f32(), Data<S>(qkv), B, T, NH, HS, stream),
+                          kFwd);
+      }
     }
     return CudaStatus(kernels::LaunchFlashAttentionForward<S>(Data<S>(out), lse.f32(), Data<S>(qkv),
                                                               B, T, NH, HS, stream),
