@@ -197,6 +197,15 @@ class Backend {
   // dweight [OC,C] += dout^T @ inp; dbias [OC] += column sums of dout (if non-empty).
   virtual absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                                       Tensor inp, Tensor weight) = 0;
+  // The MLP's up projection and its activation as one op: pre [N,OC] =
+  // inp @ weight^T + bias (kept for the backward), out [N,OC] = gelu(pre)
+  // (GeluForward's function). Shapes and dtypes as MatmulForward; out and pre
+  // must not overlap. On a GPU, cuBLASLt's GELU_AUX_BIAS epilogue writes both
+  // from the GEMM's accumulators, saving GeluForward's pass (a read and a
+  // write of N x OC values); where the epilogue does not apply (OC not a
+  // multiple of 8, no algorithm for the shape) the two ops run in turn.
+  virtual absl::Status MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
+                                         Tensor bias) = 0;
 
   // ---- GELU (tanh approximation, as GPT-2) ---------------------------------
   virtual absl::Status GeluForward(Tensor out, Tensor inp) = 0;

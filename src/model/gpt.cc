@@ -230,8 +230,7 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
   RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, branch, la.atty, w.proj_w, w.proj_b));
   RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x,
                                               branch, w.ln2_w, w.ln2_b));
-  RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.fch, la.ln2, w.fc_w, w.fc_b));
-  RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
+  RETURN_IF_ERROR(tp::ColumnLinearGeluForward(be, la.fch_gelu, la.fch, la.ln2, w.fc_w, w.fc_b));
   if (!project) return absl::OkStatus();
   return tp::RowLinearForward(be, par_.tp, branch, la.fch_gelu, w.fcproj_w, w.fcproj_b);
 }

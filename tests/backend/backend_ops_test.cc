@@ -617,6 +617,27 @@ TEST_P(BackendOpsTest, MatmulForwardMatchesReference) {
   }
 }
 
+// The fused up projection: pre is the plain matmul, out its GELU. OC = 16
+// takes a GPU's cuBLASLt epilogue, OC = 12 (not a multiple of 8) the matmul
+// then the GELU kernel.
+TEST_P(BackendOpsTest, MatmulGeluForwardMatchesReference) {
+  uint32_t seed = 400;
+  for (const int OC : {16, 12}) {
+    const int N = 9, C = 24;
+    SCOPED_TRACE(::testing::Message() << "OC=" << OC);
+    const Floats inp = Uniform(N * C, ++seed), w = Uniform(OC * C, ++seed), b = Uniform(OC, ++seed);
+    auto dinp = Up(inp, {N, C}), dw = Up(w, {OC, C});
+    auto out = Out({N, OC}), pre = Out({N, OC});
+    ASSERT_TRUE(be().MatmulGeluForward(out.t(), pre.t(), dinp.t(), dw.t(), Up(b, {OC}).t()).ok());
+    const Vec bd = D(b);
+    const Vec want_pre = ref::Matmul(D(inp), D(w), &bd, N, C, OC);
+    EXPECT_TRUE(AllClose(pre.Get(), want_pre, kFwdRtol, kFwdAtol));
+    EXPECT_TRUE(AllClose(out.Get(), ref::Gelu(want_pre), kFwdRtol, kFwdAtol));
+    ExpectInvalid(be().MatmulGeluForward(pre.t(), pre.t(), dinp.t(), dw.t(), Tensor()),
+                  "MatmulGeluForward");
+  }
+}
+
 TEST_P(BackendOpsTest, MatmulGradientsMatchFiniteDifferences) {
   const int N = 3, C = 5, OC = 4;
   const Floats inp = Uniform(N * C, 61), w = Uniform(OC * C, 62), b = Uniform(OC, 63);

@@ -6,6 +6,9 @@
 // Under the simulator this checks the operand layouts and transposes (its
 // cuBLASLt is a host GEMM); on a GPU, cuBLASLt itself.
 //
+// GeluForward (the GELU_AUX_BIAS epilogue) is checked on the same inputs:
+// pre equal to the forward's out, out = gelu(pre) as the CPU's GeluForward.
+//
 // Every case runs with fp32 and with bf16 storage (backend.h "Precision"):
 // in bf16, inp, weight, bias, dout, out and dinp are bf16 (products on the
 // tensor cores, fp32 accumulation) and dweight, dbias stay fp32; the CPU
@@ -38,6 +41,10 @@ namespace {
 
 using gpu_test::GpuFloats;
 using gpu_test::Normal;
+
+// Half the absolute error of a fast hardware tanh (2^-10.7), for GELU
+// epilogues.
+constexpr double kTanhApprox = 3e-4;
 
 // `stored`: the output is in the storage dtype (bf16 adds one rounding).
 void ExpectMatches(const std::string& what, const std::vector<float>& got,
@@ -106,6 +113,35 @@ TEST_P(MatmulGpuTest, MatchesCpu) {
     ExpectMatches("dbias", db_g.Download(), db_c, N);
   } else {
     gpu_test::ExpectBitwise("dbias untouched", db_g.Download(), db0);
+  }
+
+  // The fused up projection (GELU_AUX_BIAS epilogue): pre as the forward's
+  // out, and out = gelu(pre). cuBLASLt evaluates GPT-2's tanh form, the CPU
+  // its sigmoid form with its own exp; pre's own error passes through gelu'
+  // (at most 1.13, hence 1.2x the matmul's bound), and a GPU epilogue may
+  // use a fast tanh (tanh.approx.f32: about 2^-11 absolute), which moves
+  // gelu(x) = x (1 + tanh u) / 2 by up to kTanhApprox |x|. OC not a multiple
+  // of 8 is Unimplemented (the backend then runs the two ops).
+  gpu_test::GpuStored pre_g(gpu_test::Poison(N * OC), dt), gelu_g(gpu_test::Poison(N * OC), dt);
+  st = (*mm)->GeluForward(gelu_g.View({N, OC}), pre_g.View({N, OC}), inp_g.View({N, C}),
+                          w_g.View({OC, C}), c.bias ? b_g.View({OC}) : Tensor());
+  if (OC % 8 != 0) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  } else {
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+    ExpectMatches("pre", pre_g.Download(), out_c, C, dt);
+    std::vector<float> gelu_c(N * OC);
+    ASSERT_TRUE(cpu.GeluForward(Tensor::F32(gelu_c.data(), {N, OC}, Device::kCpu),
+                                Tensor::F32(out_c.data(), {N, OC}, Device::kCpu))
+                    .ok());
+    const double rel = 1e-5 + (dt == DType::kBF16 ? gpu_test::kBf16Rounding : 0.0);
+    std::vector<double> bound(gelu_c.size());
+    for (size_t i = 0; i < bound.size(); ++i) {
+      bound[i] = 1.2 * rel * std::fabs(gelu_c[i]) + kTanhApprox * std::fabs(out_c[i]) + 1e-6 +
+                 1.2 * 2e-6 * std::sqrt(static_cast<double>(C));
+    }
+    gpu_test::ExpectWithin("gelu(pre)", gelu_g.Download(), gelu_c, bound);
   }
   mm->reset();
   ASSERT_CUDA_OK(cudaStreamDestroy(stream));

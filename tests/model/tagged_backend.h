@@ -72,6 +72,12 @@ class TaggedBackend final : public Backend {
     const char* op = Count("MatmulForward");
     return cpu_.MatmulForward(In(op, out), In(op, inp), In(op, weight), In(op, bias));
   }
+  absl::Status MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
+                                 Tensor bias) override {
+    const char* op = Count("MatmulGeluForward");
+    return cpu_.MatmulGeluForward(In(op, out), In(op, pre), In(op, inp), In(op, weight),
+                                  In(op, bias));
+  }
   absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor weight) override {
     const char* op = Count("MatmulBackward");

@@ -40,6 +40,15 @@ absl::Status CpuBackend::GeluForward(Tensor out, Tensor inp) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
+                                           Tensor bias) {
+  if (!out.empty() && out.data == pre.data) {
+    return absl::InvalidArgumentError("MatmulGeluForward: out and pre must not overlap");
+  }
+  RETURN_IF_ERROR(MatmulForward(pre, inp, weight, bias));
+  return GeluForward(out, pre);
+}
+
 absl::Status CpuBackend::GeluBackward(Tensor dinp, Tensor dout, Tensor inp) {
   int64_t N = 0, C = 0;
   RETURN_IF_ERROR(cpu::RowView(kBwd, "inp", inp, DType::kF32, &N, &C));

@@ -125,6 +125,15 @@ absl::Status CudaBackend::MatmulForward(Tensor out, Tensor inp, Tensor weight, T
   return matmuls_->Forward(out, inp, weight, bias);
 }
 
+absl::Status CudaBackend::MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
+                                            Tensor bias) {
+  const absl::Status fused = matmuls_->GeluForward(out, pre, inp, weight, bias);
+  if (!absl::IsUnimplemented(fused)) return fused;
+  // The epilogue does not apply to this shape: the GEMM, then the GELU kernel.
+  RETURN_IF_ERROR(matmuls_->Forward(pre, inp, weight, bias));
+  return cuda::GeluForward(out, pre, stream_);
+}
+
 absl::Status CudaBackend::MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                                          Tensor inp, Tensor weight) {
   Tensor scratch;
@@ -256,9 +265,8 @@ absl::Status CudaBackend::CopyFromHost(Tensor dst, const void* src) {
   RETURN_IF_ERROR(CheckOnGpu("CopyFromHost", "dst", dst));
   // From pageable memory the runtime stages the bytes before returning, so
   // `src` may be reused at once (the contract of Backend::CopyFromHost).
-  return CudaStatus(
-      cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
-      "CopyFromHost");
+  return CudaStatus(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+                    "CopyFromHost");
 }
 
 absl::Status CudaBackend::Copy(Tensor dst, Tensor src) {

@@ -12,6 +12,7 @@ LADDER_CUDA_BEGIN
 namespace {
 
 constexpr char kFwd[] = "MatmulForward";
+constexpr char kGeluFwd[] = "MatmulGeluForward";
 constexpr char kBwd[] = "MatmulBackward";
 
 absl::Status LtStatus(cublasStatus_t s, const char* what) {
@@ -61,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Matmuls>> Matmuls::Create(cudaStream_t stream) {
 
 absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
                            const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
-                           int dt, void* d, const void* bias) {
+                           int dt, void* d, const void* bias, void* gelu_aux) {
   const auto ab_type = static_cast<cudaDataType_t>(ab), d_type = static_cast<cudaDataType_t>(dt);
   Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
   RETURN_IF_ERROR(
@@ -74,7 +75,27 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   RETURN_IF_ERROR(LtStatus(
       cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
       "transb"));
-  if (bias != nullptr) {
+  if (gelu_aux != nullptr) {
+    const cublasLtEpilogue_t epilogue =
+        bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    const int64_t aux_ld = m;
+    RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                            &epilogue, sizeof(epilogue)),
+                             "epilogue"));
+    RETURN_IF_ERROR(
+        LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &gelu_aux, sizeof(gelu_aux)),
+                 "aux pointer"));
+    RETURN_IF_ERROR(
+        LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                &aux_ld, sizeof(aux_ld)),
+                 "aux ld"));
+    if (bias != nullptr) {
+      RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(
+                                   desc.p, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+                               "bias"));
+    }
+  } else if (bias != nullptr) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                             &epilogue, sizeof(epilogue)),
@@ -93,7 +114,9 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                "layout B"));
   RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&ld.p, d_type, m, n, m), "layout D"));
 
-  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, bias != nullptr, ab, dt);
+  const auto key =
+      std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb,
+                      (bias != nullptr ? 1 : 0) + (gelu_aux != nullptr ? 2 : 0), ab, dt);
   auto it = impl_->algos.find(key);
   if (it == impl_->algos.end()) {
     Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
@@ -104,9 +127,12 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                              "workspace preference"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    RETURN_IF_ERROR(LtStatus(cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc.p, la.p, lb.p, ld.p,
-                                                            ld.p, pref.p, 1, &result, &found),
-                             "heuristic"));
+    const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+        impl_->handle, desc.p, la.p, lb.p, ld.p, ld.p, pref.p, 1, &result, &found);
+    if (gelu_aux != nullptr && (heuristic != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      return absl::UnimplementedError("cuBLASLt has no GELU-epilogue algorithm for the shape");
+    }
+    RETURN_IF_ERROR(LtStatus(heuristic, "heuristic"));
     if (found == 0) {
       return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ",
                                               ab_type == CUDA_R_16BF ? "bf16" : "fp32",
@@ -150,6 +176,34 @@ absl::Status Matmuls::Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias
     // out^T (OC x N) = op_T(W stored C x OC) * inp^T (C x N).
     return Gemm(true, false, OC, N, C, LtType<T>(), weight.data, C, inp.data, C, 0.0f, LtType<T>(),
                 out.data, bias.empty() ? nullptr : bias.data);
+  });
+}
+
+absl::Status Matmuls::GeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
+  int64_t N = 0, C = 0;
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(kGeluFwd, "inp", inp, dt, &N, &C));
+  RETURN_IF_ERROR(CheckOnGpu(kGeluFwd, "weight", weight));
+  if (weight.rank != 2 || weight.dim(1) != C) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kGeluFwd, ": weight is ", weight.ShapeString(), ", expected [OC, ", C, "]"));
+  }
+  const int64_t OC = weight.dim(0);
+  RETURN_IF_ERROR(CheckExact(kGeluFwd, "weight", weight, dt, {OC, C}));
+  RETURN_IF_ERROR(CheckRows(kGeluFwd, "out", out, dt, N, OC));
+  RETURN_IF_ERROR(CheckRows(kGeluFwd, "pre", pre, dt, N, OC));
+  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(kGeluFwd, "bias", bias, dt, {OC}));
+  const char* o = static_cast<const char*>(out.data);
+  const char* p = static_cast<const char*>(pre.data);
+  if (o < p + pre.bytes() && p < o + out.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(kGeluFwd, ": out and pre overlap"));
+  }
+  if (OC % 8 != 0) return absl::UnimplementedError("the GELU epilogue needs OC % 8 == 0");
+  return WithStorage(kGeluFwd, "inp", dt, [&](auto tag) -> absl::Status {
+    using T = typename decltype(tag)::type;
+    if (N == 0 || OC == 0) return absl::OkStatus();
+    return Gemm(true, false, OC, N, C, LtType<T>(), weight.data, C, inp.data, C, 0.0f, LtType<T>(),
+                out.data, bias.empty() ? nullptr : bias.data, pre.data);
   });
 }
 

@@ -44,6 +44,13 @@ class Matmuls {
 
   // out [N,OC] = inp [N,C] @ weight[OC,C]^T + bias[OC] (bias may be empty).
   absl::Status Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+  // pre = inp @ weight^T + bias and out = gelu(pre) in one GEMM
+  // (CUBLASLT_EPILOGUE_GELU_AUX_BIAS: D = out, the epilogue's auxiliary
+  // matrix = pre). Unimplemented, with nothing enqueued, where the epilogue
+  // does not apply: OC not a multiple of 8 (its leading dimension must be),
+  // or no algorithm for the shape; the caller then runs Forward and the GELU
+  // kernel.
+  absl::Status GeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias);
   // dinp [N,C] = dout @ weight (overwritten; skipped if empty);
   // dweight [OC,C] += dout^T @ inp; dbias [OC] += column sums of dout (if
   // non-empty; then scratch needs BiasGradScratchFloats(N, OC) floats).
@@ -57,9 +64,12 @@ class Matmuls {
   explicit Matmuls(std::unique_ptr<Impl> impl);
   // D (m x n, column-major, ldd = m) = op(A) op(B) + beta D (+ bias[m]):
   // A and B of type ab, D and bias of type dt (cudaDataType_t values).
+  // With gelu_aux: D = gelu(op(A) op(B) (+ bias)) and gelu_aux (m x n, ld
+  // m, type dt) = the value before the GELU; Unimplemented if cuBLASLt has
+  // no algorithm for that.
   absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
                     const void* a, int64_t lda, const void* b, int64_t ldb, float beta, int dt,
-                    void* d, const void* bias);
+                    void* d, const void* bias, void* gelu_aux = nullptr);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,6 +4,7 @@
 // once to D's type, as a GPU's fp32-accumulating epilogue rounds once).
 #include <cublasLt.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct SimLtMatmulDesc {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // of D's type (cuBLASLt's default bias type)
+  void* aux = nullptr;         // GELU_AUX epilogues: the GELU's input, D's type
+  int64_t aux_ld = 0;
 };
 struct SimLtLayout {
   cudaDataType type;  // CUDA_R_32F or CUDA_R_16BF
@@ -112,13 +115,19 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
       const cublasStatus_t s = SetFrom(&desc->epilogue, buf, bytes);
       if (s == CUBLAS_STATUS_SUCCESS && desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
-          desc->epilogue != CUBLASLT_EPILOGUE_BIAS) {
+          desc->epilogue != CUBLASLT_EPILOGUE_BIAS &&
+          desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
+          desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         return CUBLAS_STATUS_NOT_SUPPORTED;
       }
       return s;
     }
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       return SetFrom(&desc->bias, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return SetFrom(&desc->aux, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return SetFrom(&desc->aux_ld, buf, bytes);
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -194,12 +203,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   void* d = d_p;
   const float alpha = *static_cast<const float*>(alpha_p);
   const float beta = *static_cast<const float*>(beta_p);
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const bool bias =
+      desc->epilogue == CUBLASLT_EPILOGUE_BIAS || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  // cuBLASLt's rules for the auxiliary matrix: a leading dimension divisible
+  // by 8 and at least D's rows.
+  if (gelu && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(m))) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const SimLtLayout aux_layout{dl->type, m, n, desc->aux_ld};
   // Every operand must be device memory (a GPU would fault on a host pointer).
   if (!internal::IsDeviceRange(a, Span(*al)) || !internal::IsDeviceRange(b, Span(*bl)) ||
       !internal::IsDeviceRange(d, Span(*dl)) ||
       (beta != 0.0f && !internal::IsDeviceRange(c, Span(*cl))) ||
-      (bias && !internal::IsDeviceRange(desc->bias, m * ElementBytes(dl->type)))) {
+      (bias && !internal::IsDeviceRange(desc->bias, m * ElementBytes(dl->type))) ||
+      (gelu && !internal::IsDeviceRange(desc->aux, Span(aux_layout)))) {
     internal::Fail(cudaErrorIllegalAddress,
                    "cublasLtMatmul: an operand is not inside device memory", /*sticky=*/true);
     return CUBLAS_STATUS_EXECUTION_FAILED;
@@ -220,6 +239,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       float v = alpha * static_cast<float>(acc);
       if (beta != 0.0f) v += beta * Load(c, cl->type, i + j * static_cast<uint64_t>(cl->ld));
       if (bias) v += Load(desc->bias, dl->type, i);
+      if (gelu) {
+        // The GELU's input goes to the auxiliary matrix; D gets GPT-2's
+        // tanh-approximated GELU of it (each rounded once to D's type).
+        Store(desc->aux, dl->type, i + j * static_cast<uint64_t>(desc->aux_ld), v);
+        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        v = 0.5f * v * (1.0f + std::tanh(u));
+      }
       Store(d, dl->type, at, v);  // one rounding, as the GPU's epilogue
     }
   }

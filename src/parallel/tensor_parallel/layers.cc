@@ -18,6 +18,11 @@ absl::Status ColumnLinearForward(Backend& be, Tensor out, Tensor inp, Tensor w, 
   return be.MatmulForward(out, inp, w, b);
 }
 
+absl::Status ColumnLinearGeluForward(Backend& be, Tensor out, Tensor pre, Tensor inp, Tensor w,
+                                     Tensor b) {
+  return be.MatmulGeluForward(out, pre, inp, w, b);
+}
+
 absl::Status ColumnLinearBackward(Backend& be, Communicator* tp, Tensor dinp, Tensor dw, Tensor db,
                                   Tensor dout, Tensor inp, Tensor w) {
   RETURN_IF_ERROR(be.MatmulBackward(dinp, dw, db, dout, inp, w));

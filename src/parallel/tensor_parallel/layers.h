@@ -31,6 +31,10 @@ namespace ladder::tp {
 
 // out [N, OC/P] = inp [N, C] @ w[OC/P, C]^T + b[OC/P] (b may be empty).
 absl::Status ColumnLinearForward(Backend& be, Tensor out, Tensor inp, Tensor w, Tensor b);
+// The same with the GELU fused (Backend::MatmulGeluForward): pre = the
+// linear layer's output, out = gelu(pre), both [N, OC/P].
+absl::Status ColumnLinearGeluForward(Backend& be, Tensor out, Tensor pre, Tensor inp, Tensor w,
+                                     Tensor b);
 // dw, db += this rank's slices; dinp [N, C] = all-reduce of dout @ w.
 absl::Status ColumnLinearBackward(Backend& be, Communicator* tp, Tensor dinp, Tensor dw, Tensor db,
                                   Tensor dout, Tensor inp, Tensor w);
