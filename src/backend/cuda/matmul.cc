@@ -155,22 +155,31 @@ constexpr int LtType() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
+// The forward's arguments (MatmulForward's shapes, one storage dtype): sets
+// N, C and OC.
+absl::Status CheckForward(const char* op, const Tensor& out, const Tensor& inp,
+                          const Tensor& weight, const Tensor& bias, int64_t* N, int64_t* C,
+                          int64_t* OC) {
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(op, "inp", inp, dt, N, C));
+  RETURN_IF_ERROR(CheckOnGpu(op, "weight", weight));
+  if (weight.rank != 2 || weight.dim(1) != *C) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": weight is ", weight.ShapeString(), ", expected [OC, ", *C, "]"));
+  }
+  *OC = weight.dim(0);
+  RETURN_IF_ERROR(CheckExact(op, "weight", weight, dt, {*OC, *C}));
+  RETURN_IF_ERROR(CheckRows(op, "out", out, dt, *N, *OC));
+  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(op, "bias", bias, dt, {*OC}));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Matmuls::Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
-  int64_t N = 0, C = 0;
-  const DType dt = inp.dtype;
-  RETURN_IF_ERROR(RowView(kFwd, "inp", inp, dt, &N, &C));
-  RETURN_IF_ERROR(CheckOnGpu(kFwd, "weight", weight));
-  if (weight.rank != 2 || weight.dim(1) != C) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kFwd, ": weight is ", weight.ShapeString(), ", expected [OC, ", C, "]"));
-  }
-  const int64_t OC = weight.dim(0);
-  RETURN_IF_ERROR(CheckExact(kFwd, "weight", weight, dt, {OC, C}));
-  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, dt, N, OC));
-  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(kFwd, "bias", bias, dt, {OC}));
-  return WithStorage(kFwd, "inp", dt, [&](auto tag) -> absl::Status {
+  int64_t N = 0, C = 0, OC = 0;
+  RETURN_IF_ERROR(CheckForward(kFwd, out, inp, weight, bias, &N, &C, &OC));
+  return WithStorage(kFwd, "inp", inp.dtype, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     if (N == 0 || OC == 0) return absl::OkStatus();
     // out^T (OC x N) = op_T(W stored C x OC) * inp^T (C x N).
@@ -180,28 +189,19 @@ absl::Status Matmuls::Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias
 }
 
 absl::Status Matmuls::GeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
-  int64_t N = 0, C = 0;
-  const DType dt = inp.dtype;
-  RETURN_IF_ERROR(RowView(kGeluFwd, "inp", inp, dt, &N, &C));
-  RETURN_IF_ERROR(CheckOnGpu(kGeluFwd, "weight", weight));
-  if (weight.rank != 2 || weight.dim(1) != C) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kGeluFwd, ": weight is ", weight.ShapeString(), ", expected [OC, ", C, "]"));
-  }
-  const int64_t OC = weight.dim(0);
-  RETURN_IF_ERROR(CheckExact(kGeluFwd, "weight", weight, dt, {OC, C}));
-  RETURN_IF_ERROR(CheckRows(kGeluFwd, "out", out, dt, N, OC));
-  RETURN_IF_ERROR(CheckRows(kGeluFwd, "pre", pre, dt, N, OC));
-  if (!bias.empty()) RETURN_IF_ERROR(CheckExact(kGeluFwd, "bias", bias, dt, {OC}));
+  int64_t N = 0, C = 0, OC = 0;
+  RETURN_IF_ERROR(CheckForward(kGeluFwd, out, inp, weight, bias, &N, &C, &OC));
+  RETURN_IF_ERROR(CheckRows(kGeluFwd, "pre", pre, inp.dtype, N, OC));
   const char* o = static_cast<const char*>(out.data);
   const char* p = static_cast<const char*>(pre.data);
   if (o < p + pre.bytes() && p < o + out.bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(kGeluFwd, ": out and pre overlap"));
   }
   if (OC % 8 != 0) return absl::UnimplementedError("the GELU epilogue needs OC % 8 == 0");
-  return WithStorage(kGeluFwd, "inp", dt, [&](auto tag) -> absl::Status {
+  return WithStorage(kGeluFwd, "inp", inp.dtype, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     if (N == 0 || OC == 0) return absl::OkStatus();
+    // As Forward, with D = gelu(out) and the auxiliary matrix = pre.
     return Gemm(true, false, OC, N, C, LtType<T>(), weight.data, C, inp.data, C, 0.0f, LtType<T>(),
                 out.data, bias.empty() ? nullptr : bias.data, pre.data);
   });
