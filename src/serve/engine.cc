@@ -283,7 +283,11 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     const bool done = r.generated >= r.request.max_tokens;
     for (size_t k = 0; k < out.size(); ++k) {
       r.tokens.push_back(out[k]);
-      events.push_back({r.id, out[k], done && k + 1 == out.size()});
+      EngineEvent e;
+      e.request = r.id;
+      e.token = out[k];
+      e.finished = done && k + 1 == out.size();
+      events.push_back(std::move(e));
     }
     if (done) {
       RETURN_IF_ERROR(Release(r));

@@ -27,7 +27,9 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,7 @@
 #include "src/model/kv_cache.h"
 #include "src/serve/kv_blocks.h"
 #include "src/serve/sampler.h"
+#include "src/serve/token_constraint.h"
 
 namespace ladder {
 
@@ -60,18 +63,42 @@ struct EngineStats {
   int64_t draft_forwards = 0;   // and of the draft
 };
 
+// A token's log-probability under the model: log-softmax of the raw logits
+// at its position (before temperature, penalties, bias and constraints, so
+// it scores the text the way the model sees it).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  // The most likely tokens at that position, most likely first (ties by id),
+  // as many as the request's `logprobs` asks.
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 struct EngineRequest {
   std::vector<int32_t> prompt;  // at least one token
+  // Tokens to generate; 0 runs the prompt only (with echo_logprobs, to score it).
   int max_tokens = 16;
   SamplingParams sampling;
   uint64_t seed = 0;
+  // -1: no log-probabilities; 0..20: each generated token's, with the top
+  // `logprobs` alternatives.
+  int logprobs = -1;
+  // The log-probability of every prompt token after the first (the same
+  // `logprobs` alternatives), delivered with the request's first event.
+  bool echo_logprobs = false;
+  // Optional: which tokens may come next (token_constraint.h); the request
+  // finishes as soon as the constraint is Done.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // One generated token. `finished` marks the request's last event.
 struct EngineEvent {
   int64_t request = 0;
-  int32_t token = 0;
+  int32_t token = 0;  // -1: no token (a max_tokens 0 request's only event)
   bool finished = false;
+  bool constraint_done = false;  // finished because the constraint completed
+  std::optional<TokenLogprob> logprob;  // with logprobs >= 0
+  std::vector<TokenLogprob> prompt_logprobs;  // with echo_logprobs, on the first event
 };
 
 class Engine {

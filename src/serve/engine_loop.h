@@ -48,6 +48,8 @@ const char* FinishReasonName(FinishReason reason);
 
 struct LoopEvent {
   std::vector<int32_t> tokens;  // new tokens, in order (empty on a bare finish)
+  std::vector<TokenLogprob> logprobs;         // one per token, when requested
+  std::vector<TokenLogprob> prompt_logprobs;  // on the first event, with echo_logprobs
   bool finished = false;
   FinishReason reason = FinishReason::kLength;  // when finished
   absl::Status error;                           // when reason is kError
@@ -108,6 +110,11 @@ class EngineLoop {
   void StepPaused(int steps);
   void Resume();
 
+  // The embedding of `tokens` (1 to context of them, ids in the vocabulary;
+  // InvalidArgument otherwise): the mean over positions of the model's last
+  // hidden state (after the final LayerNorm), scaled to unit L2 norm. Runs
+  // on the loop thread between two steps; blocks the caller until done.
+  absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& tokens);
   LoopStats stats() const;
   int kv_blocks() const { return kv_blocks_; }
 
