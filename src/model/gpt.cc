@@ -365,16 +365,24 @@ absl::Status Gpt::Backward(float dloss, int slot) {
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {
+  return RowAt("logits", acts_.slots[0].logits, cfg_.padded_vocab(), cfg_.vocab_size, b, t, out);
+}
+
+absl::Status Gpt::HiddenAt(int b, int t, std::vector<float>* out) const {
+  return RowAt("hidden state", acts_.slots[0].lnf, cfg_.n_embd, cfg_.n_embd, b, t, out);
+}
+
+absl::Status Gpt::RowAt(const char* what, const Tensor& rows, int64_t stride, int64_t count, int b,
+                        int t, std::vector<float>* out) const {
   if (b < 0 || b >= bound_B_ || t < 0 || t >= bound_T_) {
-    return absl::OutOfRangeError(absl::StrCat("no logits at (", b, ", ", t, ")"));
+    return absl::OutOfRangeError(absl::StrCat("no ", what, " at (", b, ", ", t, ")"));
   }
   if (table_.layout().tp_size != 1 || table_.layout().pp_size != 1) {
-    return absl::FailedPreconditionError("LogitsAt needs the whole model on one rank");
+    return absl::FailedPreconditionError(
+        absl::StrCat("reading the ", what, " needs the whole model on one rank"));
   }
-  const int64_t Vp = cfg_.padded_vocab();
-  out->resize(cfg_.vocab_size);
-  const Tensor row =
-      acts_.slots[0].logits.Slice((int64_t{b} * bound_T_ + t) * Vp, {cfg_.vocab_size});
+  out->resize(count);
+  const Tensor row = rows.Slice((int64_t{b} * bound_T_ + t) * stride, {count});
   if (row.dtype == DType::kF32) return backend_->CopyToHost(out->data(), row);
   std::vector<bf16> bits(out->size());
   RETURN_IF_ERROR(backend_->CopyToHost(bits.data(), row));

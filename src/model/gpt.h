@@ -163,6 +163,11 @@ class Gpt {
   // context and the cache). The scoring path of `eval` in any format.
   absl::Status PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
                              std::vector<float>* logits);
+  // The same run, returning instead each token's final hidden state: the
+  // residual stream after the final LayerNorm (ln_f), the head's input,
+  // tokens.size() x n_embd floats. Embeddings are made from it.
+  absl::Status PrefillHidden(const std::vector<int32_t>& tokens, KvCache& cache,
+                             std::vector<float>* hidden);
   // Serving with packed weights (weight_format.h): replaces each weight
   // matrix by its bf16 or int8 form and keeps only the other tensors in
   // fp32, so the model shrinks to about a half (bf16) or a quarter (int8).
@@ -177,6 +182,9 @@ class Gpt {
   // Logits of sequence b at position t of the last Forward: vocab_size floats
   // (FailedPrecondition unless this rank holds the whole model).
   absl::Status LogitsAt(int b, int t, std::vector<float>* out) const;
+  // Its final hidden state there (after ln_f, the head's input): n_embd
+  // floats, under the same conditions.
+  absl::Status HiddenAt(int b, int t, std::vector<float>* out) const;
   // Per-token losses of slot's last Forward with targets (B*T floats).
   absl::Status Losses(std::vector<float>* out, int slot = 0) const;
 
@@ -184,6 +192,18 @@ class Gpt {
   Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
       const GptParallel& par);
   absl::Status CheckSlot(int slot) const;
+  // What a cached run returns: each token's logits, or its hidden state
+  // after ln_f (the head is then skipped).
+  enum class CachedOutput { kLogits, kHidden };
+  absl::Status RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what,
+                         std::vector<float>* out_rows);
+  // One sequence from position 0 through the cache's first blocks.
+  absl::Status Prefill(const std::vector<int32_t>& tokens, KvCache& cache, CachedOutput what,
+                       std::vector<float>* out_rows);
+  // The first `count` entries of row (b, t) of `rows` ([B*T, stride] of the
+  // last Forward), to the host as floats: LogitsAt and HiddenAt.
+  absl::Status RowAt(const char* what, const Tensor& rows, int64_t stride, int64_t count, int b,
+                     int t, std::vector<float>* out) const;
   // Layer l's forward from its input la.x up to the MLP's GELU; the MLP's
   // down projection goes to acts_.branch when `project` (the backward's
   // recomputation does not need it).

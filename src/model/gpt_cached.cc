@@ -16,6 +16,11 @@ namespace ladder {
 
 absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
                                 std::vector<float>* logits) {
+  return RunCached(batch, cache, CachedOutput::kLogits, logits);
+}
+
+absl::Status Gpt::RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what,
+                            std::vector<float>* out_rows) {
   const ShardLayout& layout = table_.layout();
   if (layout.tp_size != 1 || layout.pp_size != 1) {
     return absl::FailedPreconditionError("ForwardCached needs the whole model on one rank");
@@ -119,10 +124,15 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
   }
   RETURN_IF_ERROR(
       be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
+  if (what == CachedOutput::kHidden) {
+    out_rows->resize(static_cast<size_t>(N * C));
+    return be.CopyToHost(out_rows->data(), ln);
+  }
   RETURN_IF_ERROR(Linear(out, ln, w_.wte, q_wte_, Tensor()));
   // One copy back of every row, padding included (one wait per step, not
   // one per token); the padding is then squeezed out in place, each row
   // moving left to its place.
+  std::vector<float>* logits = out_rows;
   logits->resize(static_cast<size_t>(N * Vp));
   RETURN_IF_ERROR(be.CopyToHost(logits->data(), out));
   for (int64_t i = 1; i < N; ++i) {
@@ -134,6 +144,16 @@ absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
 
 absl::Status Gpt::PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
                                 std::vector<float>* logits) {
+  return Prefill(tokens, cache, CachedOutput::kLogits, logits);
+}
+
+absl::Status Gpt::PrefillHidden(const std::vector<int32_t>& tokens, KvCache& cache,
+                                std::vector<float>* hidden) {
+  return Prefill(tokens, cache, CachedOutput::kHidden, hidden);
+}
+
+absl::Status Gpt::Prefill(const std::vector<int32_t>& tokens, KvCache& cache, CachedOutput what,
+                          std::vector<float>* out_rows) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int blocks = static_cast<int>((n + KvCache::kBlockTokens - 1) / KvCache::kBlockTokens);
   if (n == 0 || n > cfg_.context || blocks > cache.num_blocks()) {
@@ -147,7 +167,7 @@ absl::Status Gpt::PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cac
   for (int32_t p = 0; p < n; ++p) batch.pos.push_back(p);
   for (int32_t b = 0; b < blocks; ++b) batch.block_tables.push_back(b);
   batch.max_blocks = blocks;
-  return ForwardCached(batch, cache, logits);
+  return RunCached(batch, cache, what, out_rows);
 }
 
 }  // namespace ladder
