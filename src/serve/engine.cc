@@ -1,11 +1,27 @@
 #include "src/serve/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 
 namespace ladder {
+namespace {
+
+// InvalidArgument naming `what` unless every id is in [0, vocab).
+absl::Status CheckVocabulary(absl::Span<const int32_t> ids, int vocab, const char* what) {
+  for (int32_t t : ids) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", t, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Gpt* model, const EngineConfig& cfg) {
   if (cfg.kv_blocks <= 0 || cfg.max_batch_tokens <= 0 || cfg.max_running <= 0) {
@@ -52,18 +68,28 @@ int64_t Engine::kv_bytes() const {
 absl::StatusOr<int64_t> Engine::Submit(EngineRequest request) {
   const GptConfig& c = model_->config();
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  for (int32_t t : request.prompt) {
-    if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token ", t, " is outside the vocabulary [0, ", c.vocab_size, ")"));
-    }
-  }
+  RETURN_IF_ERROR(CheckVocabulary(request.prompt, c.vocab_size, "token"));
   RETURN_IF_ERROR(request.sampling.Validate());
+  std::vector<int32_t> biased;
+  for (const auto& [token, bias] : request.sampling.logit_bias) biased.push_back(token);
+  RETURN_IF_ERROR(CheckVocabulary(biased, c.vocab_size, "logit_bias token"));
+  if (request.logprobs < -1 || request.logprobs > 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, 20] (or -1 for none), got ", request.logprobs));
+  }
+  if (request.max_tokens < (request.echo_logprobs ? 0 : 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1 (0 only to score the prompt with echo_logprobs), got ",
+                     request.max_tokens));
+  }
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  if (request.max_tokens < 1 || total > c.context) {
+  if (total > c.context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the prompt (", request.prompt.size(), " tokens) plus max_tokens (", request.max_tokens,
-        ") must fit the context of ", c.context, " tokens, with max_tokens >= 1"));
+        ") must fit the context of ", c.context, " tokens"));
+  }
+  if (request.constraint != nullptr && request.constraint->Done()) {
+    return absl::InvalidArgumentError("the constraint is already complete: nothing may follow");
   }
   if (KvBlockPool::BlocksFor(total) > pool_.num_blocks()) {
     return absl::InvalidArgumentError(
@@ -101,7 +127,82 @@ int Engine::Lookahead(const Running& r) const {
   // The step emits at most K + 1 tokens, and the last one it emits is never
   // run through a model, so the highest position written is
   // prompt + max_tokens - 2: inside the context and the admitted blocks.
-  return draft_cache_ ? std::min(cfg_.speculate, r.request.max_tokens - r.generated - 1) : 0;
+  if (!draft_cache_ || !MaySpeculate(r.request)) return 0;
+  return std::max(0, std::min(cfg_.speculate, r.request.max_tokens - r.generated - 1));
+}
+
+bool Engine::MaySpeculate(const EngineRequest& r) {
+  return !r.sampling.AdjustsLogits() && r.constraint == nullptr;
+}
+
+absl::StatusOr<int32_t> Engine::SampleAdjusted(Running& r, absl::Span<const float> row) {
+  const EngineRequest& q = r.request;
+  std::vector<float> logits(row.begin(), row.end());
+  if (q.sampling.AdjustsLogits()) {
+    // The first sample comes before any generated token: tokens is the prompt.
+    if (!r.history) r.history.emplace(r.tokens);
+    AdjustLogits(q.sampling, *r.history, absl::MakeSpan(logits));
+  }
+  if (q.constraint != nullptr) {
+    std::vector<char> allowed;
+    q.constraint->Allowed(q.max_tokens - r.generated, &allowed);
+    bool any = false;
+    for (size_t t = 0; t < logits.size() && t < allowed.size(); ++t) {
+      if (allowed[t]) {
+        any = true;
+      } else {
+        logits[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    if (!any || allowed.size() != logits.size()) {
+      return absl::InternalError(
+          absl::StrCat("the constraint of request ", r.id, " allows no token of the vocabulary"));
+    }
+  }
+  const int32_t token = SampleToken(logits, q.sampling, &r.rng);
+  if (q.constraint != nullptr) {
+    const absl::Status accepted = q.constraint->Accept(token);
+    if (!accepted.ok()) {
+      return absl::InternalError(absl::StrCat("the constraint of request ", r.id,
+                                              " refused token ", token, " that it allowed: ",
+                                              std::string(accepted.message())));
+    }
+  }
+  if (r.history) r.history->Add(token);
+  return token;
+}
+
+absl::StatusOr<std::vector<float>> Engine::Embed(const std::vector<int32_t>& tokens) {
+  const GptConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n > c.context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an embedding input needs 1 to ", c.context, " tokens, got ", n));
+  }
+  RETURN_IF_ERROR(CheckVocabulary(tokens, c.vocab_size, "token"));
+  const int blocks = KvBlockPool::BlocksFor(n);
+  if (!embed_cache_ || embed_cache_->num_blocks() < blocks) {
+    embed_cache_.reset();  // the old one goes before the new one is allocated
+    ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(c, model_->backend(), blocks, KvFormat::kF32));
+    embed_cache_.emplace(std::move(cache));
+  }
+  std::vector<float> hidden;
+  RETURN_IF_ERROR(model_->PrefillHidden(tokens, *embed_cache_, &hidden));
+  const int64_t C = c.n_embd;
+  std::vector<double> mean(C, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < C; ++j) mean[j] += hidden[i * C + j];
+  }
+  double norm = 0;
+  for (double& x : mean) {
+    x /= static_cast<double>(n);
+    norm += x * x;
+  }
+  norm = std::sqrt(norm);
+  std::vector<float> out(C);
+  // (A zero mean, which a real model does not produce, stays zero.)
+  for (int64_t j = 0; j < C; ++j) out[j] = static_cast<float>(norm > 0 ? mean[j] / norm : 0.0);
+  return out;
 }
 
 void Engine::Admit() {
@@ -214,8 +315,12 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
       Running& r = running_[i];
       const int64_t size = static_cast<int64_t>(r.tokens.size());
       if (j == 0) {
-        // A request finishing this step without proposals needs no draft.
-        if (take[i] == 0 || (spec[i] == 0 && r.computed + take[i] == size)) continue;
+        // A request finishing this step without proposals, or never
+        // speculating, needs no draft.
+        if (take[i] == 0 || (spec[i] == 0 && r.computed + take[i] == size) ||
+            !MaySpeculate(r.request)) {
+          continue;
+        }
         for (int64_t p = r.draft_computed; p < r.computed + take[i]; ++p) {
           add(batch, i, r.tokens[p], p);
         }
@@ -260,16 +365,47 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     const int64_t first = at;
     at += take[i] + spec[i];
     const int64_t size = static_cast<int64_t>(r.tokens.size());
+    const int top = std::max(0, r.request.logprobs);
+    if (r.request.echo_logprobs) {
+      // The row after position p scores prompt token p + 1.
+      const int64_t prompt = static_cast<int64_t>(r.request.prompt.size());
+      for (int64_t p = r.computed; p < r.computed + take[i] && p + 1 < prompt; ++p) {
+        const absl::Span<const float> row(logits.data() + (first + p - r.computed) * V, V);
+        r.prompt_logprobs.push_back(ScoreToken(row, r.tokens[p + 1], top));
+      }
+    }
     if (take[i] == 0 || r.computed + take[i] < size) {
       r.computed += take[i];
       r.draft_computed = draft_end[i];
       still.push_back(std::move(r));
       continue;
     }
+    // Scores need every prompt row: a prefill that skipped some (a cached
+    // prefix) must not have been used for this request.
+    if (r.generated == 0 && r.request.echo_logprobs &&
+        r.prompt_logprobs.size() + 1 != r.request.prompt.size()) {
+      return absl::InternalError(absl::StrCat("request ", r.id, " scored ",
+                                              r.prompt_logprobs.size(), " of its ",
+                                              r.request.prompt.size() - 1, " prompt tokens"));
+    }
+    if (r.request.max_tokens == 0) {  // the prompt is scored: done
+      EngineEvent e;
+      e.request = r.id;
+      e.token = -1;
+      e.finished = true;
+      e.prompt_logprobs = std::move(r.prompt_logprobs);
+      events.push_back(std::move(e));
+      RETURN_IF_ERROR(Release(r));
+      continue;
+    }
     const absl::Span<const float> rows(logits.data() + (first + take[i] - 1) * V,
                                        static_cast<size_t>(spec[i] + 1) * V);
-    const Verdict v =
-        VerifyProposals(proposals[i], draft_dist[i], rows, r.request.sampling, &r.rng);
+    Verdict v;
+    if (MaySpeculate(r.request)) {
+      v = VerifyProposals(proposals[i], draft_dist[i], rows, r.request.sampling, &r.rng);
+    } else {  // (no proposals: one row)
+      ASSIGN_OR_RETURN(v.next, SampleAdjusted(r, rows));
+    }
     stats_.proposed += spec[i];
     stats_.accepted += v.accepted;
     // The accepted proposals' keys and values are in both caches (the
@@ -279,14 +415,20 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     r.draft_computed = std::min(draft_end[i], r.computed);
     std::vector<int32_t> out(proposals[i].begin(), proposals[i].begin() + v.accepted);
     out.push_back(v.next);
+    const bool first_tokens = r.generated == 0;
     r.generated += static_cast<int>(out.size());
-    const bool done = r.generated >= r.request.max_tokens;
+    const bool constraint_done = r.request.constraint != nullptr && r.request.constraint->Done();
+    const bool done = r.generated >= r.request.max_tokens || constraint_done;
     for (size_t k = 0; k < out.size(); ++k) {
       r.tokens.push_back(out[k]);
       EngineEvent e;
       e.request = r.id;
       e.token = out[k];
       e.finished = done && k + 1 == out.size();
+      e.constraint_done = constraint_done && e.finished;
+      // Row k of `rows` is the raw distribution out[k] was drawn for.
+      if (r.request.logprobs >= 0) e.logprob = ScoreToken(rows.subspan(k * V, V), out[k], top);
+      if (first_tokens && k == 0) e.prompt_logprobs = std::move(r.prompt_logprobs);
       events.push_back(std::move(e));
     }
     if (done) {

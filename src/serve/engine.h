@@ -22,6 +22,24 @@
 // tokens per request, distributed exactly as the target alone would sample
 // them (greedy: token for token the same). Decoding is memory-bound, so the
 // target's forward over K + 1 tokens costs little more than over one.
+//
+// Per-request extras, all applied where the request samples:
+//   logit adjustments (SamplingParams: penalties, logit_bias) change a copy
+//     of the target's logits row before the distribution is formed;
+//   a constraint (EngineRequest::constraint) masks the tokens it does not
+//     allow to -inf, then accepts the sampled token; once it is Done the
+//     request finishes (EngineEvent::constraint_done);
+//   log-probabilities score each generated token, and with echo_logprobs
+//     each prompt token, by the raw logits (logprobs.h), read from the rows
+//     the forward computes anyway (prefill chunks included).
+// Which requests speculate: adjustments and constraints depend on the
+// tokens before each position, which the draft's proposals would have to
+// follow exactly, so a request with either never speculates (its Lookahead
+// is 0) and samples one token per step, as without a draft.
+// Log-probabilities only read the target's raw rows, which verification
+// computes for every emitted token, so they do not stop speculation.
+// Speculating and plain requests share every batch; each still samples only
+// from its own rows and RNG.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +55,7 @@
 #include "src/model/gpt.h"
 #include "src/model/kv_cache.h"
 #include "src/serve/kv_blocks.h"
+#include "src/serve/logprobs.h"
 #include "src/serve/sampler.h"
 #include "src/serve/token_constraint.h"
 
@@ -63,31 +82,26 @@ struct EngineStats {
   int64_t draft_forwards = 0;   // and of the draft
 };
 
-// A token's log-probability under the model: log-softmax of the raw logits
-// at its position (before temperature, penalties, bias and constraints, so
-// it scores the text the way the model sees it).
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-  // The most likely tokens at that position, most likely first (ties by id),
-  // as many as the request's `logprobs` asks.
-  std::vector<std::pair<int32_t, float>> top;
-};
-
 struct EngineRequest {
   std::vector<int32_t> prompt;  // at least one token
-  // Tokens to generate; 0 runs the prompt only (with echo_logprobs, to score it).
+  // Tokens to generate; 0 runs the prompt only (with echo_logprobs, to score
+  // it): the request then ends with one event carrying no token (-1) and
+  // the prompt's log-probabilities.
   int max_tokens = 16;
-  SamplingParams sampling;
+  SamplingParams sampling;  // logit_bias ids must be in the vocabulary
   uint64_t seed = 0;
   // -1: no log-probabilities; 0..20: each generated token's, with the top
   // `logprobs` alternatives.
   int logprobs = -1;
   // The log-probability of every prompt token after the first (the same
-  // `logprobs` alternatives), delivered with the request's first event.
+  // `logprobs` alternatives, none with logprobs -1), delivered with the
+  // request's first event. Needs the logits of every prompt position, so
+  // such a request computes its whole prompt (a cached prefix saves it no
+  // compute).
   bool echo_logprobs = false;
   // Optional: which tokens may come next (token_constraint.h); the request
-  // finishes as soon as the constraint is Done.
+  // finishes as soon as the constraint is Done. Used by the engine's thread
+  // only, from Submit on; it must not be Done already.
   std::shared_ptr<TokenConstraint> constraint;
 };
 
@@ -107,14 +121,25 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(Gpt* model, const EngineConfig& cfg);
 
   // Queues a request; InvalidArgument (naming the problem) if it can never
-  // run: empty prompt, tokens outside the vocabulary, prompt plus max_tokens
-  // beyond the context or the whole cache.
+  // run: empty prompt, tokens or logit_bias ids outside the vocabulary,
+  // sampling parameters out of range (SamplingParams::Validate), logprobs
+  // outside -1..20, max_tokens below 1 (0 only with echo_logprobs), prompt
+  // plus max_tokens beyond the context or the whole cache, a constraint
+  // already Done.
   absl::StatusOr<int64_t> Submit(EngineRequest request);
   // Drops a waiting or running request and frees its blocks.
   absl::Status Cancel(int64_t request);
   // Runs one batch; the tokens it produced, in request order (with
-  // speculation, several for one request).
+  // speculation, several for one request). Internal if a constraint allows
+  // no token or refuses one it allowed.
   absl::StatusOr<std::vector<EngineEvent>> Step();
+  // The embedding of `tokens` (1 to context of them, ids in the vocabulary;
+  // InvalidArgument otherwise): the mean over positions of the model's
+  // final hidden state (after ln_f), scaled to unit L2 norm. One forward
+  // through a KV cache of its own (fp32, kept and grown for the longest
+  // input so far), so the requests' cache is untouched. Call it between
+  // steps, from the thread that calls Step.
+  absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& tokens);
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int running() const { return static_cast<int>(running_.size()); }
@@ -138,6 +163,11 @@ class Engine {
     int64_t draft_computed = 0;     // ... and the draft
     int generated = 0;
     PhiloxStream rng;
+    // With logit adjustments: the tokens they count (built at the first sample).
+    std::optional<TokenHistory> history{};
+    // With echo_logprobs: the prompt's scores so far, collected chunk by
+    // chunk and handed to the first event.
+    std::vector<TokenLogprob> prompt_logprobs{};
   };
   Engine(Gpt* model, const EngineConfig& cfg, KvCache cache, std::optional<KvCache> draft_cache)
       : model_(model),
@@ -148,14 +178,23 @@ class Engine {
   void Admit();
   absl::Status Release(const Running& r);
   // Draft tokens the request may propose this step: K, but never so many
-  // that the step could pass max_tokens (nor so the context).
+  // that the step could pass max_tokens (nor so the context); 0 for a
+  // request that never speculates (MaySpeculate).
   int Lookahead(const Running& r) const;
+  // False for requests with logit adjustments or a constraint (see the top).
+  static bool MaySpeculate(const EngineRequest& r);
+  // Samples the next token of a request that does not speculate from `row`,
+  // the raw logits after its last token: adjusts a copy of the row, masks
+  // it by the constraint, samples, and advances the history and the
+  // constraint by the token.
+  absl::StatusOr<int32_t> SampleAdjusted(Running& r, absl::Span<const float> row);
 
   Gpt* model_;
   EngineConfig cfg_;
   KvBlockPool pool_;
   KvCache cache_;
   std::optional<KvCache> draft_cache_;  // with speculation
+  std::optional<KvCache> embed_cache_;  // Embed's, made at its first call
   std::deque<std::pair<int64_t, EngineRequest>> waiting_;
   std::vector<Running> running_;  // in admission order
   int64_t next_id_ = 0;

@@ -79,6 +79,33 @@ absl::StatusOr<int64_t> EngineLoop::Submit(EngineRequest request, Callback on_ev
   return sub.result;
 }
 
+absl::StatusOr<std::vector<float>> EngineLoop::Embed(const std::vector<int32_t>& tokens) {
+  EmbedJob job{&tokens};
+  std::unique_lock<std::mutex> lock(mu_);
+  if (draining_ || stopping_) {
+    return absl::UnavailableError("the server is shutting down and admits no new requests");
+  }
+  embeds_.push_back(&job);
+  wake_.notify_all();
+  answered_.wait(lock, [&] { return job.done; });
+  return std::move(job.result);
+}
+
+void EngineLoop::RunEmbeds(std::unique_lock<std::mutex>& lock) {
+  while (!embeds_.empty()) {
+    EmbedJob* job = embeds_.front();
+    embeds_.pop_front();
+    // The forward runs unlocked, like a step: the engine is the loop
+    // thread's alone, and submitters must not wait on the lock meanwhile.
+    lock.unlock();
+    absl::StatusOr<std::vector<float>> result = engine_->Embed(*job->tokens);
+    lock.lock();
+    job->result = std::move(result);
+    job->done = true;
+    answered_.notify_all();
+  }
+}
+
 void EngineLoop::Cancel(int64_t id, FinishReason reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,10 +215,11 @@ void EngineLoop::Run() {
     ApplyQueued(lock);
     if (live_.empty() && submissions_.empty()) drained_.notify_all();
     if (stopping_) break;
+    RunEmbeds(lock);
     const bool work = (!paused_ || paused_steps_ > 0) && !engine_->idle();
     if (!work) {
       wake_.wait(lock, [&] {
-        return stopping_ || !submissions_.empty() || !cancels_.empty() ||
+        return stopping_ || !submissions_.empty() || !cancels_.empty() || !embeds_.empty() ||
                ((!paused_ || paused_steps_ > 0) && !engine_->idle());
       });
       continue;
@@ -204,14 +232,20 @@ void EngineLoop::Run() {
 
     std::vector<std::pair<Callback, LoopEvent>> deliver;
     if (events.ok()) {
-      // One event per request per step, its tokens in order.
+      // One event per request per step, its tokens (and their scores) in order.
       std::map<int64_t, LoopEvent> by_request;
       std::vector<int64_t> order;
-      for (const EngineEvent& e : *events) {
+      for (EngineEvent& e : *events) {
         auto [it, inserted] = by_request.try_emplace(e.request);
         if (inserted) order.push_back(e.request);
-        it->second.tokens.push_back(e.token);
-        if (e.finished) it->second.finished = true;
+        LoopEvent& le = it->second;
+        if (e.token >= 0) le.tokens.push_back(e.token);  // (-1: a scored prompt, no token)
+        if (e.logprob) le.logprobs.push_back(std::move(*e.logprob));
+        if (!e.prompt_logprobs.empty()) le.prompt_logprobs = std::move(e.prompt_logprobs);
+        if (e.finished) {
+          le.finished = true;
+          le.reason = e.constraint_done ? FinishReason::kStop : FinishReason::kLength;
+        }
       }
       for (int64_t id : order) {
         auto live = live_.find(id);
@@ -228,8 +262,7 @@ void EngineLoop::Run() {
         }
         l.last_token = now;
         if (e.finished) {
-          ++stats_.finished[static_cast<int>(FinishReason::kLength)];
-          e.reason = FinishReason::kLength;
+          ++stats_.finished[static_cast<int>(e.reason)];
           deliver.emplace_back(std::move(l.callback), std::move(e));
           live_.erase(live);
         } else {
@@ -250,7 +283,13 @@ void EngineLoop::Run() {
     for (auto& [callback, event] : deliver) callback(event);
     lock.lock();
   }
-  // Stopping: whatever is left is cancelled.
+  // Stopping: whatever is left is cancelled, and embeddings not yet run are refused.
+  for (EmbedJob* job : embeds_) {
+    job->result = absl::UnavailableError("the server is shutting down and admits no new requests");
+    job->done = true;
+  }
+  embeds_.clear();
+  answered_.notify_all();
   std::vector<std::pair<Callback, LoopEvent>> deliver;
   std::vector<int64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);

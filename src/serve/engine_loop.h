@@ -11,7 +11,10 @@
 // back into the loop. A request's events are: zero or more token events,
 // then exactly one finished event (its reason), after which nothing more
 // arrives. One step may give a request several tokens (speculative
-// decoding); they arrive as one event.
+// decoding); they arrive as one event. A request finishes with kLength at
+// max_tokens (a max_tokens 0 request: one finished event with no tokens,
+// carrying its prompt_logprobs), or with kStop when its constraint is
+// complete.
 //
 // Admission: Submit fails with
 //   InvalidArgument     the engine refuses the request (engine.h Submit),
@@ -112,8 +115,10 @@ class EngineLoop {
 
   // The embedding of `tokens` (1 to context of them, ids in the vocabulary;
   // InvalidArgument otherwise): the mean over positions of the model's last
-  // hidden state (after the final LayerNorm), scaled to unit L2 norm. Runs
-  // on the loop thread between two steps; blocks the caller until done.
+  // hidden state (after the final LayerNorm), scaled to unit L2 norm
+  // (Engine::Embed). Runs on the loop thread between two steps (also while
+  // paused); blocks the caller until done. Unavailable while draining or
+  // shutting down, like Submit.
   absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& tokens);
   LoopStats stats() const;
   int kv_blocks() const { return kv_blocks_; }
@@ -124,6 +129,12 @@ class EngineLoop {
     Callback callback;
     bool done = false;
     absl::StatusOr<int64_t> result = absl::UnknownError("not submitted");
+  };
+  // An Embed call waiting for the loop thread (on the caller's stack).
+  struct EmbedJob {
+    const std::vector<int32_t>* tokens;
+    bool done = false;
+    absl::StatusOr<std::vector<float>> result = absl::UnknownError("not run");
   };
   struct Live {
     Callback callback;
@@ -136,6 +147,8 @@ class EngineLoop {
   // Loop thread: applies queued submits and cancels (mu_ held by `lock`,
   // released around callbacks).
   void ApplyQueued(std::unique_lock<std::mutex>& lock);
+  // Loop thread: runs the queued embeddings (mu_ released around each).
+  void RunEmbeds(std::unique_lock<std::mutex>& lock);
   void Finish(int64_t id, FinishReason reason, absl::Status error,
               std::vector<std::pair<Callback, LoopEvent>>* deliver);
   void UpdateGauges();
@@ -149,6 +162,7 @@ class EngineLoop {
   std::condition_variable answered_;  // a submission got its verdict
   std::condition_variable drained_;   // live_ became empty
   std::deque<Submission*> submissions_;
+  std::deque<EmbedJob*> embeds_;
   std::vector<std::pair<int64_t, FinishReason>> cancels_;
   std::map<int64_t, Live> live_;  // accepted and not finished
   bool draining_ = false;

@@ -23,7 +23,60 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0 && top_p <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
   }
+  // (Comparisons written so that NaN fails them.)
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("presence_penalty must be in [-2, 2], got ", presence_penalty));
+  }
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frequency_penalty must be in [-2, 2], got ", frequency_penalty));
+  }
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (!(bias >= -100 && bias <= 100)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias of token ", token, " must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
+}
+
+bool SamplingParams::AdjustsLogits() const {
+  return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 ||
+         !logit_bias.empty();
+}
+
+TokenHistory::TokenHistory(absl::Span<const int32_t> prompt) : seen_(prompt.begin(), prompt.end()) {}
+
+void TokenHistory::Add(int32_t token) {
+  ++generated_[token];
+  seen_.insert(token);
+}
+
+void AdjustLogits(const SamplingParams& params, const TokenHistory& history,
+                  absl::Span<float> logits) {
+  // Every token is adjusted independently, so the containers' iteration
+  // order does not matter.
+  if (params.repetition_penalty != 1) {
+    const double r = params.repetition_penalty;
+    for (int32_t t : history.seen()) {
+      const double l = logits[t];
+      logits[t] = static_cast<float>(l > 0 ? l / r : l * r);
+    }
+  }
+  if (params.presence_penalty != 0 || params.frequency_penalty != 0) {
+    for (const auto& [t, count] : history.generated()) {
+      logits[t] = static_cast<float>(logits[t] - count * params.frequency_penalty -
+                                     params.presence_penalty);
+    }
+  }
+  for (const auto& [t, bias] : params.logit_bias) {
+    logits[t] = static_cast<float>(logits[t] + bias);
+  }
 }
 
 std::vector<double> TokenDistribution(absl::Span<const float> logits,

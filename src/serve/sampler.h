@@ -1,10 +1,13 @@
-// Next-token sampling from logits: temperature, top-k, top-p (nucleus), or
-// greedy, and the acceptance rule of speculative decoding built on the same
-// distributions. Each caller owns its RNG stream, so a request's tokens
-// depend only on its own seed, never on what else runs beside it.
+// Next-token sampling from logits: logit adjustments (penalties and bias),
+// then temperature, top-k, top-p (nucleus), or greedy, and the acceptance
+// rule of speculative decoding built on the same distributions. Each caller
+// owns its RNG stream, so a request's tokens depend only on its own seed,
+// never on what else runs beside it.
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -15,12 +18,62 @@
 namespace ladder {
 
 struct SamplingParams {
+  SamplingParams() = default;
+  // The distribution's shape; the adjustments keep their neutral defaults.
+  SamplingParams(double temp, int k, double p) : temperature(temp), top_k(k), top_p(p) {}
+
   double temperature = 1.0;  // 0: greedy (argmax)
   int top_k = 0;             // 0: no top-k cut
   double top_p = 1.0;        // 1: no nucleus cut
 
+  // Logit adjustments (AdjustLogits), applied to a copy of the model's
+  // logits before everything above. Defaults change nothing.
+  // OpenAI's penalties, in [-2, 2], over the tokens generated so far (not
+  // the prompt): a token generated c > 0 times loses
+  // c * frequency_penalty + presence_penalty.
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  // Hugging Face's repetition penalty, > 0 (1: off), over the prompt and the
+  // tokens generated so far: each such token's logit l becomes l / penalty
+  // if l > 0, else l * penalty, so a penalty above 1 always lowers it.
+  double repetition_penalty = 1.0;
+  // OpenAI's logit_bias: (token, bias in [-100, 100]) pairs, each bias added
+  // to its token's logit (-100 in effect bans it, 100 in effect forces it).
+  // The ids are checked against the vocabulary by whoever knows it (the
+  // engine's Submit).
+  std::vector<std::pair<int32_t, double>> logit_bias;
+
+  // True when any adjustment is not neutral.
+  bool AdjustsLogits() const;
+  // InvalidArgument naming the first field out of range, e.g.
+  // "presence_penalty must be in [-2, 2], got 5".
   absl::Status Validate() const;
 };
+
+// What the penalties count: a request's prompt and the tokens it has
+// generated so far. Holds only the distinct tokens seen, so adjusting a row
+// costs time in their number, not the vocabulary's size.
+class TokenHistory {
+ public:
+  explicit TokenHistory(absl::Span<const int32_t> prompt);
+  // Records one generated token.
+  void Add(int32_t token);
+  // Generated tokens and how often each came (presence and frequency).
+  const std::unordered_map<int32_t, int>& generated() const { return generated_; }
+  // Every token of the prompt or the output (repetition).
+  const std::unordered_set<int32_t>& seen() const { return seen_; }
+
+ private:
+  std::unordered_map<int32_t, int> generated_;
+  std::unordered_set<int32_t> seen_;
+};
+
+// Applies params' adjustments to `logits` (one per vocabulary entry, every
+// id of the history and the bias inside it) in place, in this order: the
+// repetition penalty, then the presence and frequency penalties, then the
+// bias. Each step touches only the tokens it names.
+void AdjustLogits(const SamplingParams& params, const TokenHistory& history,
+                  absl::Span<float> logits);
 
 // The distribution SampleToken draws from, one probability per vocabulary
 // entry: the softmax of logits / temperature over the candidates top-k and

@@ -8,14 +8,30 @@
 // draft (the target itself, its int8 copy, an unrelated model) is the
 // target's token for token; sampled output keeps the target's distribution
 // (a chi-square test over 4000 requests) and is the same alone and batched.
+//
+// The per-request extras each equal a plain reference: logit adjustments (a
+// decode that recomputes the whole context per token and applies the
+// definitions over the vocabulary), log-probabilities of generated and
+// prompt tokens (the log-softmax of an uncached forward), constraints (every
+// output is in the constraint's language and ends with kStop), embeddings
+// (the mean of Gpt::Forward's final hidden states); requests that do not
+// speculate mix with ones that do without changing either.
 #include "src/serve/engine.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/serve/engine_loop.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -28,14 +44,18 @@ struct Outcome {
 };
 
 // Runs the requests to completion, checking that each gets exactly
-// max_tokens tokens, the last marked finished, and every block comes back.
-Outcome RunAll(Gpt* model, const EngineConfig& cfg, const std::vector<EngineRequest>& reqs) {
+// max_tokens tokens (fewer only when its constraint finished it), the last
+// marked finished, and every block comes back. `events_out` (if given)
+// receives every request's events.
+Outcome RunAll(Gpt* model, const EngineConfig& cfg, const std::vector<EngineRequest>& reqs,
+               std::vector<std::vector<EngineEvent>>* events_out = nullptr) {
   auto engine = *Engine::Create(model, cfg);
   std::map<int64_t, size_t> index;
   for (size_t i = 0; i < reqs.size(); ++i) index[*engine->Submit(reqs[i])] = i;
   Outcome out;
   out.tokens.resize(reqs.size());
-  std::vector<bool> finished(reqs.size(), false);
+  std::vector<bool> finished(reqs.size(), false), constraint_done(reqs.size(), false);
+  if (events_out != nullptr) events_out->assign(reqs.size(), {});
   int steps = 0;
   while (!engine->idle()) {
     auto events = engine->Step();
@@ -44,15 +64,19 @@ Outcome RunAll(Gpt* model, const EngineConfig& cfg, const std::vector<EngineRequ
     for (const EngineEvent& e : *events) {
       const size_t i = index[e.request];
       EXPECT_FALSE(finished[i]) << "an event after the last, request " << i;
-      out.tokens[i].push_back(e.token);
+      if (e.token >= 0) out.tokens[i].push_back(e.token);  // (-1: a scored prompt)
       if (e.finished) finished[i] = true;
+      if (e.constraint_done) constraint_done[i] = true;
+      if (events_out != nullptr) (*events_out)[i].push_back(e);
     }
     EXPECT_LE(engine->blocks().used_blocks(), cfg.kv_blocks);
     if (++steps > 100000) break;
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_TRUE(finished[i]) << i;
-    EXPECT_EQ(out.tokens[i].size(), static_cast<size_t>(reqs[i].max_tokens)) << i;
+    if (!constraint_done[i]) {
+      EXPECT_EQ(out.tokens[i].size(), static_cast<size_t>(reqs[i].max_tokens)) << i;
+    }
   }
   EXPECT_EQ(engine->blocks().used_blocks(), 0);
   out.stats = engine->stats();
@@ -369,6 +393,414 @@ TEST_F(EngineTest, SpeculationKeepsTheTargetsDistribution) {
         params.temperature, params.top_k, against_p, df_p, bound_p, against_q, df_q, tv_sample,
         tv_draft, rate);
   }
+}
+
+// The log-softmax of a row, in double: the reference scores.
+std::vector<double> LogSoftmax(const std::vector<float>& l) {
+  const double max = *std::max_element(l.begin(), l.end());
+  double sum = 0;
+  for (float x : l) sum += std::exp(x - max);
+  std::vector<double> out(l.size());
+  for (size_t i = 0; i < l.size(); ++i) out[i] = l[i] - max - std::log(sum);
+  return out;
+}
+
+// `got` scores `token` under `logits`, with the `top` most likely tokens:
+// every value the reference's (1e-5), the k-th alternative as likely as the
+// reference's k-th, in order, ties by id.
+void ExpectScores(const TokenLogprob& got, const std::vector<float>& logits, int32_t token,
+                  int top) {
+  const std::vector<double> ref = LogSoftmax(logits);
+  EXPECT_EQ(got.token, token);
+  EXPECT_NEAR(got.logprob, ref[token], 1e-5);
+  std::vector<double> sorted = ref;
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  ASSERT_EQ(got.top.size(), static_cast<size_t>(top));
+  for (int j = 0; j < top; ++j) {
+    EXPECT_NEAR(got.top[j].second, ref[got.top[j].first], 1e-5) << j;
+    EXPECT_NEAR(got.top[j].second, sorted[j], 1e-5) << j;
+    if (j > 0) {
+      const auto& a = got.top[j - 1];
+      const auto& b = got.top[j];
+      EXPECT_TRUE(a.second > b.second || (a.second == b.second && a.first < b.first)) << j;
+    }
+  }
+}
+
+// A test language: 1 to 5 digits, then '.'. It keeps to the budget rule:
+// a digit only when a '.' still fits after it.
+class DigitsThenDot : public TokenConstraint {
+ public:
+  void Allowed(int budget, std::vector<char>* allowed) const override {
+    allowed->assign(256, 0);
+    if (done_) return;
+    if (digits_ < 5 && (budget >= 2 || digits_ == 0)) {
+      for (int c = '0'; c <= '9'; ++c) (*allowed)[c] = 1;
+    }
+    if (digits_ > 0) (*allowed)['.'] = 1;
+  }
+  absl::Status Accept(int32_t token) override {
+    if (!done_ && token >= '0' && token <= '9' && digits_ < 5) {
+      ++digits_;
+    } else if (!done_ && token == '.' && digits_ > 0) {
+      done_ = true;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("token ", token, " does not fit"));
+    }
+    return absl::OkStatus();
+  }
+  bool Done() const override { return done_; }
+
+ private:
+  int digits_ = 0;
+  bool done_ = false;
+};
+
+bool DigitsThenDotText(const std::vector<int32_t>& t) {
+  if (t.size() < 2 || t.size() > 6 || t.back() != '.') return false;
+  return std::all_of(t.begin(), t.end() - 1, [](int32_t c) { return c >= '0' && c <= '9'; });
+}
+
+// A request decoded the plain way: per token, the whole context through
+// the model (LastLogits), the adjustments by their definitions over the
+// whole vocabulary, the mask of `constraint` (a fresh copy of the
+// request's), and a draw from the request's own stream.
+std::vector<int32_t> ReferenceDecode(Gpt* model, const EngineRequest& r,
+                                     TokenConstraint* constraint = nullptr) {
+  const SamplingParams& p = r.sampling;
+  const int V = model->config().vocab_size;
+  PhiloxStream rng(r.seed, kSamplingStream);
+  std::vector<int32_t> context = r.prompt, out;
+  std::vector<int> count(V, 0);
+  for (int k = 0; k < r.max_tokens; ++k) {
+    std::vector<float> l = LastLogits(model, context);
+    for (int v = 0; v < V; ++v) {
+      if (std::find(context.begin(), context.end(), v) != context.end()) {
+        l[v] = static_cast<float>(l[v] > 0 ? l[v] / p.repetition_penalty
+                                            : l[v] * p.repetition_penalty);
+      }
+      if (count[v] > 0) {
+        l[v] = static_cast<float>(l[v] - count[v] * p.frequency_penalty - p.presence_penalty);
+      }
+      for (const auto& [t, bias] : p.logit_bias) {
+        if (t == v) l[v] = static_cast<float>(l[v] + bias);
+      }
+    }
+    if (constraint != nullptr) {
+      std::vector<char> allowed;
+      constraint->Allowed(r.max_tokens - k, &allowed);
+      for (int v = 0; v < V; ++v) {
+        if (!allowed[v]) l[v] = -INFINITY;
+      }
+    }
+    const int32_t t = SampleToken(l, p, &rng);
+    out.push_back(t);
+    context.push_back(t);
+    ++count[t];
+    if (constraint != nullptr) {
+      EXPECT_TRUE(constraint->Accept(t).ok());
+      if (constraint->Done()) break;
+    }
+  }
+  return out;
+}
+
+// Penalties and bias, greedy and sampled, batched under a small budget, give
+// exactly the plain decode's tokens, and each changes the output.
+TEST_F(EngineTest, LogitAdjustmentsEqualThePlainDecode) {
+  std::vector<EngineRequest> reqs = Requests();
+  reqs.resize(8);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EngineRequest& r = reqs[i];
+    r.max_tokens = 10;
+    switch (i % 4) {
+      case 0:
+        r.sampling.repetition_penalty = 1.8;
+        break;
+      case 1:
+        r.sampling.frequency_penalty = 1.5;
+        r.sampling.presence_penalty = 0.7;
+        break;
+      case 2:
+        r.sampling.logit_bias = {{'e', -100}, {'x', 6}};
+        break;
+      case 3:
+        r.sampling.repetition_penalty = 0.8;  // < 1 favours repeats
+        r.sampling.presence_penalty = -1;
+        r.sampling.logit_bias = {{' ', 2.5}};
+        break;
+    }
+  }
+  const Outcome o = RunAll(model_.get(), Config(40, 24, 8), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(o.tokens[i], ReferenceDecode(model_.get(), reqs[i])) << i;
+    EngineRequest plain = reqs[i];
+    plain.sampling = SamplingParams(reqs[i].sampling.temperature, reqs[i].sampling.top_k,
+                                    reqs[i].sampling.top_p);
+    EXPECT_NE(o.tokens[i], RunAll(model_.get(), Config(8, 256, 1), {plain}).tokens[0]) << i;
+  }
+}
+
+TEST_F(EngineTest, RefusesExtrasOutOfRange) {
+  auto engine = *Engine::Create(model_.get(), Config(8, 64, 8));
+  auto refused = [&](const EngineRequest& r) {
+    absl::StatusOr<int64_t> id = engine->Submit(r);
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(id.status().message());
+  };
+  EngineRequest r;
+  r.prompt = {65, 66};
+  r.max_tokens = 0;
+  EXPECT_EQ(refused(r),
+            "max_tokens must be >= 1 (0 only to score the prompt with echo_logprobs), got 0");
+  r.max_tokens = 4;
+  r.logprobs = 21;
+  EXPECT_EQ(refused(r), "logprobs must be in [0, 20] (or -1 for none), got 21");
+  r.logprobs = -1;
+  r.sampling.logit_bias = {{65, 1}, {300, 1}};
+  EXPECT_EQ(refused(r), "logit_bias token 300 is outside the vocabulary [0, 256)");
+  r.sampling.logit_bias.clear();
+  r.sampling.presence_penalty = 5;
+  EXPECT_EQ(refused(r), "presence_penalty must be in [-2, 2], got 5");
+  r.sampling.presence_penalty = 0;
+  auto done = std::make_shared<DigitsThenDot>();
+  ASSERT_TRUE(done->Accept('1').ok());
+  ASSERT_TRUE(done->Accept('.').ok());
+  r.constraint = done;
+  EXPECT_EQ(refused(r), "the constraint is already complete: nothing may follow");
+  EXPECT_TRUE(engine->idle());
+}
+
+// Every generated token's score is the log-softmax of the raw logits at its
+// position (penalties and bias do not change it), with the top
+// alternatives; with speculation too, where several tokens come per step.
+TEST_F(EngineTest, LogprobsScoreEveryGeneratedToken) {
+  std::vector<EngineRequest> reqs = Requests();
+  reqs.resize(6);
+  const int tops[] = {0, 5, 20, 1, -1, 3};
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].logprobs = tops[i];
+    reqs[i].max_tokens = 6;
+  }
+  reqs[3].sampling.frequency_penalty = 2;
+  auto draft = ScaledCopy(0.5f);
+  for (Gpt* d : {static_cast<Gpt*>(nullptr), draft.get()}) {
+    std::vector<std::vector<EngineEvent>> events;
+    const Outcome o = RunAll(model_.get(), Config(40, 24, 8, d, d ? 3 : 0), reqs, &events);
+    if (d != nullptr) {
+      EXPECT_GT(o.stats.accepted, 0);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      std::vector<int32_t> context = reqs[i].prompt;
+      for (const EngineEvent& e : events[i]) {
+        EXPECT_TRUE(e.prompt_logprobs.empty());
+        if (reqs[i].logprobs < 0) {
+          EXPECT_FALSE(e.logprob.has_value());
+        } else {
+          EXPECT_TRUE(e.logprob.has_value()) << i;
+          if (e.logprob) {
+            ExpectScores(*e.logprob, LastLogits(model_.get(), context), e.token, reqs[i].logprobs);
+          }
+        }
+        context.push_back(e.token);
+      }
+    }
+  }
+}
+
+// echo_logprobs scores every prompt token after the first, equal to the
+// log-softmax of an uncached forward over the whole prompt, though the
+// prefill runs in chunks over several steps; max_tokens 0 scores and stops.
+TEST_F(EngineTest, EchoScoresThePromptAcrossPrefillChunks) {
+  const std::string text = "In the beginning God created the heaven and the earth.";
+  std::vector<EngineRequest> reqs(3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt.assign(text.begin(), text.begin() + 45 - 10 * i);
+    reqs[i].echo_logprobs = true;
+    reqs[i].sampling.temperature = 0;
+  }
+  reqs[0].max_tokens = 0;
+  reqs[0].logprobs = 3;
+  reqs[1].max_tokens = 2;
+  reqs[1].logprobs = -1;
+  reqs[2].max_tokens = 3;
+  reqs[2].logprobs = 20;
+  reqs[2].prompt = {'I'};  // one token: nothing to score
+  std::vector<std::vector<EngineEvent>> events;
+  RunAll(model_.get(), Config(16, 12, 4), reqs, &events);  // 12-token chunks
+  ASSERT_EQ(events[0].size(), 1u);
+  EXPECT_EQ(events[0][0].token, -1);
+  EXPECT_TRUE(events[0][0].finished);
+  EXPECT_FALSE(events[0][0].logprob.has_value());
+  EXPECT_TRUE(events[2][0].prompt_logprobs.empty());
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<int32_t>& prompt = reqs[i].prompt;
+    const int T = static_cast<int>(prompt.size());
+    ASSERT_TRUE(model_->Forward(prompt.data(), nullptr, 1, T).ok());
+    const std::vector<TokenLogprob>& got = events[i][0].prompt_logprobs;
+    ASSERT_EQ(got.size(), static_cast<size_t>(T - 1)) << i;
+    for (int t = 1; t < T; ++t) {
+      std::vector<float> logits;
+      ASSERT_TRUE(model_->LogitsAt(0, t - 1, &logits).ok());
+      ExpectScores(got[t - 1], logits, prompt[t], std::max(0, reqs[i].logprobs));
+    }
+    for (size_t k = 1; k < events[i].size(); ++k) EXPECT_TRUE(events[i][k].prompt_logprobs.empty());
+  }
+}
+
+// Every constrained output, greedy and sampled and under tight budgets, is
+// in the constraint's language, equals the plain masked decode, and ends
+// with constraint_done.
+TEST_F(EngineTest, ConstraintsShapeTheOutputAndStop) {
+  std::vector<EngineRequest> reqs = Requests();
+  reqs.resize(12);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].max_tokens = 2 + static_cast<int>(i % 5) * 2;
+    if (i % 3 == 2) reqs[i].sampling = SamplingParams(1.5, 0, 1.0);  // hot: many digits
+    reqs[i].constraint = std::make_shared<DigitsThenDot>();
+  }
+  std::vector<std::vector<EngineEvent>> events;
+  const Outcome o = RunAll(model_.get(), Config(40, 24, 12), reqs, &events);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(DigitsThenDotText(o.tokens[i])) << i;
+    EXPECT_LE(o.tokens[i].size(), static_cast<size_t>(reqs[i].max_tokens));
+    EXPECT_TRUE(events[i].back().constraint_done) << i;
+    DigitsThenDot fresh;
+    EXPECT_EQ(o.tokens[i], ReferenceDecode(model_.get(), reqs[i], &fresh)) << i;
+  }
+}
+
+// With a draft, plain requests speculate and requests with adjustments or a
+// constraint do not, in the same batches: each gives what it gives alone
+// (the plain ones with the same draft, the others as the plain decode), and
+// speculation did happen.
+TEST_F(EngineTest, SpeculatingAndNonSpeculatingRequestsMix) {
+  auto draft = ScaledCopy(0.5f);
+  std::vector<EngineRequest> reqs = Requests();
+  reqs.resize(12);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].max_tokens = 8;
+    if (i % 3 == 1) reqs[i].sampling.frequency_penalty = 1;
+    if (i % 3 == 2) reqs[i].constraint = std::make_shared<DigitsThenDot>();
+  }
+  const Outcome o = RunAll(model_.get(), Config(40, 24, 12, draft.get(), 3), reqs);
+  EXPECT_GT(o.stats.proposed, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i % 3 == 0) {
+      EngineRequest alone = reqs[i];
+      EXPECT_EQ(o.tokens[i], RunAll(model_.get(), Config(8, 256, 1, draft.get(), 3), {alone}).tokens[0])
+          << i;
+    } else if (i % 3 == 1) {
+      EXPECT_EQ(o.tokens[i], ReferenceDecode(model_.get(), reqs[i])) << i;
+    } else {
+      DigitsThenDot fresh;
+      EXPECT_EQ(o.tokens[i], ReferenceDecode(model_.get(), reqs[i], &fresh)) << i;
+    }
+  }
+}
+
+// Through the loop: a scored prompt finishes with no tokens (kLength) and its
+// scores; a constrained request finishes with kStop, one score per token.
+TEST_F(EngineTest, LoopDeliversScoresAndStopReasons) {
+  EngineLoop::Options options;
+  options.engine = Config(16, 24, 4);
+  auto loop = *EngineLoop::Create(model_.get(), options);
+  std::mutex mu;
+  std::map<int, std::vector<LoopEvent>> got;
+  auto collect = [&](int key) {
+    return [&, key](const LoopEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      got[key].push_back(e);
+    };
+  };
+  EngineRequest score;
+  score.prompt = {'I', 'n', ' ', 't', 'h', 'e'};
+  score.max_tokens = 0;
+  score.echo_logprobs = true;
+  ASSERT_TRUE(loop->Submit(score, collect(0)).ok());
+  EngineRequest digits;
+  digits.prompt = {'I', 'n'};
+  digits.max_tokens = 6;
+  digits.logprobs = 2;
+  digits.constraint = std::make_shared<DigitsThenDot>();
+  ASSERT_TRUE(loop->Submit(digits, collect(1)).ok());
+  loop->Drain();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(got[0].size(), 1u);
+  EXPECT_TRUE(got[0][0].finished);
+  EXPECT_EQ(got[0][0].reason, FinishReason::kLength);
+  EXPECT_TRUE(got[0][0].tokens.empty());
+  EXPECT_EQ(got[0][0].prompt_logprobs.size(), 5u);
+  std::vector<int32_t> tokens;
+  size_t scores = 0;
+  for (const LoopEvent& e : got[1]) {
+    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    EXPECT_EQ(e.logprobs.size(), e.tokens.size());
+    scores += e.logprobs.size();
+  }
+  EXPECT_TRUE(DigitsThenDotText(tokens));
+  EXPECT_EQ(scores, tokens.size());
+  EXPECT_EQ(got[1].back().reason, FinishReason::kStop);
+  EXPECT_EQ(loop->stats().finished[static_cast<int>(FinishReason::kStop)], 1);
+}
+
+// An embedding is the mean over positions of Gpt::Forward's final hidden
+// states, at unit norm; it runs between the steps of a request in flight
+// without changing that request's tokens; bad input is refused.
+TEST_F(EngineTest, EmbedIsTheNormalizedMeanHiddenState) {
+  const std::string text = "In the beginning God created the heaven and the earth.";
+  const std::vector<std::vector<int32_t>> inputs = {{'I'},
+                                                    std::vector<int32_t>(text.begin(), text.end())};
+  std::vector<std::vector<double>> want;
+  for (const std::vector<int32_t>& in : inputs) {
+    const int T = static_cast<int>(in.size());
+    ASSERT_TRUE(model_->Forward(in.data(), nullptr, 1, T).ok());
+    std::vector<double> mean(model_->config().n_embd, 0.0);
+    for (int t = 0; t < T; ++t) {
+      std::vector<float> h;
+      ASSERT_TRUE(model_->HiddenAt(0, t, &h).ok());
+      for (size_t j = 0; j < h.size(); ++j) mean[j] += h[j] / T;
+    }
+    double norm = 0;
+    for (double x : mean) norm += x * x;
+    for (double& x : mean) x /= std::sqrt(norm);
+    want.push_back(mean);
+  }
+  EngineRequest r = Requests()[2];  // greedy
+  r.max_tokens = 12;
+  const std::vector<int32_t> solo = RunAll(model_.get(), Config(8, 256, 1), {r}).tokens[0];
+
+  EngineLoop::Options options;
+  options.engine = Config(8, 8, 4);  // the request's prefill takes several steps
+  auto loop = *EngineLoop::Create(model_.get(), options);
+  std::mutex mu;
+  std::vector<int32_t> tokens;
+  loop->Pause();
+  ASSERT_TRUE(loop->Submit(r, [&](const LoopEvent& e) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+                  }).ok());
+  loop->StepPaused(2);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StatusOr<std::vector<float>> e = loop->Embed(inputs[i]);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->size(), want[i].size());
+    double norm = 0;
+    for (size_t j = 0; j < e->size(); ++j) {
+      EXPECT_NEAR((*e)[j], want[i][j], 1e-5) << i << " " << j;
+      norm += double{(*e)[j]} * (*e)[j];
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+  }
+  loop->Resume();
+  EXPECT_EQ(loop->Embed({}).status().message(), "an embedding input needs 1 to 64 tokens, got 0");
+  EXPECT_EQ(loop->Embed(std::vector<int32_t>(65, 'a')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(loop->Embed({'a', 300}).status().message(),
+            "token 300 is outside the vocabulary [0, 256)");
+  loop->Drain();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(tokens, solo);
 }
 
 }  // namespace

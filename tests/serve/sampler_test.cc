@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/serve/logprobs.h"
 
 namespace ladder {
 namespace {
@@ -127,6 +128,100 @@ TEST(SamplerTest, InvalidParamsAreRejected) {
   EXPECT_FALSE((SamplingParams{1.0, 0, 0.0}).Validate().ok());
   EXPECT_FALSE((SamplingParams{1.0, 0, 1.5}).Validate().ok());
   EXPECT_TRUE((SamplingParams{0.0, 0, 1.0}).Validate().ok());
+}
+
+// Hand-computed: prompt {0, 1}, generated {2, 2, 3}. Repetition 2 divides
+// the positive logits of 0, 2, 3 and multiplies the negative one of 1;
+// then 2 (twice) loses 2 * 0.5 + 1, 3 (once) 0.5 + 1; then the bias.
+TEST(SamplerTest, AdjustmentsFollowTheirDefinitions) {
+  SamplingParams p;
+  p.repetition_penalty = 2;
+  p.frequency_penalty = 0.5;
+  p.presence_penalty = 1;
+  p.logit_bias = {{4, -100}, {1, 3}};
+  TokenHistory h(std::vector<int32_t>{0, 1});
+  for (int32_t t : {2, 2, 3}) h.Add(t);
+  std::vector<float> l = {1.0f, -1.0f, 3.0f, 0.5f, 2.0f, 0.25f};
+  AdjustLogits(p, h, absl::MakeSpan(l));
+  const std::vector<float> want = {0.5f, -2.0f + 3, 1.5f - 2, 0.25f - 1.5f, 2.0f - 100, 0.25f};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(l[i], want[i]) << i;
+  EXPECT_TRUE(p.AdjustsLogits());
+  EXPECT_FALSE(SamplingParams().AdjustsLogits());
+}
+
+// On random rows, histories and parameters, AdjustLogits (which touches only
+// the tokens named) equals the definitions applied over the whole vocabulary.
+TEST(SamplerTest, AdjustmentsEqualAWholeVocabularyReference) {
+  PhiloxStream rng(21, 0);
+  const int V = 97;
+  for (int trial = 0; trial < 200; ++trial) {
+    SamplingParams p;
+    p.repetition_penalty = 0.5 + 1.5 * rng.NextUniform();
+    p.frequency_penalty = 4 * rng.NextUniform() - 2;
+    p.presence_penalty = 4 * rng.NextUniform() - 2;
+    p.logit_bias = {{static_cast<int32_t>(rng.NextU32() % V), 200 * rng.NextUniform() - 100}};
+    std::vector<int32_t> prompt, generated;
+    for (int i = 0; i < 10; ++i) prompt.push_back(static_cast<int32_t>(rng.NextU32() % V));
+    for (int i = 0; i < 15; ++i) generated.push_back(static_cast<int32_t>(rng.NextU32() % 20));
+    TokenHistory h(prompt);
+    for (int32_t t : generated) h.Add(t);
+    std::vector<float> l(V);
+    for (float& x : l) x = 8 * rng.NextUniform() - 4;
+    std::vector<float> want = l;
+    for (int v = 0; v < V; ++v) {
+      int count = 0;
+      for (int32_t t : generated) count += t == v;
+      bool seen = count > 0;
+      for (int32_t t : prompt) seen = seen || t == v;
+      if (seen) {
+        want[v] = static_cast<float>(want[v] > 0 ? want[v] / p.repetition_penalty
+                                                 : want[v] * p.repetition_penalty);
+      }
+      if (count > 0) {
+        want[v] = static_cast<float>(want[v] - count * p.frequency_penalty - p.presence_penalty);
+      }
+      if (v == p.logit_bias[0].first) want[v] = static_cast<float>(want[v] + p.logit_bias[0].second);
+    }
+    AdjustLogits(p, h, absl::MakeSpan(l));
+    EXPECT_EQ(l, want) << trial;
+  }
+}
+
+TEST(SamplerTest, AdjustmentsOutOfRangeAreNamed) {
+  auto message = [](void (*set)(SamplingParams&)) {
+    SamplingParams p;
+    set(p);
+    return std::string(p.Validate().message());
+  };
+  EXPECT_EQ(message([](SamplingParams& p) { p.presence_penalty = 5; }),
+            "presence_penalty must be in [-2, 2], got 5");
+  EXPECT_EQ(message([](SamplingParams& p) { p.frequency_penalty = -2.5; }),
+            "frequency_penalty must be in [-2, 2], got -2.5");
+  EXPECT_EQ(message([](SamplingParams& p) { p.repetition_penalty = 0; }),
+            "repetition_penalty must be > 0, got 0");
+  EXPECT_EQ(message([](SamplingParams& p) { p.logit_bias = {{7, 101}}; }),
+            "logit_bias of token 7 must be in [-100, 100], got 101");
+  SamplingParams edge;
+  edge.presence_penalty = -2;
+  edge.frequency_penalty = 2;
+  edge.logit_bias = {{0, -100}, {1, 100}};
+  EXPECT_TRUE(edge.Validate().ok());
+}
+
+// p = {1, 3, 1, 3} / 8: the top 3 are 1 and 3 (tied, by id), then 0.
+TEST(SamplerTest, ScoreTokenIsTheLogSoftmaxWithTiesById) {
+  const std::vector<float> l = {0.0f, std::log(3.0f), 0.0f, std::log(3.0f)};
+  const TokenLogprob s = ScoreToken(l, 2, 3);
+  EXPECT_EQ(s.token, 2);
+  EXPECT_NEAR(s.logprob, std::log(1.0 / 8), 1e-6);
+  ASSERT_EQ(s.top.size(), 3u);
+  EXPECT_EQ(s.top[0].first, 1);
+  EXPECT_EQ(s.top[1].first, 3);
+  EXPECT_EQ(s.top[2].first, 0);
+  EXPECT_NEAR(s.top[0].second, std::log(3.0 / 8), 1e-6);
+  EXPECT_NEAR(s.top[2].second, std::log(1.0 / 8), 1e-6);
+  EXPECT_TRUE(ScoreToken(l, 0, 0).top.empty());
+  EXPECT_EQ(ScoreToken(l, 0, 20).top.size(), 4u);  // at most the vocabulary
 }
 
 }  // namespace
