@@ -656,18 +656,27 @@ TEST_F(EngineTest, ConstraintsShapeTheOutputAndStop) {
   reqs.resize(12);
   for (size_t i = 0; i < reqs.size(); ++i) {
     reqs[i].max_tokens = 2 + static_cast<int>(i % 5) * 2;
-    if (i % 3 == 2) reqs[i].sampling = SamplingParams(1.5, 0, 1.0);  // hot: many digits
+    if (i % 3 == 2) reqs[i].sampling = SamplingParams(1.5, 0, 1.0);  // hot
+    // The model likes '.' after any digit; half the requests push it away,
+    // so that only the budget or the 5-digit limit ends them.
+    if (i % 2 == 1) reqs[i].sampling.logit_bias = {{'.', -20}};
     reqs[i].constraint = std::make_shared<DigitsThenDot>();
   }
   std::vector<std::vector<EngineEvent>> events;
   const Outcome o = RunAll(model_.get(), Config(40, 24, 12), reqs, &events);
+  size_t longest = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
+    longest = std::max(longest, o.tokens[i].size());
     EXPECT_TRUE(DigitsThenDotText(o.tokens[i])) << i;
+    if (i % 2 == 1) {  // as many digits as the budget and the limit allow
+      EXPECT_EQ(o.tokens[i].size(), std::min<size_t>(reqs[i].max_tokens, 6)) << i;
+    }
     EXPECT_LE(o.tokens[i].size(), static_cast<size_t>(reqs[i].max_tokens));
     EXPECT_TRUE(events[i].back().constraint_done) << i;
     DigitsThenDot fresh;
     EXPECT_EQ(o.tokens[i], ReferenceDecode(model_.get(), reqs[i], &fresh)) << i;
   }
+  EXPECT_EQ(longest, 6u);  // some reached the 5-digit limit
 }
 
 // With a draft, plain requests speculate and requests with adjustments or a
