@@ -4,7 +4,9 @@
 // keys and values kept in the paged cache from earlier steps. Every op but
 // attention is row-wise over the N tokens, so the layer is the training
 // layer with PagedAttentionForward in place of AttentionForward (and a
-// KvCacheWrite before it). Its scratch is reused from call to call.
+// KvCacheWrite before it). Its scratch is reused from call to call. The
+// same run can stop before the head and return the hidden states after
+// ln_f instead (PrefillHidden, for embeddings).
 #include <algorithm>
 #include <cstring>
 
@@ -132,13 +134,12 @@ absl::Status Gpt::RunCached(const CachedTokens& batch, KvCache& cache, CachedOut
   // One copy back of every row, padding included (one wait per step, not
   // one per token); the padding is then squeezed out in place, each row
   // moving left to its place.
-  std::vector<float>* logits = out_rows;
-  logits->resize(static_cast<size_t>(N * Vp));
-  RETURN_IF_ERROR(be.CopyToHost(logits->data(), out));
+  out_rows->resize(static_cast<size_t>(N * Vp));
+  RETURN_IF_ERROR(be.CopyToHost(out_rows->data(), out));
   for (int64_t i = 1; i < N; ++i) {
-    std::memmove(logits->data() + i * V, logits->data() + i * Vp, static_cast<size_t>(V) * 4);
+    std::memmove(out_rows->data() + i * V, out_rows->data() + i * Vp, static_cast<size_t>(V) * 4);
   }
-  logits->resize(static_cast<size_t>(N * V));
+  out_rows->resize(static_cast<size_t>(N * V));
   return absl::OkStatus();
 }
 

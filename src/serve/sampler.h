@@ -35,7 +35,7 @@ struct SamplingParams {
   double frequency_penalty = 0;
   // Hugging Face's repetition penalty, > 0 (1: off), over the prompt and the
   // tokens generated so far: each such token's logit l becomes l / penalty
-  // if l > 0, else l * penalty, so a penalty above 1 always lowers it.
+  // if l > 0, else l * penalty, so a penalty above 1 never raises it.
   double repetition_penalty = 1.0;
   // OpenAI's logit_bias: (token, bias in [-100, 100]) pairs, each bias added
   // to its token's logit (-100 in effect bans it, 100 in effect forces it).
