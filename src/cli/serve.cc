@@ -2,9 +2,12 @@
 // continuous-batching engine (src/serve/engine_loop.h, http_server.h).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
 #include "src/cli/device_flag.h"
@@ -27,6 +30,14 @@ struct ServeFlags {
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
           max_body_kb = 1024;
 };
+
+// The base name of the --model path ("runs/kjv/" serves as "kjv").
+std::string DefaultModelName(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  return name.empty() ? std::string("ladder") : name;
+}
 
 std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
@@ -86,14 +97,21 @@ absl::Status Serve(const ServeFlags& f) {
   so.api_key = f.api_key;
   so.max_body_bytes = static_cast<size_t>(f.max_body_kb) * 1024;
   so.threads = static_cast<int>(std::max<int64_t>(64, f.max_running + 16));
-  so.model_name = f.model_name.empty() ? f.model : f.model_name;
+  so.model_names = absl::StrSplit(f.model_name.empty() ? DefaultModelName(f.model) : f.model_name,
+                                  ',');
+  for (const std::string& name : so.model_names) {
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model-name must be names separated by commas, got '", f.model_name, "'"));
+    }
+  }
   ASSIGN_OR_RETURN(auto server, HttpServer::Create(so, loop.get(), &dir.tokenizer, cfg));
 
   const int64_t tokens = int64_t{lo.engine.kv_blocks} * kBlockTokens;
   std::fprintf(stderr,
                "ladder serve: model %s (%lld parameters, weights %s %s), KV %s %lld tokens (%s), "
                "listening on http://%s:%d\n",
-               so.model_name.c_str(), static_cast<long long>(cfg.NumParameters()),
+               absl::StrJoin(so.model_names, ",").c_str(), static_cast<long long>(cfg.NumParameters()),
                WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
                KvFormatName(lo.engine.kv_format), static_cast<long long>(tokens),
                MiB(tokens * per_token).c_str(), so.host.c_str(), server->port());
@@ -129,8 +147,9 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("max-waiting", &f.max_waiting, "requests queued beyond those; more get 429");
   flags.Int("max-body-kb", &f.max_body_kb, "largest request body in KiB; larger get 413");
   AddDraftFlags(flags, &f.draft);
-  flags.String("model-name", &f.model_name, "model name in answers and /v1/models",
-               "the --model path");
+  flags.String("model-name", &f.model_name,
+               "names a request's 'model' may take, comma separated (the first is the default)",
+               "the --model path's base name");
   return RunCommand(flags, argc, argv, [&] { return Serve(f); });
 }
 

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <utility>
@@ -37,20 +40,22 @@ class Listener : public httplib::Server {
   int socket() const { return static_cast<int>(svr_sock_); }
 };
 
-// One request's events, filled by the loop thread, drained by its handler.
+// One request's events (of all its candidates), filled by the loop thread,
+// drained by its handler.
 class EventQueue {
  public:
-  EngineLoop::Callback Callback(std::shared_ptr<EventQueue> self) {
-    return [self = std::move(self)](const LoopEvent& e) {
+  // The callback of candidate `index`.
+  EngineLoop::Callback Callback(std::shared_ptr<EventQueue> self, int index) {
+    return [self = std::move(self), index](const LoopEvent& e) {
       {
         std::lock_guard<std::mutex> lock(self->mu_);
-        self->events_.push_back(e);
+        self->events_.emplace_back(index, e);
       }
       self->cv_.notify_all();
     };
   }
   // Waits up to `timeout` for events and takes them all.
-  std::deque<LoopEvent> Take(std::chrono::milliseconds timeout) {
+  std::deque<std::pair<int, LoopEvent>> Take(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
     return std::exchange(events_, {});
@@ -59,7 +64,7 @@ class EventQueue {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<LoopEvent> events_;
+  std::deque<std::pair<int, LoopEvent>> events_;
 };
 
 // "host:port" of a socket address, written as httplib writes
@@ -124,59 +129,163 @@ void SetError(httplib::Response& res, int status, const std::string& message,
   SetError(res, e);
 }
 
-// One generation in flight: the request's tokens turned into text.
+// One candidate of a request in flight: its tokens turned into text (and
+// log-probabilities).
+struct Candidate {
+  Candidate(const Tokenizer* tokenizer, const std::vector<std::string>& stops)
+      : text(tokenizer, stops) {}
+  int64_t id = -1;  // in the engine loop
+  TextStream text;
+  int64_t offset = 0;    // the next token's text_offset
+  double logprob_sum = 0;  // of the generated tokens, for best_of
+  int64_t tokens = 0;
+  bool done = false;
+  std::string finish_reason;
+  absl::Status error;
+};
+
+// One generation request in flight: best_of candidates for each prompt.
 struct Generation {
   Generation(EngineLoop* loop, const Tokenizer* tokenizer, const CompletionRequest& r)
-      : loop(loop), text(tokenizer, r.stop), include_usage(r.include_usage) {
-    usage.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      : loop(loop), tokenizer(tokenizer), request(r) {
+    for (const auto& p : r.prompts) {
+      usage.prompt_tokens += static_cast<int64_t>(p.size());
+      for (int j = 0; j < r.best_of; ++j) cands.emplace_back(tokenizer, r.stop);
+    }
   }
 
-  // Waits a little for events; the text they add. Sets `done` at the end.
-  std::string Advance() {
-    std::string delta;
-    for (const LoopEvent& e : queue->Take(kPollInterval)) {
-      if (done) break;
-      for (int32_t token : e.tokens) {
+  const std::vector<int32_t>& PromptOf(int c) const { return request.prompts[c / request.best_of]; }
+  bool done() const {
+    for (const Candidate& c : cands) {
+      if (!c.done) return false;
+    }
+    return true;
+  }
+  // The first failure, if any candidate failed.
+  absl::Status error() const {
+    for (const Candidate& c : cands) {
+      if (!c.error.ok()) return c.error;
+    }
+    return absl::OkStatus();
+  }
+
+  // The echoed prompt of candidate c: its text and (with logprobs, given
+  // the prompt's log-probabilities) its entries.
+  void Echo(int c, const std::vector<TokenLogprob>& prompt_logprobs, ChoiceDelta* d) {
+    const std::vector<int32_t>& prompt = PromptOf(c);
+    d->text += tokenizer->Decode(prompt).value_or("");
+    if (request.logprobs < 0) return;
+    Candidate& cand = cands[c];
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      LogprobEntry e;
+      if (i == 0 || i - 1 >= prompt_logprobs.size()) {
+        e.token = tokenizer->TokenBytes(prompt[i]);
+        e.text_offset = cand.offset;
+      } else {
+        e = MakeLogprobEntry(*tokenizer, prompt_logprobs[i - 1], cand.offset);
+      }
+      cand.offset += static_cast<int64_t>(tokenizer->TokenBytes(prompt[i]).size());
+      d->logprobs.push_back(std::move(e));
+    }
+  }
+
+  // Waits a little for events; what they add, one delta per candidate that
+  // changed (index = candidate). Marks candidates done at their ends.
+  std::vector<ChoiceDelta> Advance() {
+    std::map<int, ChoiceDelta> deltas;
+    for (auto& [c, e] : queue->Take(kPollInterval)) {
+      Candidate& cand = cands[c];
+      if (cand.done) continue;
+      ChoiceDelta& d = deltas[c];
+      d.index = c;
+      d.has_logprobs = request.logprobs >= 0;
+      if (request.echo && !echoed[c]) {
+        echoed[c] = true;
+        Echo(c, e.prompt_logprobs, &d);
+      }
+      for (size_t k = 0; k < e.tokens.size(); ++k) {
         ++usage.completion_tokens;
-        delta += text.Push(token);
-        if (text.stopped()) {
-          loop->Cancel(id, FinishReason::kStop);
-          finish_reason = "stop";
-          done = true;
-          return delta;
+        ++cand.tokens;
+        if (k < e.logprobs.size()) {
+          cand.logprob_sum += e.logprobs[k].logprob;
+          if (request.logprobs >= 0) {
+            d.logprobs.push_back(MakeLogprobEntry(*tokenizer, e.logprobs[k], cand.offset));
+          }
+        }
+        cand.offset += static_cast<int64_t>(tokenizer->TokenBytes(e.tokens[k]).size());
+        d.text += cand.text.Push(e.tokens[k]);
+        if (cand.text.stopped()) {
+          loop->Cancel(cand.id, FinishReason::kStop);
+          cand.finish_reason = "stop";
+          cand.done = true;
+          break;
         }
       }
-      if (!e.finished) continue;
-      done = true;
-      if (e.reason == FinishReason::kLength) {
-        delta += text.Finish();
-        finish_reason = text.stopped() ? "stop" : "length";
+      if (cand.done || !e.finished) {
+        d.finish_reason = cand.finish_reason;
+        continue;
+      }
+      cand.done = true;
+      if (e.reason == FinishReason::kLength || e.reason == FinishReason::kStop) {
+        d.text += cand.text.Finish();
+        cand.finish_reason =
+            e.reason == FinishReason::kStop || cand.text.stopped() ? "stop" : "length";
       } else if (e.reason == FinishReason::kError) {
-        error = e.error.ok() ? absl::InternalError("the engine failed") : e.error;
+        cand.error = e.error.ok() ? absl::InternalError("the engine failed") : e.error;
       } else {
-        error = absl::UnavailableError("the request was cancelled by the server");
+        cand.error = absl::UnavailableError("the request was cancelled by the server");
+      }
+      d.finish_reason = cand.finish_reason;
+    }
+    std::vector<ChoiceDelta> out;
+    for (auto& [c, d] : deltas) out.push_back(std::move(d));
+    return out;
+  }
+
+  // The client went away (or the answer could not be written): drop every
+  // candidate still running.
+  void Abandon() {
+    for (Candidate& c : cands) {
+      if (!c.done && c.id >= 0) loop->Cancel(c.id, FinishReason::kCancelled);
+      c.done = true;
+    }
+  }
+
+  // The answer's choices from the whole texts: per prompt, the n candidates
+  // with the highest mean log-probability per token (all of them, in order,
+  // when best_of == n).
+  std::vector<ChoiceDelta> Choices(std::vector<ChoiceDelta> whole) const {
+    const int n = request.n, best_of = request.best_of;
+    std::vector<ChoiceDelta> out;
+    for (size_t p = 0; p < request.prompts.size(); ++p) {
+      std::vector<int> order(best_of);
+      std::iota(order.begin(), order.end(), static_cast<int>(p) * best_of);
+      if (best_of > n) {
+        auto mean = [&](int c) {
+          return cands[c].tokens ? cands[c].logprob_sum / static_cast<double>(cands[c].tokens) : 0;
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return mean(a) > mean(b); });
+      }
+      for (int k = 0; k < n; ++k) {
+        ChoiceDelta c = std::move(whole[order[k]]);
+        c.index = static_cast<int>(p) * n + k;
+        out.push_back(std::move(c));
       }
     }
-    return delta;
-  }
-  // The client went away (or the answer could not be written): drop it.
-  void Abandon() {
-    if (!done) loop->Cancel(id, FinishReason::kCancelled);
-    done = true;
+    return out;
   }
 
   EngineLoop* loop;
+  const Tokenizer* tokenizer;
+  CompletionRequest request;
   std::shared_ptr<EventQueue> queue = std::make_shared<EventQueue>();
-  TextStream text;
-  bool include_usage;
-  int64_t id = -1;
+  std::vector<Candidate> cands;
+  std::vector<bool> echoed = std::vector<bool>(request.prompts.size() * request.best_of);
   ResponseMeta meta;
   Usage usage;
   int socket = -1;
-  bool done = false;
-  bool role_sent = false;
-  std::string finish_reason;
-  absl::Status error;
+  bool roles_sent = false;
 };
 
 uint64_t RandomSeed() {
@@ -274,7 +383,7 @@ void HttpServer::Routes() {
   s.set_payload_max_length(options_.max_body_bytes);
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || !absl::StartsWith(req.path, "/v1/")) {
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/metrics") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string want = absl::StrCat("Bearer ", options_.api_key);
@@ -314,7 +423,36 @@ void HttpServer::Routes() {
     Generate(req, res, /*chat=*/true);
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(ModelsJson(options_.model_name, started_), "application/json");
+    res.set_content(ModelsJson(options_.model_names, started_), "application/json");
+  });
+  s.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    const auto& names = options_.model_names;
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      SetError(res, ErrorFromStatus(UnknownModel(name)));
+      return;
+    }
+    res.set_content(ModelJson(name, started_), "application/json");
+  });
+  s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    Embeddings(req, res);
+  });
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<std::vector<int32_t>> ids = ParseTokenizeRequest(req.body, *tokenizer_, Limits());
+    if (!ids.ok()) {
+      SetError(res, ErrorFromStatus(ids.status()));
+      return;
+    }
+    res.set_content(TokenizeJson(*ids, model_.context), "application/json");
+  });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(req.body, Limits());
+    absl::StatusOr<std::string> text = ids.ok() ? tokenizer_->Decode(*ids) : ids.status();
+    if (!text.ok()) {
+      SetError(res, ErrorFromStatus(text.status()));
+      return;
+    }
+    res.set_content(DetokenizeJson(*text), "application/json");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {
@@ -335,7 +473,8 @@ void HttpServer::Routes() {
       res.set_header("Allow", allow);
     };
   };
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+  for (const char* path :
+       {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/tokenize", "/detokenize"}) {
     s.Get(path, wrong_method("POST"));
     s.Put(path, wrong_method("POST"));
     s.Delete(path, wrong_method("POST"));
@@ -347,57 +486,115 @@ void HttpServer::Routes() {
   }
 }
 
+void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<void> active = Enter();
+  if (draining_) {
+    SetError(res, ErrorFromStatus(absl::UnavailableError("the server is shutting down")));
+    return;
+  }
+  absl::StatusOr<EmbeddingRequest> r =
+      ParseEmbeddingRequest(req.body, *tokenizer_, Limits(), model_.n_embd);
+  if (!r.ok()) {
+    SetError(res, ErrorFromStatus(r.status()));
+    return;
+  }
+  std::vector<std::vector<float>> vectors;
+  int64_t tokens = 0;
+  for (const std::vector<int32_t>& input : r->inputs) {
+    absl::StatusOr<std::vector<float>> v = loop_->Embed(input);
+    if (!v.ok()) {
+      SetError(res, ErrorFromStatus(v.status()));
+      return;
+    }
+    vectors.push_back(*std::move(v));
+    tokens += static_cast<int64_t>(input.size());
+  }
+  res.set_content(EmbeddingsJson(r->model, vectors, r->base64, tokens), "application/json");
+}
+
+absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
+    const CompletionRequest& r) const {
+  if (r.response_format.type == ResponseFormat::Type::kText) return nullptr;
+  return absl::UnimplementedError("response_format: pending");
+}
+
+ModelLimits HttpServer::Limits() const {
+  return ModelLimits{model_.context, model_.vocab_size, options_.model_names};
+}
+
 void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   std::shared_ptr<void> active = Enter();
   if (draining_) {
     SetError(res, ErrorFromStatus(absl::UnavailableError("the server is shutting down")));
     return;
   }
-  const ModelLimits limits{model_.context, model_.vocab_size};
   absl::StatusOr<CompletionRequest> parsed =
-      chat ? ParseChatRequest(req.body, *tokenizer_, limits)
-           : ParseCompletionRequest(req.body, *tokenizer_, limits);
+      chat ? ParseChatRequest(req.body, *tokenizer_, Limits())
+           : ParseCompletionRequest(req.body, *tokenizer_, Limits());
   if (!parsed.ok()) {
     SetError(res, ErrorFromStatus(parsed.status()));
     return;
   }
   const CompletionRequest& r = *parsed;
   auto g = std::make_shared<Generation>(loop_, tokenizer_, r);
-  EngineRequest er;
-  er.prompt = r.prompt;
-  er.max_tokens = r.max_tokens;
-  er.sampling = r.sampling;
-  er.seed = r.has_seed ? r.seed : RandomSeed();
-  absl::StatusOr<int64_t> id = loop_->Submit(std::move(er), g->queue->Callback(g->queue));
-  if (!id.ok()) {
-    SetError(res, ErrorFromStatus(id.status()));
-    if (id.status().code() == absl::StatusCode::kResourceExhausted) {
-      res.set_header("Retry-After", "1");
+  // Each candidate is its own engine request; the candidates of one prompt
+  // share its cached blocks.
+  for (size_t c = 0; c < g->cands.size(); ++c) {
+    EngineRequest er;
+    er.prompt = g->PromptOf(static_cast<int>(c));
+    er.max_tokens = r.max_tokens;
+    er.sampling = r.sampling;
+    er.seed = r.has_seed ? r.seed + c % r.best_of : RandomSeed();
+    // best_of ranks candidates by their tokens' log-probabilities.
+    er.logprobs = r.best_of > r.n ? std::max(r.logprobs, 0) : r.logprobs;
+    er.echo_logprobs = r.echo && r.logprobs >= 0;
+    absl::StatusOr<std::shared_ptr<TokenConstraint>> constraint = MakeConstraint(r);
+    absl::StatusOr<int64_t> id = absl::UnknownError("not submitted");
+    if (constraint.ok()) {
+      er.constraint = *std::move(constraint);
+      id = loop_->Submit(std::move(er), g->queue->Callback(g->queue, static_cast<int>(c)));
+    } else {
+      id = constraint.status();
     }
-    return;
+    if (!id.ok()) {
+      g->Abandon();
+      SetError(res, ErrorFromStatus(id.status()));
+      if (id.status().code() == absl::StatusCode::kResourceExhausted) {
+        res.set_header("Retry-After", "1");
+      }
+      return;
+    }
+    g->cands[c].id = *id;
   }
-  g->id = *id;
   g->meta.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", absl::Hex(started_),
                             absl::Hex(next_id_.fetch_add(1), absl::kZeroPad8));
   g->meta.created = static_cast<int64_t>(std::time(nullptr));
-  g->meta.model = options_.model_name;
+  g->meta.model = r.model;
   g->meta.chat = chat;
   g->socket = ConnectionSocket(req);
 
   if (!r.stream) {
-    std::string text;
-    while (!g->done) {
+    std::vector<ChoiceDelta> whole(g->cands.size());
+    while (!g->done()) {
       if (!ConnectionAlive(g->socket)) {
         g->Abandon();
         return;  // nobody to answer
       }
-      text += g->Advance();
+      for (ChoiceDelta& d : g->Advance()) {
+        ChoiceDelta& w = whole[d.index];
+        w.text += d.text;
+        w.has_logprobs = d.has_logprobs;
+        w.finish_reason = d.finish_reason;
+        for (LogprobEntry& e : d.logprobs) w.logprobs.push_back(std::move(e));
+      }
     }
-    if (!g->error.ok()) {
-      SetError(res, ErrorFromStatus(g->error));
+    if (absl::Status error = g->error(); !error.ok()) {
+      SetError(res, ErrorFromStatus(error));
       return;
     }
-    res.set_content(CompletionJson(g->meta, text, g->finish_reason, g->usage), "application/json");
+    for (ChoiceDelta& w : whole) w.has_logprobs = r.logprobs >= 0;
+    res.set_content(CompletionJson(g->meta, g->Choices(std::move(whole)), g->usage),
+                    "application/json");
     return;
   }
 
@@ -406,9 +603,16 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
       "text/event-stream",
       [g](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        if (g->meta.chat && !g->role_sent) {
-          g->role_sent = true;
-          if (!write(SseEvent(ChunkJson(g->meta, "", "", /*role=*/true)))) {
+        if (g->meta.chat && !g->roles_sent) {
+          g->roles_sent = true;
+          std::string roles;
+          for (size_t c = 0; c < g->cands.size(); ++c) {
+            ChoiceDelta d;
+            d.index = static_cast<int>(c);
+            d.role = true;
+            roles += SseEvent(ChunkJson(g->meta, d));
+          }
+          if (!write(roles)) {
             g->Abandon();
             return false;
           }
@@ -419,25 +623,31 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
             g->Abandon();
             return false;
           }
-          const std::string delta = g->Advance();
-          if (!delta.empty() && !write(SseEvent(ChunkJson(g->meta, delta, "")))) {
+          // Streaming has best_of == n: candidate c is choice c.
+          std::string out;
+          for (const ChoiceDelta& d : g->Advance()) {
+            if (d.text.empty() && d.logprobs.empty() && d.finish_reason.empty()) continue;
+            out += SseEvent(ChunkJson(g->meta, d));
+          }
+          const bool done = g->done();
+          if (done) {
+            if (absl::Status error = g->error(); !error.ok()) {
+              g->Abandon();
+              out += SseEvent(ErrorJson(ErrorFromStatus(error)));
+            } else if (g->request.include_usage) {
+              out += SseEvent(UsageChunkJson(g->meta, g->usage));
+            }
+            absl::StrAppend(&out, kSseDone);
+          }
+          if (!out.empty() && !write(out)) {
             g->Abandon();
             return false;
           }
-          if (g->done) {
-            std::string tail;
-            if (!g->error.ok()) {
-              tail = SseEvent(ErrorJson(ErrorFromStatus(g->error)));
-            } else {
-              tail = SseEvent(ChunkJson(g->meta, "", g->finish_reason));
-              if (g->include_usage) tail += SseEvent(UsageChunkJson(g->meta, g->usage));
-            }
-            absl::StrAppend(&tail, kSseDone);
-            if (!write(tail)) return false;
+          if (done) {
             sink.done();
             return true;
           }
-          if (!delta.empty()) return true;
+          if (!out.empty()) return true;
         }
       },
       [g, active](bool) { g->Abandon(); });

@@ -27,11 +27,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "src/model/gpt_config.h"
 #include "src/serve/engine_loop.h"
+#include "src/serve/openai_api.h"
 #include "src/tokenizer/bpe.h"
 
 namespace httplib {
@@ -48,7 +50,9 @@ struct ServerOptions {
   std::string api_key;                  // empty: no authentication
   size_t max_body_bytes = 1024 * 1024;  // larger request bodies get 413
   int threads = 64;                     // connections served at once
-  std::string model_name = "ladder";    // "model" in answers and /v1/models
+  // The names a request's `model` may take (/v1/models lists them); answers
+  // carry the one asked for, the first when none was. At least one.
+  std::vector<std::string> model_names = {"ladder"};
 };
 
 class HttpServer {
@@ -76,6 +80,12 @@ class HttpServer {
              const GptConfig& model);
   void Routes();
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void Embeddings(const httplib::Request& req, httplib::Response& res);
+  ModelLimits Limits() const;
+  // The constraint response_format asks for (null for text); InvalidArgument
+  // (param response_format) for a schema outside the supported subset.
+  absl::StatusOr<std::shared_ptr<TokenConstraint>> MakeConstraint(
+      const CompletionRequest& r) const;
   std::string Metrics() const;
   // A token held while a generation request (and its answer) is in flight.
   std::shared_ptr<void> Enter();

@@ -2,7 +2,7 @@
 // many concurrent streams each give exactly what the same request gives
 // alone; disconnected clients give their KV blocks back; malformed requests
 // get 4xx OpenAI errors and the server keeps answering; the API key guards
-// /v1/* only; a full waiting queue answers 429 with Retry-After; a graceful
+// every route but /health and /metrics; a full waiting queue answers 429 with Retry-After; a graceful
 // shutdown finishes what is in flight.
 #include <signal.h>
 
@@ -59,7 +59,7 @@ class ServerTest : public ::testing::Test {
     loop_ = std::move(*loop);
     so.host = "127.0.0.1";
     so.port = 0;
-    so.model_name = "tiny";
+    so.model_names = {"tiny"};
     auto server = HttpServer::Create(so, loop_.get(), &tokenizer_, cfg_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -345,9 +345,21 @@ TEST_F(ServerTest, MalformedRequestsGetJsonErrors) {
        "the prompt has 200 tokens"},
       {"POST", "/v1/completions", R"({"prompt": [1, 999]})", 400, "outside the vocabulary"},
       {"POST", "/v1/completions", R"({"prompt": [1, -5]})", 400, "outside the vocabulary"},
-      {"POST", "/v1/completions", R"({"prompt": "a", "n": 3})", 400, "'n' must be 1"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "n": 0})", 400, "'n' must be in [1, 128]"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "suffix": "b"})", 400,
+       "'suffix' is not supported"},
+      {"POST", "/v1/completions", R"({"prompt": "a", "model": "nope"})", 404,
+       "The model 'nope' does not exist"},
       {"POST", "/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
-       "'messages[0].role' must be system, user or assistant"},
+       "'messages[0].role' must be system, developer, user or assistant"},
+      {"POST", "/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400,
+       "'tools' is not supported: ladder does not call tools"},
+      {"GET", "/v1/models/nope", "", 404, "The model 'nope' does not exist"},
+      {"POST", "/v1/embeddings", R"({"input": []})", 400, "'input'"},
+      {"POST", "/tokenize", R"({"text": "a"})", 400, "'text' is not supported"},
+      {"POST", "/detokenize", R"({"tokens": [999]})", 400, "outside the vocabulary"},
+      {"GET", "/tokenize", "", 405, "GET is not allowed"},
       {"POST", "/v1/chat/completions", R"({"messages": {}})", 400, "'messages' must be an array"},
       {"POST", "/v1/completions", R"({"prompt": ")" + std::string(5000, 'a') + R"("})", 413,
        "exceeds the limit of 4096 bytes"},
@@ -375,7 +387,99 @@ TEST_F(ServerTest, MalformedRequestsGetJsonErrors) {
   }
 }
 
-TEST_F(ServerTest, ApiKeyGuardsV1Only) {
+// n, best_of and prompt arrays: each choice is the request that asked for
+// it alone (candidate j of a prompt samples with seed + j), indexed prompt
+// * n + j, streamed or not.
+TEST_F(ServerTest, ChoicesAreTheirSoloRequests) {
+  Start();
+  auto post = [&](const json& body) {
+    auto res = Client()->Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+  };
+  const std::vector<std::string> prompts = {"In the beginning", "And the earth"};
+  json body = {{"prompt", prompts}, {"n", 2}, {"max_tokens", 6}, {"temperature", 0.9},
+               {"seed", 77}};
+  const json many = post(body);
+  ASSERT_EQ(many["choices"].size(), 4u);
+  int64_t completion_tokens = 0;
+  for (int p = 0; p < 2; ++p) {
+    for (int j = 0; j < 2; ++j) {
+      const json& c = many["choices"][p * 2 + j];
+      EXPECT_EQ(c["index"], p * 2 + j);
+      const json solo = post({{"prompt", prompts[p]}, {"max_tokens", 6}, {"temperature", 0.9},
+                              {"seed", 77 + j}});
+      EXPECT_EQ(c["text"], solo["choices"][0]["text"]) << p << " " << j;
+      completion_tokens += solo["usage"]["completion_tokens"].get<int64_t>();
+    }
+  }
+  EXPECT_EQ(many["usage"]["prompt_tokens"], prompts[0].size() + prompts[1].size());
+  EXPECT_EQ(many["usage"]["completion_tokens"], completion_tokens);
+
+  // Streamed: every chunk names its choice; each choice ends with its reason.
+  body["stream"] = true;
+  std::map<int, std::string> texts, reasons;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  std::string buffer;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+      const std::string event = buffer.substr(6, end - 6);
+      buffer.erase(0, end + 2);
+      if (event == "[DONE]") continue;
+      const json chunk = json::parse(event);
+      for (const json& c : chunk["choices"]) {
+        texts[c["index"].get<int>()] += c["text"].get<std::string>();
+        if (!c["finish_reason"].is_null()) reasons[c["index"].get<int>()] = c["finish_reason"];
+      }
+    }
+    return true;
+  };
+  auto res = Client()->send(req);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << buffer;
+  ASSERT_EQ(texts.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(texts[i], many["choices"][i]["text"]) << i;
+    EXPECT_EQ(reasons[i], many["choices"][i]["finish_reason"]) << i;
+  }
+}
+
+TEST_F(ServerTest, ModelsAndTokenizerRoutes) {
+  Start();
+  auto models = Client()->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  auto one = Client()->Get("/v1/models/tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_EQ(json::parse(one->body)["id"], "tiny");
+  auto missing = Client()->Get("/v1/models/gpt-4");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"]["code"], "model_not_found");
+
+  auto tok = Client()->Post("/tokenize", R"({"prompt": "Hi!"})", "application/json");
+  ASSERT_TRUE(tok);
+  ASSERT_EQ(tok->status, 200) << tok->body;
+  const json t = json::parse(tok->body);
+  EXPECT_EQ(t["tokens"], json({'H', 'i', '!'}));
+  EXPECT_EQ(t["count"], 3);
+  EXPECT_EQ(t["max_model_len"], cfg_.context);
+  auto detok = Client()->Post("/detokenize", json({{"tokens", t["tokens"]}}).dump(),
+                              "application/json");
+  ASSERT_TRUE(detok);
+  ASSERT_EQ(detok->status, 200) << detok->body;
+  EXPECT_EQ(json::parse(detok->body)["prompt"], "Hi!");
+}
+
+TEST_F(ServerTest, ApiKeyGuardsAllButHealthAndMetrics) {
   ServerOptions so;
   so.api_key = "sekret";
   Start(so);
@@ -390,6 +494,9 @@ TEST_F(ServerTest, ApiKeyGuardsV1Only) {
     auto models = Client()->Get("/v1/models", h);
     ASSERT_TRUE(models);
     EXPECT_EQ(models->status, 401);
+    auto tokenize = Client()->Post("/tokenize", h, R"({"prompt": "a"})", "application/json");
+    ASSERT_TRUE(tokenize);
+    EXPECT_EQ(tokenize->status, 401);
   }
   const httplib::Headers ok = {{"Authorization", "Bearer sekret"}};
   EXPECT_EQ(Send("/v1/completions", body, ok).status, 200);
