@@ -1,19 +1,15 @@
 #include "src/serve/http_server.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <filesystem>
 #include <random>
 #include <thread>
 #include <utility>
@@ -21,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "src/serve/connection_server.h"
 #include "src/serve/openai_api.h"
 #include "src/serve/text_stream.h"
 
@@ -28,14 +25,6 @@ namespace ladder {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-
-// httplib listens with a backlog of 5: a burst of clients connecting at once
-// overflows it, and the dropped connections retry only after a second or
-// more. This names the listening socket so its backlog can be raised.
-class Listener : public httplib::Server {
- public:
-  int socket() const { return static_cast<int>(svr_sock_); }
-};
 
 // One request's events, filled by the loop thread, drained by its handler.
 class EventQueue {
@@ -61,54 +50,6 @@ class EventQueue {
   std::condition_variable cv_;
   std::deque<LoopEvent> events_;
 };
-
-// "host:port" of a socket address, written as httplib writes
-// Request::remote_addr / local_addr.
-bool AddressOf(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
-  char h[NI_MAXHOST], s[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, h, sizeof(h), s, sizeof(s),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return false;
-  }
-  *host = h;
-  *port = std::atoi(s);
-  return true;
-}
-
-// The socket of the connection `req` came on, or -1. httplib does not hand
-// it to handlers, but names both ends; the socket stays open while the
-// handler (or its content provider) runs.
-int ConnectionSocket(const httplib::Request& req) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    char* end = nullptr;
-    const std::string name = entry.path().filename().string();
-    const long fd = std::strtol(name.c_str(), &end, 10);
-    if (*end != '\0') continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-      continue;
-    }
-    std::string lh, ph;
-    int lp = 0, pp = 0;
-    if (AddressOf(local, local_len, &lh, &lp) && AddressOf(peer, peer_len, &ph, &pp) &&
-        lp == req.local_port && pp == req.remote_port && lh == req.local_addr &&
-        ph == req.remote_addr) {
-      return static_cast<int>(fd);
-    }
-  }
-  return -1;
-}
-
-// False once the client has closed its end (or the connection broke).
-bool ConnectionAlive(int fd) {
-  if (fd < 0) return true;  // not detectable
-  pollfd p{fd, POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return true;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
-}
 
 void SetError(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
@@ -208,6 +149,15 @@ void AppendHistogram(std::string* out, const char* name, const char* help, const
   AppendMetric(out, name, "histogram", help, s);
 }
 
+// How the server's connections are served.
+ConnectionLimits Limits(const ServerOptions& options) {
+  ConnectionLimits l;
+  l.threads = options.threads;
+  l.keep_alive_timeout = options.keep_alive_timeout;
+  l.request_timeout = options.request_timeout;
+  return l;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tokenizer* tokenizer,
@@ -217,7 +167,7 @@ HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tok
       tokenizer_(tokenizer),
       model_(model),
       started_(static_cast<int64_t>(std::time(nullptr))),
-      server_(std::make_unique<Listener>()) {}
+      server_(std::make_unique<ConnectionServer>(Limits(options))) {}
 
 HttpServer::~HttpServer() {
   if (server_->is_running()) server_->stop();
@@ -234,6 +184,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
   if (options.threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 1, got ", options.threads));
   }
+  if (options.keep_alive_timeout.count() < 1 || options.request_timeout.count() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the keep-alive and request timeouts must be >= 1 ms, got ",
+        options.keep_alive_timeout.count(), " and ", options.request_timeout.count()));
+  }
   std::unique_ptr<HttpServer> s(new HttpServer(options, loop, tokenizer, model));
   s->Routes();
   if (options.port == 0) {
@@ -246,8 +201,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.host, ":", options.port));
   }
-  // Listening again only changes the backlog.
-  if (::listen(static_cast<Listener&>(*s->server_).socket(), SOMAXCONN) != 0) {
+  // httplib listens with a backlog of 5: a burst of clients connecting at
+  // once overflows it, and the dropped connections retry only after a second
+  // or more. Listening again only raises the backlog.
+  if (::listen(static_cast<ConnectionServer&>(*s->server_).listening_socket(), SOMAXCONN) != 0) {
     return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
   }
   return s;
@@ -269,8 +226,6 @@ std::shared_ptr<void> HttpServer::Enter() {
 
 void HttpServer::Routes() {
   httplib::Server& s = *server_;
-  const int threads = options_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(options_.max_body_bytes);
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -295,6 +250,10 @@ void HttpServer::Routes() {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
     if (res.status == 404) {
       SetError(res, 404, absl::StrCat("no route for ", req.method, " ", req.path));
+    } else if (RequestTimedOut()) {
+      SetError(res, 408,
+               absl::StrCat("the request was not received within ",
+                            options_.request_timeout.count(), " ms"));
     } else if (res.status == 413) {
       SetError(res, 413,
                absl::StrCat("the request body exceeds the limit of ", options_.max_body_bytes,
@@ -382,7 +341,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
   g->meta.created = static_cast<int64_t>(std::time(nullptr));
   g->meta.model = options_.model_name;
   g->meta.chat = chat;
-  g->socket = ConnectionSocket(req);
+  g->socket = ConnectionSocket();
 
   if (!r.stream) {
     std::string text;
