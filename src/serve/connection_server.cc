@@ -53,7 +53,7 @@ class ConnectionServer::Connection : public httplib::Stream {
   ssize_t read(char* ptr, size_t size) override {
     if (!buffered()) {
       if (!Wait(POLLIN, read_deadline_)) {
-        timed_out_ = Clock::now() >= read_deadline_;
+        timed_out_ = true;
         return -1;
       }
       read_buf_.resize(kReadChunk);
@@ -89,8 +89,7 @@ class ConnectionServer::Connection : public httplib::Stream {
   // Waits until the socket is ready for `events` or `deadline` passes.
   bool Wait(short events, Clock::time_point deadline) const {
     for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return false;
       pollfd p{fd_, events, 0};
       const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));

@@ -14,9 +14,9 @@
 //     max_requests-th request, an error, or the server stopping).
 //   - Reading a request, head and body, must finish within request_timeout
 //     of its first byte: a client that trickles its request holds a pool
-//     thread at most that long. A late head closes the connection without an
-//     answer; a late body gets the error handler's answer (RequestTimedOut()
-//     tells it why) and then the connection closes.
+//     thread at most that long. A request whose first line is late is closed
+//     unanswered; a later part gets the error handler's answer
+//     (RequestTimedOut() tells it why), and then the connection closes.
 //   - A write that cannot make progress for write_timeout fails (and with it
 //     the request's answer).
 // So the pool's threads are held only by requests being read (bounded by
@@ -80,8 +80,8 @@ int ConnectionSocket();
 // no waiting; any thread.
 bool ConnectionAlive(int socket);
 
-// True in a handler (normally the error handler) when the current request's
-// body did not arrive within request_timeout.
+// True in a handler (normally the error handler) when the rest of the
+// current request (headers or body) did not arrive within request_timeout.
 bool RequestTimedOut();
 
 }  // namespace ladder

@@ -60,7 +60,7 @@ struct ServerOptions {
   // A connection with no request in progress closes after this.
   std::chrono::milliseconds keep_alive_timeout{5000};
   // Reading one request (head and body) must finish within this of its
-  // first byte; a late body gets 408, a late head a closed connection.
+  // first byte; else 408 (or, before its first line is in, a close).
   std::chrono::milliseconds request_timeout{10000};
   std::string model_name = "ladder";    // "model" in answers and /v1/models
 };

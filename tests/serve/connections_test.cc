@@ -208,5 +208,70 @@ TEST_F(ConnectionsTest, IdleAndSlowClientsDoNotStarveOthers) {
   }
 }
 
+// A request whose head or body is not in within the request timeout gets
+// 408 and its connection closes; one whose first line is not in is closed
+// unanswered; a request trickled in within the timeout is answered.
+TEST_F(ConnectionsTest, LateRequestsTimeOut) {
+  ServerOptions so;
+  so.request_timeout = std::chrono::milliseconds(400);
+  Start(so);
+  const std::string request = Post("/v1/completions", kCompletion);
+  const size_t head = request.find("\r\n\r\n") + 4;
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(c.Send(request.substr(0, head + 3)));
+    std::string body;
+    EXPECT_EQ(c.Read(std::chrono::seconds(10), &body), 408);
+    EXPECT_EQ(json::parse(body)["error"]["message"], "the request was not received within 400 ms");
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(5)));
+  }
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(c.Send(request.substr(0, head - 10)));
+    EXPECT_EQ(c.Read(std::chrono::seconds(10)), 408);
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(5)));
+  }
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(c.Send(request.substr(0, 8)));
+    EXPECT_EQ(c.Read(std::chrono::seconds(10)), 0);
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::milliseconds(0)));
+  }
+  {
+    Conn c(server_->port());
+    for (size_t at = 0; at < request.size(); at += request.size() / 3 + 1) {
+      ASSERT_TRUE(c.Send(request.substr(at, request.size() / 3 + 1)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string body;
+    EXPECT_EQ(c.Read(std::chrono::seconds(10), &body), 200) << body;
+  }
+}
+
+// A connection serves request after request (pipelined ones too) until it
+// has been idle for the keep-alive timeout; then the server closes it, as it
+// does a connection that never sends anything.
+TEST_F(ConnectionsTest, IdleConnectionsCloseAfterKeepAlive) {
+  ServerOptions so;
+  so.keep_alive_timeout = std::chrono::milliseconds(300);
+  Start(so);
+  Conn silent(server_->port());
+  Conn c(server_->port());
+  ASSERT_TRUE(c.Send(kHealth));
+  std::string head;
+  EXPECT_EQ(c.Read(std::chrono::seconds(10), nullptr, &head), 200);
+  EXPECT_NE(head.find("Keep-Alive: timeout=1, max=100"), std::string::npos) << head;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c.Send(std::string(kHealth) + Post("/v1/completions", kCompletion)));
+  EXPECT_EQ(c.Read(std::chrono::seconds(10)), 200);
+  std::string body;
+  EXPECT_EQ(c.Read(std::chrono::seconds(10), &body), 200);
+  EXPECT_EQ(json::parse(body)["usage"]["completion_tokens"], 2);
+  const auto idle_from = Clock::now();
+  EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(10)));
+  EXPECT_GE(Clock::now() - idle_from, std::chrono::milliseconds(250));
+  EXPECT_TRUE(silent.ClosedWithin(std::chrono::seconds(10)));
+}
+
 }  // namespace
 }  // namespace ladder
