@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace ladder {
 
 using Clock = std::chrono::steady_clock;
@@ -124,21 +126,13 @@ class ConnectionServer::Connection : public httplib::Stream {
 // the epoll thread that holds connections between requests.
 class ConnectionServer::Queue : public httplib::TaskQueue {
  public:
-  Queue(ConnectionServer* server, const ConnectionLimits& limits)
+  explicit Queue(ConnectionServer* server)
       : server_(server),
-        keep_alive_(limits.keep_alive_timeout),
-        pool_(static_cast<size_t>(limits.threads)),
-        epoll_(epoll_create1(EPOLL_CLOEXEC)),
-        wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    epoll_event e{};
-    e.events = EPOLLIN;
-    e.data.fd = wake_;
-    epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &e);
+        keep_alive_(server->limits_.keep_alive_timeout),
+        pool_(static_cast<size_t>(server->limits_.threads)),
+        epoll_(server->epoll_),
+        wake_(server->wake_) {
     watcher_ = std::thread([this] { Watch(); });
-  }
-  ~Queue() override {
-    close(epoll_);
-    close(wake_);
   }
 
   void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
@@ -268,9 +262,36 @@ class ConnectionServer::Queue : public httplib::TaskQueue {
 
 thread_local const ConnectionServer::Connection* ConnectionServer::current_ = nullptr;
 
+absl::StatusOr<std::unique_ptr<ConnectionServer>> ConnectionServer::Create(
+    const ConnectionLimits& limits) {
+  if (limits.threads < 1 || limits.max_requests < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "threads and requests per connection must be >= 1, got ", limits.threads, " and ",
+        limits.max_requests));
+  }
+  if (limits.keep_alive_timeout.count() < 1 || limits.request_timeout.count() < 1 ||
+      limits.write_timeout.count() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the keep-alive, request and write timeouts must be >= 1 ms, got ",
+                     limits.keep_alive_timeout.count(), ", ", limits.request_timeout.count(),
+                     " and ", limits.write_timeout.count()));
+  }
+  std::unique_ptr<ConnectionServer> s(new ConnectionServer(limits));
+  s->epoll_ = epoll_create1(EPOLL_CLOEXEC);
+  s->wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = s->wake_;
+  if (s->epoll_ < 0 || s->wake_ < 0 || epoll_ctl(s->epoll_, EPOLL_CTL_ADD, s->wake_, &e) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot set up the connection poller: ", std::strerror(errno)));
+  }
+  return s;
+}
+
 ConnectionServer::ConnectionServer(const ConnectionLimits& limits) : limits_(limits) {
   new_task_queue = [this] {
-    queue_ = new Queue(this, limits_);
+    queue_ = new Queue(this);
     return queue_;
   };
   // What the Keep-Alive header of each answer promises.
@@ -280,7 +301,10 @@ ConnectionServer::ConnectionServer(const ConnectionLimits& limits) : limits_(lim
                               .count()));
 }
 
-ConnectionServer::~ConnectionServer() = default;
+ConnectionServer::~ConnectionServer() {
+  if (epoll_ >= 0) close(epoll_);
+  if (wake_ >= 0) close(wake_);
+}
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
   // Wait for the first request off the pool.

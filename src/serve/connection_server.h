@@ -31,6 +31,7 @@
 #include <chrono>
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "httplib.h"
 
 namespace ladder {
@@ -45,7 +46,9 @@ struct ConnectionLimits {
 
 class ConnectionServer : public httplib::Server {
  public:
-  explicit ConnectionServer(const ConnectionLimits& limits);
+  // Fails (InvalidArgument) on limits below 1, or (Internal) when the
+  // epoll and eventfd descriptors cannot be made.
+  static absl::StatusOr<std::unique_ptr<ConnectionServer>> Create(const ConnectionLimits& limits);
   ~ConnectionServer() override;
 
   // The listening socket (after bind_to_port), for adjusting its options.
@@ -55,6 +58,7 @@ class ConnectionServer : public httplib::Server {
   class Connection;
   class Queue;
 
+  explicit ConnectionServer(const ConnectionLimits& limits);
   // Called by httplib on a pool thread for each accepted socket; takes
   // ownership of it.
   bool process_and_close_socket(socket_t sock) override;
@@ -66,7 +70,9 @@ class ConnectionServer : public httplib::Server {
   friend int ConnectionSocket();
   friend bool RequestTimedOut();
 
-  ConnectionLimits limits_;
+  const ConnectionLimits limits_;
+  int epoll_ = -1;  // the idle connections' poller, and
+  int wake_ = -1;   // an eventfd in it that wakes its thread
   Queue* queue_ = nullptr;  // httplib's task queue while listening; it owns it
 };
 

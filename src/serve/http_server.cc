@@ -166,11 +166,10 @@ HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tok
       loop_(loop),
       tokenizer_(tokenizer),
       model_(model),
-      started_(static_cast<int64_t>(std::time(nullptr))),
-      server_(std::make_unique<ConnectionServer>(Limits(options))) {}
+      started_(static_cast<int64_t>(std::time(nullptr))) {}
 
 HttpServer::~HttpServer() {
-  if (server_->is_running()) server_->stop();
+  if (server_ && server_->is_running()) server_->stop();
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptions& options,
@@ -181,15 +180,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
     return absl::InvalidArgumentError(
         absl::StrCat("the port must be in [0, 65535], got ", options.port));
   }
-  if (options.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 1, got ", options.threads));
-  }
-  if (options.keep_alive_timeout.count() < 1 || options.request_timeout.count() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the keep-alive and request timeouts must be >= 1 ms, got ",
-        options.keep_alive_timeout.count(), " and ", options.request_timeout.count()));
-  }
   std::unique_ptr<HttpServer> s(new HttpServer(options, loop, tokenizer, model));
+  absl::StatusOr<std::unique_ptr<ConnectionServer>> server =
+      ConnectionServer::Create(Limits(options));
+  if (!server.ok()) return server.status();
+  s->server_ = std::move(*server);
   s->Routes();
   if (options.port == 0) {
     s->port_ = s->server_->bind_to_any_port(options.host);

@@ -273,5 +273,25 @@ TEST_F(ConnectionsTest, IdleConnectionsCloseAfterKeepAlive) {
   EXPECT_TRUE(silent.ClosedWithin(std::chrono::seconds(10)));
 }
 
+TEST_F(ConnectionsTest, BadLimitsAreRefused) {
+  EngineLoop::Options lo;
+  lo.engine.kv_blocks = KvBlockPool::BlocksFor(cfg_.context);
+  auto loop = EngineLoop::Create(model_.get(), lo);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  ServerOptions so;
+  so.port = 0;
+  so.request_timeout = std::chrono::milliseconds(0);
+  auto server = HttpServer::Create(so, loop->get(), &tokenizer_, cfg_);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().message(),
+            "the keep-alive, request and write timeouts must be >= 1 ms, got 5000, 0 and 5000");
+  so.request_timeout = std::chrono::seconds(1);
+  so.threads = 0;
+  server = HttpServer::Create(so, loop->get(), &tokenizer_, cfg_);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().message(),
+            "threads and requests per connection must be >= 1, got 0 and 100");
+}
+
 }  // namespace
 }  // namespace ladder
