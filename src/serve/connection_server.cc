@@ -168,7 +168,10 @@ class ConnectionServer::Queue : public httplib::TaskQueue {
     epoll_event e{};
     e.events = EPOLLIN | EPOLLRDHUP;
     e.data.fd = fd;
-    epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &e);
+    if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &e) != 0) {
+      idle_.erase(fd);  // cannot be watched: closes
+      return;
+    }
     if (was_empty) Wake();  // the watcher may be waiting without a deadline
   }
 
