@@ -91,7 +91,8 @@ class ConnectionServer::Connection : public httplib::Stream {
   // Waits until the socket is ready for `events` or `deadline` passes.
   bool Wait(short events, Clock::time_point deadline) const {
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return false;
       pollfd p{fd_, events, 0};
       const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
@@ -135,7 +136,10 @@ class ConnectionServer::Queue : public httplib::TaskQueue {
     watcher_ = std::thread([this] { Watch(); });
   }
 
-  void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+  // httplib's only task is process_and_close_socket for an accepted socket,
+  // which parks it without blocking: it runs on the accept thread, so a busy
+  // pool does not delay accepting.
+  void enqueue(std::function<void()> fn) override { fn(); }
 
   // Closes the idle connections, then lets the pool finish its tasks (their
   // connections close instead of coming back: Park refuses them).
@@ -190,9 +194,8 @@ class ConnectionServer::Queue : public httplib::TaskQueue {
   };
 
   void Serve(std::shared_ptr<Connection> c) {
-    pool_.enqueue([server = server_, c = std::move(c)]() mutable {
-      server->ServeRequest(std::move(c));
-    });
+    pool_.enqueue(
+        [server = server_, c = std::move(c)]() mutable { server->ServeRequest(std::move(c)); });
   }
 
   void Wake() {
@@ -268,9 +271,9 @@ thread_local const ConnectionServer::Connection* ConnectionServer::current_ = nu
 absl::StatusOr<std::unique_ptr<ConnectionServer>> ConnectionServer::Create(
     const ConnectionLimits& limits) {
   if (limits.threads < 1 || limits.max_requests < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "threads and requests per connection must be >= 1, got ", limits.threads, " and ",
-        limits.max_requests));
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads and requests per connection must be >= 1, got ", limits.threads,
+                     " and ", limits.max_requests));
   }
   if (limits.keep_alive_timeout.count() < 1 || limits.request_timeout.count() < 1 ||
       limits.write_timeout.count() < 1) {
@@ -299,9 +302,8 @@ ConnectionServer::ConnectionServer(const ConnectionLimits& limits) : limits_(lim
   };
   // What the Keep-Alive header of each answer promises.
   set_keep_alive_max_count(static_cast<size_t>(limits_.max_requests));
-  set_keep_alive_timeout(
-      std::max<time_t>(1, std::chrono::ceil<std::chrono::seconds>(limits_.keep_alive_timeout)
-                              .count()));
+  set_keep_alive_timeout(std::max<time_t>(
+      1, std::chrono::ceil<std::chrono::seconds>(limits_.keep_alive_timeout).count()));
 }
 
 ConnectionServer::~ConnectionServer() {
@@ -310,7 +312,7 @@ ConnectionServer::~ConnectionServer() {
 }
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
-  // Wait for the first request off the pool.
+  // The first request is awaited off the pool, like the next ones.
   queue_->Park(std::make_shared<Connection>(sock, limits_.write_timeout));
   return true;
 }

@@ -3,7 +3,7 @@
 // cannot hold every thread, and so that a handler knows its client's socket.
 //
 // httplib accepts a connection and hands it to this class (its
-// process_and_close_socket hook). From then on:
+// process_and_close_socket hook, run on the accept thread). From then on:
 //   - A connection with no request in progress (a new one, or a keep-alive
 //     one between requests) waits on one epoll thread, not on a pool thread:
 //     idle connections cost a file descriptor each, not a thread. One that
@@ -37,7 +37,7 @@
 namespace ladder {
 
 struct ConnectionLimits {
-  int threads = 64;  // requests read or answered at once (>= 1)
+  int threads = 64;                                    // requests read or answered at once (>= 1)
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle connection lifetime
   std::chrono::milliseconds request_timeout{10000};    // to read one request
   std::chrono::milliseconds write_timeout{5000};       // for one write to progress
@@ -59,8 +59,8 @@ class ConnectionServer : public httplib::Server {
   class Queue;
 
   explicit ConnectionServer(const ConnectionLimits& limits);
-  // Called by httplib on a pool thread for each accepted socket; takes
-  // ownership of it.
+  // Called by httplib on the accept thread for each accepted socket; takes
+  // ownership of it and parks it.
   bool process_and_close_socket(socket_t sock) override;
   // Reads and answers one request of `c`, on a pool thread.
   void ServeRequest(std::shared_ptr<Connection> c);
@@ -71,8 +71,8 @@ class ConnectionServer : public httplib::Server {
   friend bool RequestTimedOut();
 
   const ConnectionLimits limits_;
-  int epoll_ = -1;  // the idle connections' poller, and
-  int wake_ = -1;   // an eventfd in it that wakes its thread
+  int epoll_ = -1;          // the idle connections' poller, and
+  int wake_ = -1;           // an eventfd in it that wakes its thread
   Queue* queue_ = nullptr;  // httplib's task queue while listening; it owns it
 };
 

@@ -62,7 +62,7 @@ struct ServerOptions {
   // Reading one request (head and body) must finish within this of its
   // first byte; else 408 (or, before its first line is in, a close).
   std::chrono::milliseconds request_timeout{10000};
-  std::string model_name = "ladder";    // "model" in answers and /v1/models
+  std::string model_name = "ladder";  // "model" in answers and /v1/models
 };
 
 class HttpServer {

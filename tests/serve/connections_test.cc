@@ -183,7 +183,8 @@ TEST_F(ConnectionsTest, IdleAndSlowClientsDoNotStarveOthers) {
   std::vector<double> ms;
   const auto end = Clock::now() + std::chrono::seconds(3);
   while (Clock::now() < end) {
-    for (const std::string& request : {std::string(kHealth), Post("/v1/completions", kCompletion)}) {
+    for (const std::string& request :
+         {std::string(kHealth), Post("/v1/completions", kCompletion)}) {
       const auto t0 = Clock::now();
       Conn c(server_->port());
       ASSERT_TRUE(c.connected());
