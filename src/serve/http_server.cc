@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
   // httplib listens with a backlog of 5: a burst of clients connecting at
   // once overflows it, and the dropped connections retry only after a second
   // or more. Listening again only raises the backlog.
-  if (::listen(static_cast<ConnectionServer&>(*s->server_).listening_socket(), SOMAXCONN) != 0) {
+  if (::listen(s->server_->listening_socket(), SOMAXCONN) != 0) {
     return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
   }
   return s;

@@ -49,6 +49,8 @@ struct Response;
 
 namespace ladder {
 
+class ConnectionServer;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0: any free port (see HttpServer::port)
@@ -100,7 +102,7 @@ class HttpServer {
   GptConfig model_;
   int64_t started_ = 0;  // unix seconds
   int port_ = 0;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<ConnectionServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> serve_returned_{false};
   std::atomic<uint64_t> next_id_{0};
