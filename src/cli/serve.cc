@@ -1,6 +1,7 @@
 // ladder serve: an OpenAI-compatible HTTP server (docs/serving.md) over the
 // continuous-batching engine (src/serve/engine_loop.h, http_server.h).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -28,7 +29,7 @@ struct ServeFlags {
   FormatFlags formats;
   DraftFlags draft;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
-          max_body_kb = 1024;
+          max_body_kb = 1024, keep_alive_s = 5, request_timeout_s = 10;
 };
 
 // The base name of the --model path ("runs/kjv/" serves as "kjv").
@@ -57,6 +58,8 @@ absl::Status Serve(const ServeFlags& f) {
   RETURN_IF_ERROR(positive("max-running", f.max_running, 4096));
   RETURN_IF_ERROR(positive("max-waiting", f.max_waiting, 1 << 20));
   RETURN_IF_ERROR(positive("max-body-kb", f.max_body_kb, 1 << 20));
+  RETURN_IF_ERROR(positive("keep-alive-s", f.keep_alive_s, 3600));
+  RETURN_IF_ERROR(positive("request-timeout-s", f.request_timeout_s, 3600));
   if (f.kv_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-tokens must be >= 0, got ", f.kv_tokens));
   }
@@ -96,7 +99,12 @@ absl::Status Serve(const ServeFlags& f) {
   so.port = static_cast<int>(f.port);
   so.api_key = f.api_key;
   so.max_body_bytes = static_cast<size_t>(f.max_body_kb) * 1024;
-  so.threads = static_cast<int>(std::max<int64_t>(64, f.max_running + 16));
+  // Every request in the engine, running or waiting, holds a thread until
+  // its answer is written; the extra ones keep /health, /metrics, refusals
+  // and requests still being read answered when the engine is full.
+  so.threads = static_cast<int>(std::min<int64_t>(f.max_running + f.max_waiting, 4096) + 32);
+  so.keep_alive_timeout = std::chrono::seconds(f.keep_alive_s);
+  so.request_timeout = std::chrono::seconds(f.request_timeout_s);
   so.model_names = absl::StrSplit(f.model_name.empty() ? DefaultModelName(f.model) : f.model_name,
                                   ',');
   for (const std::string& name : so.model_names) {
@@ -146,6 +154,9 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("max-running", &f.max_running, "requests decoding at once");
   flags.Int("max-waiting", &f.max_waiting, "requests queued beyond those; more get 429");
   flags.Int("max-body-kb", &f.max_body_kb, "largest request body in KiB; larger get 413");
+  flags.Int("keep-alive-s", &f.keep_alive_s, "seconds an idle connection stays open");
+  flags.Int("request-timeout-s", &f.request_timeout_s,
+            "seconds to receive a request's head and body; later ones get 408");
   AddDraftFlags(flags, &f.draft);
   flags.String("model-name", &f.model_name,
                "names a request's 'model' may take, comma separated (the first is the default)",

@@ -1,8 +1,6 @@
 #include "src/serve/http_server.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,11 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -24,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "src/serve/connection_server.h"
 #include "src/serve/openai_api.h"
 #include "src/serve/text_stream.h"
 
@@ -31,14 +28,6 @@ namespace ladder {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-
-// httplib listens with a backlog of 5: a burst of clients connecting at once
-// overflows it, and the dropped connections retry only after a second or
-// more. This names the listening socket so its backlog can be raised.
-class Listener : public httplib::Server {
- public:
-  int socket() const { return static_cast<int>(svr_sock_); }
-};
 
 // One request's events (of all its candidates), filled by the loop thread,
 // drained by its handler.
@@ -66,54 +55,6 @@ class EventQueue {
   std::condition_variable cv_;
   std::deque<std::pair<int, LoopEvent>> events_;
 };
-
-// "host:port" of a socket address, written as httplib writes
-// Request::remote_addr / local_addr.
-bool AddressOf(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
-  char h[NI_MAXHOST], s[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, h, sizeof(h), s, sizeof(s),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return false;
-  }
-  *host = h;
-  *port = std::atoi(s);
-  return true;
-}
-
-// The socket of the connection `req` came on, or -1. httplib does not hand
-// it to handlers, but names both ends; the socket stays open while the
-// handler (or its content provider) runs.
-int ConnectionSocket(const httplib::Request& req) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    char* end = nullptr;
-    const std::string name = entry.path().filename().string();
-    const long fd = std::strtol(name.c_str(), &end, 10);
-    if (*end != '\0') continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-      continue;
-    }
-    std::string lh, ph;
-    int lp = 0, pp = 0;
-    if (AddressOf(local, local_len, &lh, &lp) && AddressOf(peer, peer_len, &ph, &pp) &&
-        lp == req.local_port && pp == req.remote_port && lh == req.local_addr &&
-        ph == req.remote_addr) {
-      return static_cast<int>(fd);
-    }
-  }
-  return -1;
-}
-
-// False once the client has closed its end (or the connection broke).
-bool ConnectionAlive(int fd) {
-  if (fd < 0) return true;  // not detectable
-  pollfd p{fd, POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return true;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
-}
 
 void SetError(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
@@ -317,6 +258,15 @@ void AppendHistogram(std::string* out, const char* name, const char* help, const
   AppendMetric(out, name, "histogram", help, s);
 }
 
+// How the server's connections are served.
+ConnectionLimits Limits(const ServerOptions& options) {
+  ConnectionLimits l;
+  l.threads = options.threads;
+  l.keep_alive_timeout = options.keep_alive_timeout;
+  l.request_timeout = options.request_timeout;
+  return l;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tokenizer* tokenizer,
@@ -325,11 +275,10 @@ HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tok
       loop_(loop),
       tokenizer_(tokenizer),
       model_(model),
-      started_(static_cast<int64_t>(std::time(nullptr))),
-      server_(std::make_unique<Listener>()) {}
+      started_(static_cast<int64_t>(std::time(nullptr))) {}
 
 HttpServer::~HttpServer() {
-  if (server_->is_running()) server_->stop();
+  if (server_ && server_->is_running()) server_->stop();
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptions& options,
@@ -340,10 +289,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
     return absl::InvalidArgumentError(
         absl::StrCat("the port must be in [0, 65535], got ", options.port));
   }
-  if (options.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 1, got ", options.threads));
-  }
   std::unique_ptr<HttpServer> s(new HttpServer(options, loop, tokenizer, model));
+  absl::StatusOr<std::unique_ptr<ConnectionServer>> server =
+      ConnectionServer::Create(Limits(options));
+  if (!server.ok()) return server.status();
+  s->server_ = std::move(*server);
   s->Routes();
   if (options.port == 0) {
     s->port_ = s->server_->bind_to_any_port(options.host);
@@ -355,8 +305,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const ServerOptio
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.host, ":", options.port));
   }
-  // Listening again only changes the backlog.
-  if (::listen(static_cast<Listener&>(*s->server_).socket(), SOMAXCONN) != 0) {
+  // httplib listens with a backlog of 5: a burst of clients connecting at
+  // once overflows it, and the dropped connections retry only after a second
+  // or more. Listening again only raises the backlog.
+  if (::listen(s->server_->listening_socket(), SOMAXCONN) != 0) {
     return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
   }
   return s;
@@ -378,8 +330,6 @@ std::shared_ptr<void> HttpServer::Enter() {
 
 void HttpServer::Routes() {
   httplib::Server& s = *server_;
-  const int threads = options_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.set_payload_max_length(options_.max_body_bytes);
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -404,6 +354,10 @@ void HttpServer::Routes() {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
     if (res.status == 404) {
       SetError(res, 404, absl::StrCat("no route for ", req.method, " ", req.path));
+    } else if (RequestTimedOut()) {
+      SetError(res, 408,
+               absl::StrCat("the request was not received within ",
+                            options_.request_timeout.count(), " ms"));
     } else if (res.status == 413) {
       SetError(res, 413,
                absl::StrCat("the request body exceeds the limit of ", options_.max_body_bytes,
@@ -438,7 +392,7 @@ void HttpServer::Routes() {
     Embeddings(req, res);
   });
   s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<std::vector<int32_t>> ids = ParseTokenizeRequest(req.body, *tokenizer_, Limits());
+    absl::StatusOr<std::vector<int32_t>> ids = ParseTokenizeRequest(req.body, *tokenizer_, ApiLimits());
     if (!ids.ok()) {
       SetError(res, ErrorFromStatus(ids.status()));
       return;
@@ -446,7 +400,7 @@ void HttpServer::Routes() {
     res.set_content(TokenizeJson(*ids, model_.context), "application/json");
   });
   s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(req.body, Limits());
+    absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(req.body, ApiLimits());
     absl::StatusOr<std::string> text = ids.ok() ? tokenizer_->Decode(*ids) : ids.status();
     if (!text.ok()) {
       SetError(res, ErrorFromStatus(text.status()));
@@ -493,7 +447,7 @@ void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res)
     return;
   }
   absl::StatusOr<EmbeddingRequest> r =
-      ParseEmbeddingRequest(req.body, *tokenizer_, Limits(), model_.n_embd);
+      ParseEmbeddingRequest(req.body, *tokenizer_, ApiLimits(), model_.n_embd);
   if (!r.ok()) {
     SetError(res, ErrorFromStatus(r.status()));
     return;
@@ -518,7 +472,7 @@ absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
   return absl::UnimplementedError("response_format: pending");
 }
 
-ModelLimits HttpServer::Limits() const {
+ModelLimits HttpServer::ApiLimits() const {
   return ModelLimits{model_.context, model_.vocab_size, options_.model_names};
 }
 
@@ -529,8 +483,8 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     return;
   }
   absl::StatusOr<CompletionRequest> parsed =
-      chat ? ParseChatRequest(req.body, *tokenizer_, Limits())
-           : ParseCompletionRequest(req.body, *tokenizer_, Limits());
+      chat ? ParseChatRequest(req.body, *tokenizer_, ApiLimits())
+           : ParseCompletionRequest(req.body, *tokenizer_, ApiLimits());
   if (!parsed.ok()) {
     SetError(res, ErrorFromStatus(parsed.status()));
     return;
@@ -571,7 +525,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
   g->meta.created = static_cast<int64_t>(std::time(nullptr));
   g->meta.model = r.model;
   g->meta.chat = chat;
-  g->socket = ConnectionSocket(req);
+  g->socket = ConnectionSocket();
 
   if (!r.stream) {
     std::vector<ChoiceDelta> whole(g->cands.size());

@@ -13,8 +13,14 @@
 // server-sent events; detokenization and stop strings go through
 // TextStream, and a stop string cancels the request in the engine. A client
 // that goes away cancels its request so its KV blocks return: found by a
-// failed write, or sooner by watching the connection's socket for a hang-up
-// while waiting for tokens (streaming and non-streaming alike).
+// failed write, or sooner by polling the connection's socket (which the
+// connection side, connection_server.h, hands the handler's thread) for a
+// hang-up between tokens (streaming and non-streaming alike).
+//
+// Connections (connection_server.h): idle ones wait on one epoll thread, not
+// a handler thread, and close after keep_alive_timeout; a request must be
+// read within request_timeout (else 408); so idle and slow clients cannot
+// keep others from being answered.
 //
 // Shutdown (a signal, via ServeUntilSignal): new generation requests get
 // 503, every accepted request runs to its end and its answer is written
@@ -22,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
@@ -44,12 +51,21 @@ struct Response;
 
 namespace ladder {
 
+class ConnectionServer;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0: any free port (see HttpServer::port)
   std::string api_key;                  // empty: no authentication
   size_t max_body_bytes = 1024 * 1024;  // larger request bodies get 413
-  int threads = 64;                     // connections served at once
+  // Requests read or answered at once; each generation request, running or
+  // waiting in the engine, holds one (connection_server.h).
+  int threads = 64;
+  // A connection with no request in progress closes after this.
+  std::chrono::milliseconds keep_alive_timeout{5000};
+  // Reading one request (head and body) must finish within this of its
+  // first byte; else 408 (or, before its first line is in, a close).
+  std::chrono::milliseconds request_timeout{10000};
   // The names a request's `model` may take (/v1/models lists them); answers
   // carry the one asked for, the first when none was. At least one.
   std::vector<std::string> model_names = {"ladder"};
@@ -81,7 +97,7 @@ class HttpServer {
   void Routes();
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void Embeddings(const httplib::Request& req, httplib::Response& res);
-  ModelLimits Limits() const;
+  ModelLimits ApiLimits() const;
   // The constraint response_format asks for (null for text); InvalidArgument
   // (param response_format) for a schema outside the supported subset.
   absl::StatusOr<std::shared_ptr<TokenConstraint>> MakeConstraint(
@@ -96,7 +112,7 @@ class HttpServer {
   GptConfig model_;
   int64_t started_ = 0;  // unix seconds
   int port_ = 0;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<ConnectionServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> serve_returned_{false};
   std::atomic<uint64_t> next_id_{0};

@@ -44,6 +44,9 @@ fi
   fail "bad --kv: $(cat "$tmp/err")"
 "$ladder" serve >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "missing --model" "$tmp/err" || fail "missing --model: $(cat "$tmp/err")"
+"$ladder" serve --model "$tmp/run" --request-timeout-s 0 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--request-timeout-s must be in \[1, 3600\], got 0" "$tmp/err" ||
+  fail "bad --request-timeout-s: $(cat "$tmp/err")"
 
 "$ladder" serve --model "$tmp/run" --port 0 --model-name tiny --max-running 8 \
   >"$tmp/out" 2>"$tmp/err" &
