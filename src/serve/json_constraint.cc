@@ -31,6 +31,10 @@ bool IsAnnotation(const std::string& key) {
   return kAnnotations.count(key) > 0;
 }
 
+// Bytes that stand for themselves inside a JSON string: printable ASCII but
+// the quote and the backslash.
+bool PlainText(uint8_t c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
 bool IsWs(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 // A UTF-8 continuation byte's allowed range, as Frame::pos holds it.
@@ -57,6 +61,10 @@ struct JsonVocabulary {
     uint8_t byte = 0;  // the edge into this node
     int32_t first_child = 0, num_children = 0;
     int32_t first_token = 0, num_tokens = 0;  // ids whose bytes end here
+    // The ids of the whole subtree are trie_tokens[first_token, subtree_end).
+    int32_t subtree_end = 0;
+    // Every byte from here down is plain string text (see PlainText).
+    bool plain = false;
   };
   std::vector<std::string> tokens;  // bytes of each id
   int32_t end_of_text = -1;
@@ -89,6 +97,16 @@ JsonVocabulary::JsonVocabulary(const Tokenizer& tok) : end_of_text(tok.end_of_te
                    [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
   trie.emplace_back();
   Build(0, ids, 0, ids.size(), 0);
+  // Children come after their parent, so one backward pass sees them first.
+  for (size_t n = trie.size(); n-- > 0;) {
+    TrieNode& t = trie[n];
+    t.subtree_end = t.first_token + t.num_tokens;
+    t.plain = n > 0 && PlainText(t.byte);
+    for (int32_t c = t.first_child; c < t.first_child + t.num_children; ++c) {
+      t.subtree_end = trie[c].subtree_end;
+      t.plain = t.plain && trie[c].plain;
+    }
+  }
 }
 
 void JsonVocabulary::Build(int32_t node, const std::vector<int32_t>& ids, size_t lo, size_t hi,
@@ -498,9 +516,9 @@ struct Frame {
   uint8_t phase = 0;
   uint8_t ws = 0;   // whitespace bytes in a row in the current gap
   uint8_t aux = 0;  // String: UTF-8 bytes still due, or hex digits read; Number: digits in this part
-  // String: code points so far (counted only under minLength or maxLength);
-  // Array: items so far; Object: the first
-  // property that may still come.
+  // String: code points so far (counted only while they matter: up to
+  // minLength, or all under maxLength); Array: items so far; Object: the
+  // first property that may still come.
   int32_t count = 0;
   // Literal and object key: the first candidate still matching; object
   // after its key: the property.
@@ -559,6 +577,18 @@ class Machine {
     return l;
   }
   int32_t Shortest(const Link* top) const { return Add(top->below_shortest, OwnShortest(top->f)); }
+  // Whether `top` is a string between characters, where plain text
+  // (PlainText bytes) only adds characters.
+  static bool InText(const Link* top) {
+    return top->f.kind == FrameKind::kString && top->f.phase == kStrChars;
+  }
+  // For such a `top`: the shortest completion after `chars` more plain
+  // characters, or -1 if maxLength forbids them.
+  int32_t ShortestAfterText(const Link* top, int64_t chars) const {
+    const Node& n = N(top->f);
+    if (top->f.count + chars > n.max_count) return -1;
+    return Add(top->below_shortest, 1 + std::max<int64_t>(0, n.min_count - top->f.count - chars));
+  }
   static bool IsDone(const Link* top) {
     return top->f.kind == FrameKind::kRoot && top->f.phase == kRootDone;
   }
@@ -887,7 +917,7 @@ class Machine {
     // link then (the common case of the trie walk, which it keeps cheap).
     auto keep = [&] { out->push_back(f == top->f ? top : Replace(top, f)); };
     auto char_done = [&] {
-      if (n.min_count > 0 || n.max_count < kInf) ++f.count;  // else no need to count
+      if (f.count < n.min_count || n.max_count < kInf) ++f.count;  // else no need to count
       f.phase = kStrChars;
       keep();
     };
@@ -1146,9 +1176,27 @@ class JsonConstraintImpl final : public JsonConstraint {
     const JsonVocabulary::TrieNode& parent = v.trie[node];
     const Stacks& cur = levels_[depth];
     Stacks& next = levels_[depth + 1];
+    // Inside a string, a subtree of plain text only adds characters: its
+    // tokens are judged by their length, without stepping (most of the
+    // vocabulary, inside a string).
+    bool in_text = true;
+    for (const Link* top : cur) in_text = in_text && Machine::InText(top);
     for (int32_t child = parent.first_child; child < parent.first_child + parent.num_children;
          ++child) {
       const JsonVocabulary::TrieNode& t = v.trie[child];
+      if (in_text && t.plain) {
+        for (int32_t i = t.first_token; i < t.subtree_end; ++i) {
+          const int32_t token = v.trie_tokens[i];
+          const int64_t chars = static_cast<int64_t>(v.tokens[token].size()) - depth;
+          int32_t shortest = -1;
+          for (const Link* top : cur) {
+            const int32_t s = walk_.m->ShortestAfterText(top, chars);
+            if (s >= 0 && (shortest < 0 || s < shortest)) shortest = s;
+          }
+          if (shortest >= 0) Record(token, shortest);
+        }
+        continue;
+      }
       const size_t mark = arena_.Mark();
       next.clear();
       for (const Link* top : cur) walk_.m->Step(top, t.byte, &next);
@@ -1157,7 +1205,8 @@ class JsonConstraintImpl final : public JsonConstraint {
         if (t.num_tokens > 0) {
           int32_t shortest = kInf;
           for (const Link* top : next) shortest = std::min(shortest, walk_.m->Shortest(top));
-          for (int32_t i = t.first_token; i < t.first_token + t.num_tokens; ++i) Record(v.trie_tokens[i], shortest);
+          for (int32_t i = t.first_token; i < t.first_token + t.num_tokens; ++i)
+            Record(v.trie_tokens[i], shortest);
         }
         if (t.num_children > 0) Walk(child, depth + 1);
       }
@@ -1168,6 +1217,7 @@ class JsonConstraintImpl final : public JsonConstraint {
     if (shortest <= walk_.budget - 1) {
       (*walk_.allowed)[token] = 1;
       walk_.any = true;
+      return;  // the best tokens matter only when none fits
     }
     if (shortest < walk_.best) {
       walk_.best = shortest;
