@@ -48,8 +48,9 @@ int HexValue(uint8_t c) {
 
 // Compact JSON text of a value; invalid UTF-8 (only possible in values built
 // in code) becomes U+FFFD rather than throwing.
-std::string Compact(const nlohmann::json& v) {
-  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+template <typename Json>
+std::string Compact(const Json& v) {
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -226,15 +227,18 @@ std::string PointerPart(const std::string& key) {
   return absl::StrReplaceAll(key, {{"~", "~0"}, {"/", "~1"}});
 }
 
+// Either nlohmann::json or nlohmann::ordered_json: properties come out in
+// the order the schema object iterates.
+template <typename Json>
 class SchemaCompiler {
  public:
   explicit SchemaCompiler(JsonGrammar* g) : g_(g) {}
 
-  absl::StatusOr<int32_t> Compile(const nlohmann::json& s, const std::string& at, int depth) {
+  absl::StatusOr<int32_t> Compile(const Json& s, const std::string& at, int depth) {
     if (depth > kMaxSchemaDepth)
       return Error(at, absl::StrCat("the schema nests deeper than ", kMaxSchemaDepth, " levels"));
     if (s.is_boolean()) {
-      if (s.get<bool>()) return kAnyNode;
+      if (s.template get<bool>()) return kAnyNode;
       return Error(at, "a schema of false admits no value");
     }
     if (!s.is_object()) return Error(at, "a schema must be an object or true");
@@ -249,7 +253,7 @@ class SchemaCompiler {
       for (const auto& [key, value] : s.items())
         if (key != "anyOf" && !IsAnnotation(key))
           return Error(at, absl::StrCat("'anyOf' cannot be combined with '", key, "'"));
-      const nlohmann::json& alts = s["anyOf"];
+      const Json& alts = s["anyOf"];
       if (!alts.is_array() || alts.empty())
         return Error(at, "'anyOf' must be a non-empty array of schemas");
       Node node;
@@ -267,8 +271,8 @@ class SchemaCompiler {
     // The listed types, in order, without repeats.
     std::vector<std::string> types;
     if (s.contains("type")) {
-      const nlohmann::json& t = s["type"];
-      std::vector<nlohmann::json> names;
+      const Json& t = s["type"];
+      std::vector<Json> names;
       if (t.is_array()) {
         names.assign(t.begin(), t.end());
       } else {
@@ -277,9 +281,9 @@ class SchemaCompiler {
       if (names.empty()) return Error(at, "'type' must be a type name or a non-empty list of them");
       static const std::set<std::string> kTypes = {"object", "array",   "string", "number",
                                                    "integer", "boolean", "null"};
-      for (const nlohmann::json& n : names) {
+      for (const Json& n : names) {
         if (!n.is_string()) return Error(at, "'type' must be a type name or a non-empty list of them");
-        const std::string name = n.get<std::string>();
+        const std::string name = n.template get<std::string>();
         if (!kTypes.count(name)) return Error(at, absl::StrCat("unknown type '", name, "'"));
         if (std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
       }
@@ -319,17 +323,17 @@ class SchemaCompiler {
   }
 
   // A non-negative integer keyword, or `fallback` when absent.
-  static absl::StatusOr<int32_t> Count(const nlohmann::json& s, const std::string& at,
+  static absl::StatusOr<int32_t> Count(const Json& s, const std::string& at,
                                        const char* keyword, int32_t fallback) {
     if (!s.contains(keyword)) return fallback;
-    const nlohmann::json& v = s[keyword];
-    if (v.is_number_unsigned()) return static_cast<int32_t>(std::min<uint64_t>(v.get<uint64_t>(), kInf));
-    if (v.is_number_integer() && v.get<int64_t>() >= 0)
-      return static_cast<int32_t>(std::min<int64_t>(v.get<int64_t>(), kInf));
+    const Json& v = s[keyword];
+    if (v.is_number_unsigned()) return static_cast<int32_t>(std::min<uint64_t>(v.template get<uint64_t>(), kInf));
+    if (v.is_number_integer() && v.template get<int64_t>() >= 0)
+      return static_cast<int32_t>(std::min<int64_t>(v.template get<int64_t>(), kInf));
     return Error(at, absl::StrCat("'", keyword, "' must be a non-negative integer"));
   }
 
-  absl::StatusOr<int32_t> CompileLiterals(const nlohmann::json& s, const std::string& at,
+  absl::StatusOr<int32_t> CompileLiterals(const Json& s, const std::string& at,
                                           const std::vector<std::string>& types) {
     for (const auto& [key, value] : s.items())
       if (key != "enum" && key != "const" && key != "type" && !IsAnnotation(key))
@@ -337,15 +341,15 @@ class SchemaCompiler {
                                       "' cannot be combined with '", key, "'"));
     if (s.contains("enum") && s.contains("const"))
       return Error(at, "'enum' cannot be combined with 'const'");
-    std::vector<nlohmann::json> values;
+    std::vector<Json> values;
     if (s.contains("const")) {
       values.push_back(s["const"]);
     } else {
-      const nlohmann::json& e = s["enum"];
+      const Json& e = s["enum"];
       if (!e.is_array() || e.empty()) return Error(at, "'enum' must be a non-empty array");
       values.assign(e.begin(), e.end());
     }
-    auto of_type = [](const nlohmann::json& v, const std::string& type) {
+    auto of_type = [](const Json& v, const std::string& type) {
       if (type == "object") return v.is_object();
       if (type == "array") return v.is_array();
       if (type == "string") return v.is_string();
@@ -355,7 +359,7 @@ class SchemaCompiler {
       return v.is_null();
     };
     std::vector<std::string> literals;
-    for (const nlohmann::json& v : values) {
+    for (const Json& v : values) {
       bool keep = types.empty();
       for (const std::string& type : types) keep = keep || of_type(v, type);
       const std::string text = Compact(v);
@@ -370,7 +374,7 @@ class SchemaCompiler {
     return n;
   }
 
-  absl::StatusOr<int32_t> CompileType(const nlohmann::json& s, const std::string& at,
+  absl::StatusOr<int32_t> CompileType(const Json& s, const std::string& at,
                                       const std::string& type, int depth) {
     if (type == "number") return kNumberNode;
     if (type == "integer") return kIntegerNode;
@@ -417,20 +421,20 @@ class SchemaCompiler {
     // object
     bool closed = false;
     if (s.contains("additionalProperties")) {
-      const nlohmann::json& ap = s["additionalProperties"];
+      const Json& ap = s["additionalProperties"];
       if (!ap.is_boolean()) return Error(at, "'additionalProperties' must be a boolean");
-      closed = !ap.get<bool>();
+      closed = !ap.template get<bool>();
     }
     const bool has_props = s.contains("properties");
     if (has_props && s.contains("additionalProperties") && !closed)
       return Error(at, "'additionalProperties' must be false beside 'properties'");
     std::vector<std::string> required;
     if (s.contains("required")) {
-      const nlohmann::json& r = s["required"];
+      const Json& r = s["required"];
       if (!r.is_array()) return Error(at, "'required' must be an array of property names");
-      for (const nlohmann::json& name : r) {
+      for (const Json& name : r) {
         if (!name.is_string()) return Error(at, "'required' must be an array of property names");
-        required.push_back(name.get<std::string>());
+        required.push_back(name.template get<std::string>());
       }
     }
     if (!has_props && !closed) {
@@ -442,7 +446,7 @@ class SchemaCompiler {
     Node node;
     node.kind = NodeKind::kObject;
     if (has_props) {
-      const nlohmann::json& props = s["properties"];
+      const Json& props = s["properties"];
       if (!props.is_object()) return Error(at, "'properties' must be an object of schemas");
       for (const auto& [name, sub] : props.items()) {
         absl::StatusOr<int32_t> n =
@@ -1117,8 +1121,7 @@ class JsonConstraintImpl final : public JsonConstraint {
     Stacks s;
     if (!Run(&m, vocab_->tokens[token], &s))
       return absl::InvalidArgumentError(absl::StrCat(
-          "token ", token, " (", nlohmann::json(vocab_->tokens[token]).dump(-1, ' ', false,
-                                                                           nlohmann::json::error_handler_t::replace),
+          "token ", token, " (", Compact(nlohmann::json(vocab_->tokens[token])),
           ") cannot continue the JSON text"));
     stacks_.clear();
     for (const Link* top : s) {
@@ -1260,14 +1263,30 @@ std::shared_ptr<TokenConstraint> JsonConstraintFactory::Object() const {
   return std::make_shared<JsonConstraintImpl>(vocab_, object_grammar_);
 }
 
-absl::StatusOr<std::shared_ptr<TokenConstraint>> JsonConstraintFactory::Schema(
-    const nlohmann::json& schema) const {
+namespace {
+
+template <typename Json>
+absl::StatusOr<std::shared_ptr<TokenConstraint>> MakeSchemaConstraint(
+    std::shared_ptr<const JsonVocabulary> vocab, const Json& schema) {
   auto g = std::make_shared<JsonGrammar>();
-  SchemaCompiler compiler(g.get());
+  SchemaCompiler<Json> compiler(g.get());
   absl::StatusOr<int32_t> root = compiler.Compile(schema, "", 0);
   if (!root.ok()) return root.status();
   g->root = *root;
-  return std::shared_ptr<TokenConstraint>(std::make_shared<JsonConstraintImpl>(vocab_, std::move(g)));
+  return std::shared_ptr<TokenConstraint>(
+      std::make_shared<JsonConstraintImpl>(std::move(vocab), std::move(g)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<TokenConstraint>> JsonConstraintFactory::Schema(
+    const nlohmann::json& schema) const {
+  return MakeSchemaConstraint(vocab_, schema);
+}
+
+absl::StatusOr<std::shared_ptr<TokenConstraint>> JsonConstraintFactory::Schema(
+    const nlohmann::ordered_json& schema) const {
+  return MakeSchemaConstraint(vocab_, schema);
 }
 
 }  // namespace ladder

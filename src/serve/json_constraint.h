@@ -32,7 +32,8 @@
 // The schema subset (anything else is refused):
 //   type                  "object", "array", "string", "number", "integer",
 //                         "boolean", "null", or a non-empty list of them
-//   properties, required  properties come out in the schema's order; the
+//   properties, required  properties come out in the schema's order (see
+//                         Schema below); the
 //                         optional ones may be left out; no other property
 //                         appears (additionalProperties may only be absent or
 //                         false beside properties)
@@ -96,7 +97,12 @@ class JsonConstraintFactory {
   // the unsupported keyword or malformed part and its JSON pointer, e.g.
   // "response_format.json_schema.schema: unsupported keyword 'pattern' at
   // /properties/name" (the schema itself is "/").
+  // Properties come out in the order the schema object iterates:
+  // nlohmann::json sorts keys, nlohmann::ordered_json keeps the order of the
+  // text it was parsed from (what a client expects).
   absl::StatusOr<std::shared_ptr<TokenConstraint>> Schema(const nlohmann::json& schema) const;
+  absl::StatusOr<std::shared_ptr<TokenConstraint>> Schema(
+      const nlohmann::ordered_json& schema) const;
 
  private:
   std::shared_ptr<const JsonVocabulary> vocab_;

@@ -376,6 +376,18 @@ TEST(JsonConstraintTest, SchemaShapesTheObject) {
   EXPECT_EQ(Ids(allowed), std::vector<int32_t>{'{'});
 }
 
+TEST(JsonConstraintTest, OrderedSchemaKeepsItsPropertyOrder) {
+  JsonConstraintFactory factory(Tokenizer::ByteLevel());
+  const char kSchema[] = R"({"type": "object", "properties": {"b": {"type": "null"},
+                            "a": {"type": "null"}}, "required": ["b", "a"]})";
+  auto ordered = *factory.Schema(ordered_json::parse(kSchema));
+  EXPECT_TRUE(AcceptsAll(ordered, R"({"b": null, "a": null})"));
+  EXPECT_TRUE(ordered->Done());
+  EXPECT_FALSE(AcceptsAll(*factory.Schema(ordered_json::parse(kSchema)), R"({"a")"));
+  // nlohmann::json iterates its keys sorted.
+  EXPECT_TRUE(AcceptsAll(*factory.Schema(json::parse(kSchema)), R"({"a": null, "b": null})"));
+}
+
 TEST(JsonConstraintTest, SchemaErrorsNameKeywordAndPointer) {
   JsonConstraintFactory factory(Tokenizer::ByteLevel());
   const std::string p = "response_format.json_schema.schema: ";
