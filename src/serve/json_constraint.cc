@@ -22,7 +22,11 @@ int32_t Add(int64_t a, int64_t b) { return static_cast<int32_t>(std::min<int64_t
 int32_t Mul(int64_t a, int64_t b) { return static_cast<int32_t>(std::min<int64_t>(kInf, a * b)); }
 
 constexpr int kMaxIntDigits = 16, kMaxFracDigits = 16, kMaxExpDigits = 2;
+// Bounds on a client's schema: its nesting (the compiler recurses), and its
+// size (undecided anyOf alternatives multiply the automaton's stacks, at
+// most as many as there are subschemas).
 constexpr int kMaxSchemaDepth = 64;
+constexpr size_t kMaxSchemaNodes = 4096;
 
 // Annotation keywords: allowed anywhere in a schema, and ignored.
 bool IsAnnotation(const std::string& key) {
@@ -237,14 +241,16 @@ class SchemaCompiler {
   absl::StatusOr<int32_t> Compile(const Json& s, const std::string& at, int depth) {
     if (depth > kMaxSchemaDepth)
       return Error(at, absl::StrCat("the schema nests deeper than ", kMaxSchemaDepth, " levels"));
+    if (g_->nodes.size() >= kMaxSchemaNodes)
+      return Error(at, absl::StrCat("the schema has more than ", kMaxSchemaNodes, " subschemas"));
     if (s.is_boolean()) {
       if (s.template get<bool>()) return kAnyNode;
       return Error(at, "a schema of false admits no value");
     }
     if (!s.is_object()) return Error(at, "a schema must be an object or true");
     static const std::set<std::string> kKnown = {
-        "type",     "enum",     "const",     "anyOf",     "properties", "required",
-        "items",    "minItems", "maxItems",  "minLength", "maxLength",  "additionalProperties"};
+        "type",  "enum",     "const",    "anyOf",     "properties", "required",
+        "items", "minItems", "maxItems", "minLength", "maxLength",  "additionalProperties"};
     for (const auto& [key, value] : s.items())
       if (!IsAnnotation(key) && !kKnown.count(key))
         return Error(at, absl::StrCat("unsupported keyword '", key, "'"));
@@ -279,10 +285,11 @@ class SchemaCompiler {
         names.push_back(t);
       }
       if (names.empty()) return Error(at, "'type' must be a type name or a non-empty list of them");
-      static const std::set<std::string> kTypes = {"object", "array",   "string", "number",
+      static const std::set<std::string> kTypes = {"object",  "array",   "string", "number",
                                                    "integer", "boolean", "null"};
       for (const Json& n : names) {
-        if (!n.is_string()) return Error(at, "'type' must be a type name or a non-empty list of them");
+        if (!n.is_string())
+          return Error(at, "'type' must be a type name or a non-empty list of them");
         const std::string name = n.template get<std::string>();
         if (!kTypes.count(name)) return Error(at, absl::StrCat("unknown type '", name, "'"));
         if (std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
@@ -292,13 +299,13 @@ class SchemaCompiler {
       return std::find(types.begin(), types.end(), name) != types.end();
     };
     static const std::vector<std::pair<std::string, std::string>> kTypeKeywords = {
-        {"properties", "object"}, {"required", "object"},  {"additionalProperties", "object"},
-        {"items", "array"},       {"minItems", "array"},   {"maxItems", "array"},
+        {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
+        {"items", "array"},       {"minItems", "array"},  {"maxItems", "array"},
         {"minLength", "string"},  {"maxLength", "string"}};
     for (const auto& [keyword, type] : kTypeKeywords)
       if (s.contains(keyword) && !has_type(type))
-        return Error(at, absl::StrCat("keyword '", keyword, "' needs a 'type' that includes '",
-                                      type, "'"));
+        return Error(
+            at, absl::StrCat("keyword '", keyword, "' needs a 'type' that includes '", type, "'"));
 
     if (s.contains("enum") || s.contains("const")) return CompileLiterals(s, at, types);
     if (types.empty()) return kAnyNode;
@@ -318,16 +325,17 @@ class SchemaCompiler {
 
  private:
   static absl::Status Error(const std::string& at, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("response_format.json_schema.schema: ", what,
-                                                   " at ", at.empty() ? "/" : at));
+    return absl::InvalidArgumentError(
+        absl::StrCat("response_format.json_schema.schema: ", what, " at ", at.empty() ? "/" : at));
   }
 
   // A non-negative integer keyword, or `fallback` when absent.
-  static absl::StatusOr<int32_t> Count(const Json& s, const std::string& at,
-                                       const char* keyword, int32_t fallback) {
+  static absl::StatusOr<int32_t> Count(const Json& s, const std::string& at, const char* keyword,
+                                       int32_t fallback) {
     if (!s.contains(keyword)) return fallback;
     const Json& v = s[keyword];
-    if (v.is_number_unsigned()) return static_cast<int32_t>(std::min<uint64_t>(v.template get<uint64_t>(), kInf));
+    if (v.is_number_unsigned())
+      return static_cast<int32_t>(std::min<uint64_t>(v.template get<uint64_t>(), kInf));
     if (v.is_number_integer() && v.template get<int64_t>() >= 0)
       return static_cast<int32_t>(std::min<int64_t>(v.template get<int64_t>(), kInf));
     return Error(at, absl::StrCat("'", keyword, "' must be a non-negative integer"));
@@ -374,8 +382,8 @@ class SchemaCompiler {
     return n;
   }
 
-  absl::StatusOr<int32_t> CompileType(const Json& s, const std::string& at,
-                                      const std::string& type, int depth) {
+  absl::StatusOr<int32_t> CompileType(const Json& s, const std::string& at, const std::string& type,
+                                      int depth) {
     if (type == "number") return kNumberNode;
     if (type == "integer") return kIntegerNode;
     if (type == "boolean") return kBooleanNode;
@@ -462,16 +470,16 @@ class SchemaCompiler {
     for (const std::string& name : required) {
       const std::string key = Compact(nlohmann::json(name));
       if (std::find(node.literals.begin(), node.literals.end(), key) == node.literals.end())
-        return Error(at, absl::StrCat("'required' names '", name,
-                                      "', which 'properties' does not define"));
+        return Error(
+            at, absl::StrCat("'required' names '", name, "', which 'properties' does not define"));
     }
     const size_t n = node.props.size();
     node.rest.assign(n + 1, 0);
     for (size_t p = n; p-- > 0;) {
       node.rest[p] = node.rest[p + 1];
       if (node.props[p].required)
-        node.rest[p] = Add(node.rest[p], Add(node.literals[p].size() + 2,
-                                             g_->nodes[node.props[p].node].shortest));
+        node.rest[p] = Add(
+            node.rest[p], Add(node.literals[p].size() + 2, g_->nodes[node.props[p].node].shortest));
     }
     node.shortest = Add(node.rest[0] > 0 ? node.rest[0] - 1 : 0, 2);
     return g_->Add(std::move(node));
@@ -506,10 +514,20 @@ enum StringPhase : uint8_t {
   kStrUtf8,    // inside a multi-byte UTF-8 character
   kStrEscape,  // after '\'
   kStrHex,     // inside \uXXXX
-  kStrLowBackslash, kStrLowU, kStrLowHex,  // the low surrogate's \uXXXX
+  // After a high surrogate's \uXXXX: the low surrogate's \, u, and XXXX.
+  kStrLowBackslash,
+  kStrLowU,
+  kStrLowHex,
 };
 enum NumberPhase : uint8_t {
-  kNumStart, kNumMinus, kNumZero, kNumInt, kNumFracStart, kNumFrac, kNumExpStart, kNumExpSign,
+  kNumStart,
+  kNumMinus,
+  kNumZero,
+  kNumInt,
+  kNumFracStart,
+  kNumFrac,
+  kNumExpStart,
+  kNumExpSign,
   kNumExp,
 };
 
@@ -518,8 +536,9 @@ struct Frame {
   int32_t node = 0;  // grammar node
   FrameKind kind = FrameKind::kRoot;
   uint8_t phase = 0;
-  uint8_t ws = 0;   // whitespace bytes in a row in the current gap
-  uint8_t aux = 0;  // String: UTF-8 bytes still due, or hex digits read; Number: digits in this part
+  uint8_t ws = 0;  // whitespace bytes in a row in the current gap
+  uint8_t aux =
+      0;  // String: UTF-8 bytes still due, or hex digits read; Number: digits in this part
   // String: code points so far (counted only while they matter: up to
   // minLength, or all under maxLength); Array: items so far; Object: the
   // first property that may still come.
@@ -601,12 +620,18 @@ class Machine {
   // cannot come next).
   void Step(const Link* top, uint8_t c, Stacks* out) {
     switch (top->f.kind) {
-      case FrameKind::kRoot: return StepRoot(top, c, out);
-      case FrameKind::kObject: return StepObject(top, c, out);
-      case FrameKind::kArray: return StepArray(top, c, out);
-      case FrameKind::kString: return StepString(top, c, out);
-      case FrameKind::kNumber: return StepNumber(top, c, out);
-      case FrameKind::kLiteral: return StepLiteral(top, c, out);
+      case FrameKind::kRoot:
+        return StepRoot(top, c, out);
+      case FrameKind::kObject:
+        return StepObject(top, c, out);
+      case FrameKind::kArray:
+        return StepArray(top, c, out);
+      case FrameKind::kString:
+        return StepString(top, c, out);
+      case FrameKind::kNumber:
+        return StepNumber(top, c, out);
+      case FrameKind::kLiteral:
+        return StepLiteral(top, c, out);
     }
   }
 
@@ -635,15 +660,16 @@ class Machine {
   // Whether candidate k of `lits` still matches a frame at (sel, pos).
   static bool Alive(const std::vector<std::string>& lits, int32_t k, int32_t sel, int32_t pos) {
     const std::string& a = lits[k];
-    return static_cast<int32_t>(a.size()) >= pos && std::memcmp(a.data(), lits[sel].data(), pos) == 0;
+    return static_cast<int32_t>(a.size()) >= pos &&
+           std::memcmp(a.data(), lits[sel].data(), pos) == 0;
   }
   // The first candidate in [lo, hi) that matches (sel, pos) and has c next,
   // or -1.
   static int32_t Match(const std::vector<std::string>& lits, int32_t lo, int32_t hi, int32_t sel,
                        int32_t pos, uint8_t c) {
     for (int32_t k = lo; k < hi; ++k)
-      if (static_cast<int32_t>(lits[k].size()) > pos &&
-          static_cast<uint8_t>(lits[k][pos]) == c && Alive(lits, k, sel, pos))
+      if (static_cast<int32_t>(lits[k].size()) > pos && static_cast<uint8_t>(lits[k][pos]) == c &&
+          Alive(lits, k, sel, pos))
         return k;
     return -1;
   }
@@ -660,16 +686,22 @@ class Machine {
   int32_t OwnShortest(const Frame& f) const {
     const Node& n = N(f);
     switch (f.kind) {
-      case FrameKind::kRoot: return f.phase == kRootBefore ? n.shortest : 0;
-      case FrameKind::kObject: return ObjectShortest(f, n);
+      case FrameKind::kRoot:
+        return f.phase == kRootBefore ? n.shortest : 0;
+      case FrameKind::kObject:
+        return ObjectShortest(f, n);
       case FrameKind::kArray: {
         const int64_t item = g_.nodes[n.items].shortest;
         const int64_t min = n.min_count, done = f.count;
         switch (f.phase) {
-          case kArrOpen: return min == 0 ? 1 : Add(Add(Mul(min, item), min - 1), 1);
-          case kArrItem: return Add(Mul(std::max<int64_t>(0, min - done - 1), item + 1), 1);
-          case kArrAfterItem: return Add(Mul(std::max<int64_t>(0, min - done), item + 1), 1);
-          default: return Add(Add(item, Mul(std::max<int64_t>(0, min - done - 1), item + 1)), 1);
+          case kArrOpen:
+            return min == 0 ? 1 : Add(Add(Mul(min, item), min - 1), 1);
+          case kArrItem:
+            return Add(Mul(std::max<int64_t>(0, min - done - 1), item + 1), 1);
+          case kArrAfterItem:
+            return Add(Mul(std::max<int64_t>(0, min - done), item + 1), 1);
+          default:
+            return Add(Add(item, Mul(std::max<int64_t>(0, min - done - 1), item + 1)), 1);
         }
       }
       case FrameKind::kString: {
@@ -678,16 +710,22 @@ class Machine {
         const bool in_char = f.phase != kStrChars;
         const int32_t tail = 1 + std::max<int32_t>(0, n.min_count - f.count - (in_char ? 1 : 0));
         switch (f.phase) {
-          case kStrChars: return tail;
-          case kStrUtf8: return f.aux + tail;
-          case kStrEscape: return 1 + tail;
+          case kStrChars:
+            return tail;
+          case kStrUtf8:
+            return f.aux + tail;
+          case kStrEscape:
+            return 1 + tail;
           case kStrHex: {
             const int32_t top = f.aux >= 2 ? f.pos >> (4 * (f.aux - 2)) : 0;
             return 4 - f.aux + (top >= 0xD8 && top <= 0xDB ? 6 : 0) + tail;
           }
-          case kStrLowBackslash: return 6 + tail;
-          case kStrLowU: return 5 + tail;
-          default: return 4 - f.aux + tail;
+          case kStrLowBackslash:
+            return 6 + tail;
+          case kStrLowU:
+            return 5 + tail;
+          default:
+            return 4 - f.aux + tail;
         }
       }
       case FrameKind::kNumber:
@@ -710,13 +748,20 @@ class Machine {
     if (n.kind == NodeKind::kFreeObject) {
       // Shortest: `"":0}` after a comma.
       switch (f.phase) {
-        case kObjOpen: return 1;
-        case kObjKey: return 3;  // the key's string is the frame above
-        case kObjColon: return 3;
-        case kObjBeforeValue: return 2;
-        case kObjValue: return 1;
-        case kObjAfterValue: return 1;
-        default: return 5;
+        case kObjOpen:
+          return 1;
+        case kObjKey:
+          return 3;  // the key's string is the frame above
+        case kObjColon:
+          return 3;
+        case kObjBeforeValue:
+          return 2;
+        case kObjValue:
+          return 1;
+        case kObjAfterValue:
+          return 1;
+        default:
+          return 5;
       }
     }
     // A property k written from here: its key's remaining bytes, ':', its
@@ -725,7 +770,8 @@ class Machine {
       return Add(Add(key_left + 1, g_.nodes[n.props[k].node].shortest), Add(n.rest[k + 1], 1));
     };
     switch (f.phase) {
-      case kObjOpen: return Add(n.rest[0] > 0 ? n.rest[0] - 1 : 0, 1);
+      case kObjOpen:
+        return Add(n.rest[0] > 0 ? n.rest[0] - 1 : 0, 1);
       case kObjKey: {
         int32_t best = kInf;
         for (int32_t k = f.count; k < KeyEnd(n, f.count); ++k)
@@ -733,10 +779,14 @@ class Machine {
             best = std::min(best, via(k, static_cast<int32_t>(n.literals[k].size()) - f.pos));
         return best;
       }
-      case kObjColon: return via(f.sel, 0);
-      case kObjBeforeValue: return Add(g_.nodes[n.props[f.sel].node].shortest, Add(n.rest[f.sel + 1], 1));
-      case kObjValue: return Add(n.rest[f.sel + 1], 1);
-      case kObjAfterValue: return Add(n.rest[f.count], 1);
+      case kObjColon:
+        return via(f.sel, 0);
+      case kObjBeforeValue:
+        return Add(g_.nodes[n.props[f.sel].node].shortest, Add(n.rest[f.sel + 1], 1));
+      case kObjValue:
+        return Add(n.rest[f.sel + 1], 1);
+      case kObjAfterValue:
+        return Add(n.rest[f.count], 1);
       default: {
         int32_t best = kInf;
         for (int32_t k = f.count; k < KeyEnd(n, f.count); ++k)
@@ -764,7 +814,9 @@ class Machine {
     Frame f = parent->f;
     f.ws = 0;
     switch (f.kind) {
-      case FrameKind::kRoot: f.phase = closed ? kRootDone : kRootAfter; break;
+      case FrameKind::kRoot:
+        f.phase = closed ? kRootDone : kRootAfter;
+        break;
       case FrameKind::kArray:
         f.phase = kArrAfterItem;
         ++f.count;
@@ -860,8 +912,7 @@ class Machine {
           f.sel = f.count;
           return StepObject(Replace(top, f), c, out);
         }
-        if (c == '}' && f.phase != kObjAfterComma &&
-            (free || n.rest[f.count] == 0))
+        if (c == '}' && f.phase != kObjAfterComma && (free || n.rest[f.count] == 0))
           return Close(top, out);
         if (c == ',' && f.phase == kObjAfterValue && (free || f.count < props)) {
           f.phase = kObjAfterComma;
@@ -1031,8 +1082,10 @@ class Machine {
         if (c == '-') to(kNumMinus, 0);
         [[fallthrough]];
       case kNumMinus:
-        if (c == '0') to(kNumZero, 1);
-        else if (digit) to(kNumInt, 1);
+        if (c == '0')
+          to(kNumZero, 1);
+        else if (digit)
+          to(kNumInt, 1);
         break;
       case kNumZero:
       case kNumInt:
@@ -1073,8 +1126,10 @@ class Machine {
     bool complete = false, longer = false;
     for (int32_t i = 0; i < count; ++i)
       if (Alive(lits, i, g.sel, g.pos)) {
-        if (static_cast<int32_t>(lits[i].size()) == g.pos) complete = true;
-        else longer = true;
+        if (static_cast<int32_t>(lits[i].size()) == g.pos)
+          complete = true;
+        else
+          longer = true;
       }
     if (complete && !longer && !IsDigit(c)) return Close(top, out);
     out->push_back(Replace(top, g));
@@ -1120,9 +1175,9 @@ class JsonConstraintImpl final : public JsonConstraint {
     Machine m(*grammar_, &arena_);
     Stacks s;
     if (!Run(&m, vocab_->tokens[token], &s))
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token ", token, " (", Compact(nlohmann::json(vocab_->tokens[token])),
-          ") cannot continue the JSON text"));
+      return absl::InvalidArgumentError(absl::StrCat("token ", token, " (",
+                                                     Compact(nlohmann::json(vocab_->tokens[token])),
+                                                     ") cannot continue the JSON text"));
     stacks_.clear();
     for (const Link* top : s) {
       std::vector<Frame> frames;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -86,7 +87,8 @@ bool Valid(const ordered_json& v, const json& schema) {
     if (t == "number" && v.is_number()) return true;
     if (t == "string" && v.is_string()) {
       const size_t n = CodePoints(v.get<std::string>());
-      if (n >= schema.value("minLength", 0u) && n <= schema.value("maxLength", 1u << 30)) return true;
+      if (n >= schema.value("minLength", 0u) && n <= schema.value("maxLength", 1u << 30))
+        return true;
     }
     if (t == "array" && v.is_array()) {
       bool ok = v.size() >= schema.value("minItems", 0u) &&
@@ -241,7 +243,9 @@ void RandomWalks(const Tokenizer& tok, bool check_brute, int walks_per_budget) {
   }
 }
 
-TEST(JsonConstraintTest, RandomWalksOverBytesParseAndMatch) { RandomWalks(Tokenizer::ByteLevel(), false, 6); }
+TEST(JsonConstraintTest, RandomWalksOverBytesParseAndMatch) {
+  RandomWalks(Tokenizer::ByteLevel(), false, 6);
+}
 
 TEST(JsonConstraintTest, RandomWalksOverBpeParseAndMatch) { RandomWalks(SmallBpe(), false, 6); }
 
@@ -329,13 +333,13 @@ TEST(JsonConstraintTest, LexicalRules) {
   // Strings: escapes, surrogate pairs, UTF-8.
   EXPECT_TRUE(AcceptsAll(any(), "\"a\\n\\\"\\u00e9\\ud83d\\ude00\xc3\xa9\xf0\x9f\x98\x80\""));
   EXPECT_FALSE(AcceptsAll(any(), "\"\\x"));
-  EXPECT_FALSE(AcceptsAll(any(), "\"\\ude00"));     // a lone low surrogate
-  EXPECT_FALSE(AcceptsAll(any(), "\"\\ud83d\""));   // a high one alone
+  EXPECT_FALSE(AcceptsAll(any(), "\"\\ude00"));    // a lone low surrogate
+  EXPECT_FALSE(AcceptsAll(any(), "\"\\ud83d\""));  // a high one alone
   EXPECT_FALSE(AcceptsAll(any(), "\"\\ud83d\\u0041"));
-  EXPECT_FALSE(AcceptsAll(any(), "\"\xc0\xaf"));    // overlong
+  EXPECT_FALSE(AcceptsAll(any(), "\"\xc0\xaf"));      // overlong
   EXPECT_FALSE(AcceptsAll(any(), "\"\xed\xa0\x80"));  // an encoded surrogate
-  EXPECT_FALSE(AcceptsAll(any(), "\"\xc3\""));      // cut inside a character
-  EXPECT_FALSE(AcceptsAll(any(), "\"\x01"));        // a raw control character
+  EXPECT_FALSE(AcceptsAll(any(), "\"\xc3\""));        // cut inside a character
+  EXPECT_FALSE(AcceptsAll(any(), "\"\x01"));          // a raw control character
   // Whitespace: bounded runs, none after the value.
   EXPECT_TRUE(AcceptsAll(object(), "\n{" + std::string(kMaxWhitespace, ' ') + "}"));
   EXPECT_FALSE(AcceptsAll(object(), "{" + std::string(kMaxWhitespace + 1, ' ')));
@@ -356,13 +360,14 @@ TEST(JsonConstraintTest, SchemaShapesTheObject) {
   const json schema = json::parse(kSchemas[0]);  // properties: age, extra, name, ok, tags
   auto make = [&] { return *factory.Schema(schema); };
   EXPECT_TRUE(AcceptsAll(make(), R"({"age": 3, "name": "x", "tags": ["a"]})"));
-  EXPECT_TRUE(AcceptsAll(make(), R"({"age":3,"extra":null,"name":"x","ok":true,"tags":["a","c"]})"));
-  EXPECT_FALSE(AcceptsAll(make(), R"({"name")"));              // out of order
-  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "tags")"));    // skips required "name"
-  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3.5)"));          // an integer
-  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3})"));           // required missing
-  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "other")"));   // not a property
-  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "name": "")"));  // minLength 1
+  EXPECT_TRUE(
+      AcceptsAll(make(), R"({"age":3,"extra":null,"name":"x","ok":true,"tags":["a","c"]})"));
+  EXPECT_FALSE(AcceptsAll(make(), R"({"name")"));                        // out of order
+  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "tags")"));              // skips required "name"
+  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3.5)"));                    // an integer
+  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3})"));                     // required missing
+  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "other")"));             // not a property
+  EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "name": "")"));          // minLength 1
   EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "name": "123456789)"));  // maxLength 8
   EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "name": "x", "tags": [])"));  // minItems 1
   EXPECT_FALSE(AcceptsAll(make(), R"({"age": 3, "name": "x", "tags": ["a","b","c",)"));
@@ -439,6 +444,14 @@ TEST(JsonConstraintTest, SchemaErrorsNameKeywordAndPointer) {
   absl::StatusOr<std::shared_ptr<TokenConstraint>> c = factory.Schema(deep);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("nests deeper than 64 levels"), std::string::npos);
+  // So is a huge one.
+  json wide = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 5000; ++i)
+    wide["properties"][absl::StrCat("p", 10000 + i)] = {{"type", "string"}, {"maxLength", 1}};
+  c = factory.Schema(wide);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            p + "the schema has more than 4096 subschemas at /properties/p14087");
 }
 
 double ThreadCpuMs() {
