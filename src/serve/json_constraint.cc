@@ -1163,6 +1163,7 @@ class JsonConstraintImpl final : public JsonConstraint {
     walk_.best = kInf;
     walk_.best_tokens.clear();
     Walk(0, 0);
+    walk_.m = nullptr;
     // No token fits the budget: the shortest way forward.
     if (!walk_.any)
       for (int32_t t : walk_.best_tokens) (*allowed)[t] = 1;
