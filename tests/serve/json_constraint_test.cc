@@ -166,6 +166,10 @@ std::string Walk(const Tokenizer& tok, const std::shared_ptr<TokenConstraint>& c
     c->Allowed(budget - used, &allowed);
     if (check_brute && (*rng)() % 4 == 0) {
       EXPECT_EQ(allowed, BruteAllowed(tok, AsJson(c), budget - used)) << "after " << text;
+      // And a budget too small to finish: the shortest way forward.
+      std::vector<char> tight;
+      c->Allowed(1, &tight);
+      EXPECT_EQ(tight, BruteAllowed(tok, AsJson(c), 1)) << "after " << text;
     }
     const std::vector<int32_t> ids = Ids(allowed);
     EXPECT_FALSE(ids.empty()) << "nothing allowed after " << text;
