@@ -33,14 +33,14 @@
 //   type                  "object", "array", "string", "number", "integer",
 //                         "boolean", "null", or a non-empty list of them
 //   properties, required  properties come out in the schema's order (see
-//                         Schema below); the
-//                         optional ones may be left out; no other property
-//                         appears (additionalProperties may only be absent or
-//                         false beside properties)
+//                         Schema below); the optional ones may be left out;
+//                         no other property appears (additionalProperties may
+//                         only be absent or false beside properties)
 //   additionalProperties  a boolean; an object with no properties is any
 //                         object unless it is false (then only {})
 //   items, minItems, maxItems
-//   minLength, maxLength  in Unicode code points (an escape is one)
+//   minLength, maxLength  in Unicode code points (an escape, or an escaped
+//                         surrogate pair, is one)
 //   enum, const           the values in their compact form (no whitespace);
 //                         beside them only `type`, which keeps the values of
 //                         those types
@@ -49,6 +49,12 @@
 //                         ignored
 // Keywords that apply to one type (properties, items, minLength, ...) need a
 // `type` that includes it. A schema of `true` or `{}` is any JSON value.
+// Schemas nest at most 64 levels and hold at most 4096 subschemas (undecided
+// anyOf alternatives multiply the automaton's stacks, so this bounds the
+// work per token).
+//
+// Threads: the factory is immutable (any thread); each constraint is used by
+// one thread at a time (token_constraint.h).
 #pragma once
 
 #include <cstdint>
