@@ -385,6 +385,20 @@ TEST(JsonConstraintTest, SchemaShapesTheObject) {
   EXPECT_EQ(Ids(allowed), std::vector<int32_t>{'{'});
 }
 
+TEST(JsonConstraintTest, LengthsCountCodePoints) {
+  JsonConstraintFactory factory(Tokenizer::ByteLevel());
+  auto one = [&] { return *factory.Schema(json::parse(R"({"type": "string", "maxLength": 1})")); };
+  for (const char* text : {"\"\\ud83d\\ude00\"", "\"\xf0\x9f\x98\x80\"", "\"\\n\""}) {
+    auto c = one();
+    EXPECT_TRUE(AcceptsAll(c, text)) << text;
+    EXPECT_TRUE(c->Done()) << text;
+  }
+  EXPECT_FALSE(AcceptsAll(one(),
+                          "\"\xc3\xa9"
+                          "a"));
+  EXPECT_FALSE(AcceptsAll(one(), "\"\\ud83d\\ude00\\n"));
+}
+
 TEST(JsonConstraintTest, OrderedSchemaKeepsItsPropertyOrder) {
   JsonConstraintFactory factory(Tokenizer::ByteLevel());
   const char kSchema[] = R"({"type": "object", "properties": {"b": {"type": "null"},
@@ -521,9 +535,10 @@ TEST(JsonConstraintTest, AllowedIsFastOnALargeVocabulary) {
       ASSERT_TRUE(c->Accept(ids[walk_rng() % ids.size()]).ok());
     }
   }
-  std::printf("vocabulary %d, random json_object walks: Allowed %.2f ms of CPU per call on "
-              "average, %.2f ms at worst (%d calls)\n",
-              tok->vocab_size(), total / calls, worst, calls);
+  std::printf(
+      "vocabulary %d, random json_object walks: Allowed %.2f ms of CPU per call on "
+      "average, %.2f ms at worst (%d calls)\n",
+      tok->vocab_size(), total / calls, worst, calls);
   EXPECT_LT(total / calls, 50);
 }
 
