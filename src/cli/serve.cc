@@ -98,6 +98,11 @@ absl::Status Serve(const ServeFlags& f) {
   lo.engine.max_running = static_cast<int>(f.max_running);
   lo.max_waiting = static_cast<int>(f.max_waiting);
 
+  std::unique_ptr<RemotePrefill> remote;
+  if (f.role == "decode") {
+    ASSIGN_OR_RETURN(remote, RemotePrefill::Create(f.prefill_addr, cfg, lo.engine.kv_format));
+  }
+
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, backend.get(), weights));
   if (f.role == "prefill") {
@@ -119,9 +124,7 @@ absl::Status Serve(const ServeFlags& f) {
     std::fprintf(stderr, "ladder serve: stopped\n");
     return absl::OkStatus();
   }
-  std::unique_ptr<RemotePrefill> remote;
   if (f.role == "decode") {
-    ASSIGN_OR_RETURN(remote, RemotePrefill::Create(f.prefill_addr, cfg, lo.engine.kv_format));
     // A mismatched prefill server is a configuration error; one that is not
     // up yet is fine (requests get 503 until it is).
     if (absl::Status s = remote->Check(); !s.ok()) {

@@ -151,10 +151,12 @@ absl::StatusOr<std::string> RemotePrefill::Prefill(const std::vector<int32_t>& p
   if (prompt.size() < 2) {
     return absl::InvalidArgumentError("a remote prefill needs a prompt of 2 tokens or more");
   }
-  for (int attempt = 0;; ++attempt) {
+  absl::Status first;  // the pooled connection's failure, if any
+  for (;;) {
     bool reused = false;
     absl::StatusOr<int> fd = Take(&reused);
-    if (!fd.ok()) return Annotate(fd.status());
+    // When the retry cannot even connect, the first failure says more.
+    if (!fd.ok()) return Annotate(first.ok() ? fd.status() : first);
     absl::StatusOr<std::string> rows = Exchange(*fd, prompt);
     if (rows.ok()) {
       Put(*fd);
@@ -163,7 +165,10 @@ absl::StatusOr<std::string> RemotePrefill::Prefill(const std::vector<int32_t>& p
     close(*fd);
     // A pooled connection may have died while idle (the prefill server
     // restarted): that shows as a closed connection, and a fresh one may work.
-    if (reused && attempt == 0 && rows.status().code() == absl::StatusCode::kUnavailable) continue;
+    if (reused && first.ok() && rows.status().code() == absl::StatusCode::kUnavailable) {
+      first = rows.status();
+      continue;
+    }
     return Annotate(rows.status());
   }
 }
