@@ -119,8 +119,8 @@ absl::Status Serve(const ServeFlags& f) {
                  WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
                  KvFormatName(po.kv_format), po.host.c_str(), prefill->port());
     std::fflush(stderr);
-    RETURN_IF_ERROR(ServeUntilSignal([&] { return prefill->Serve(); },
-                                     [&] { prefill->Shutdown(); }));
+    RETURN_IF_ERROR(
+        ServeUntilSignal([&] { return prefill->Serve(); }, [&] { prefill->Shutdown(); }));
     std::fprintf(stderr, "ladder serve: stopped\n");
     return absl::OkStatus();
   }

@@ -62,11 +62,12 @@ absl::StatusOr<KvCache> KvCache::Create(const GptConfig& cfg, Backend* backend, 
 template <typename CopyFn>
 absl::Status KvCache::ForEachRowRun(absl::Span<const int32_t> table, int64_t tokens,
                                     CopyFn copy) const {
-  if (tokens < 0 || (tokens + kBlockTokens - 1) / kBlockTokens > static_cast<int64_t>(table.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("a block table of ", table.size(),
-                                                   " blocks cannot hold ", tokens, " tokens"));
+  const int64_t blocks = (tokens + kBlockTokens - 1) / kBlockTokens;
+  if (tokens < 0 || blocks > static_cast<int64_t>(table.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a block table of ", table.size(), " blocks cannot hold ", tokens, " tokens"));
   }
-  for (int64_t b = 0; b < (tokens + kBlockTokens - 1) / kBlockTokens; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {
     if (table[b] < 0 || table[b] >= num_blocks_) {
       return absl::InvalidArgumentError(
           absl::StrCat("block ", table[b], " is outside the cache of ", num_blocks_, " blocks"));
@@ -84,8 +85,8 @@ absl::Status KvCache::ForEachRowRun(absl::Span<const int32_t> table, int64_t tok
       // A block's 16 rows are contiguous; a sequence's blocks need not be.
       for (int64_t p = 0; p < tokens; p += kBlockTokens) {
         const int64_t rows = std::min<int64_t>(kBlockTokens, tokens - p);
-        const Tensor run = t.Slice(int64_t{table[p / kBlockTokens]} * kBlockTokens * width,
-                                   {rows, width});
+        const Tensor run =
+            t.Slice(int64_t{table[p / kBlockTokens]} * kBlockTokens * width, {rows, width});
         RETURN_IF_ERROR(copy(run, offset));
         offset += static_cast<int64_t>(run.bytes());
       }
@@ -106,8 +107,8 @@ absl::Status KvCache::WriteRows(absl::Span<const int32_t> table, int64_t tokens,
                                 absl::string_view rows) {
   const int64_t want = tokens * bytes_per_token_;
   if (static_cast<int64_t>(rows.size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("the rows of ", tokens, " tokens take ", want,
-                                                   " bytes, got ", rows.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the rows of ", tokens, " tokens take ", want, " bytes, got ", rows.size()));
   }
   return ForEachRowRun(table, tokens, [&](const Tensor& run, int64_t offset) {
     return backend_->CopyFromHost(run, rows.data() + offset);

@@ -61,8 +61,8 @@ absl::StatusOr<int64_t> Engine::SubmitPrefilled(EngineRequest request, std::stri
   const int64_t tokens = static_cast<int64_t>(request.prompt.size()) - 1;
   const int64_t want = tokens * KvCache::BytesPerToken(model_->config(), cfg_.kv_format);
   if (static_cast<int64_t>(rows.size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("the prefilled rows of ", tokens, " tokens take ",
-                                                   want, " bytes, got ", rows.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prefilled rows of ", tokens, " tokens take ", want, " bytes, got ", rows.size()));
   }
   ASSIGN_OR_RETURN(const int64_t id, Submit(std::move(request)));
   prefilled_[id] = std::move(rows);

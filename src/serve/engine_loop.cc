@@ -72,8 +72,7 @@ absl::StatusOr<int64_t> EngineLoop::Submit(EngineRequest request, Callback on_ev
   Submission sub{std::move(request), std::move(on_event)};
   // A one-token prompt has nothing to ship: its only token is the one the
   // engine runs itself before sampling.
-  if (remote_prefill_ != nullptr && sub.request.prompt.size() >= 2 &&
-      !sub.request.echo_logprobs) {
+  if (remote_prefill_ != nullptr && sub.request.prompt.size() >= 2 && !sub.request.echo_logprobs) {
     RETURN_IF_ERROR(engine_->Check(sub.request));
     ASSIGN_OR_RETURN(sub.prefilled, remote_prefill_->Prefill(sub.request.prompt));
   }

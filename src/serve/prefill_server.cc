@@ -45,10 +45,9 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(Gpt* model,
         absl::StrCat("max_batch_tokens must be >= 1, got ", options.max_batch_tokens));
   }
   // One context's blocks: the prompt being prefilled is the only sequence.
-  ASSIGN_OR_RETURN(KvCache cache,
-                   KvCache::Create(model->config(), model->backend(),
-                                   KvBlockPool::BlocksFor(model->config().context),
-                                   options.kv_format));
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model->config(), model->backend(),
+                                                  KvBlockPool::BlocksFor(model->config().context),
+                                                  options.kv_format));
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -61,8 +60,8 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(Gpt* model,
   const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
   const int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  const bool listening = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                         listen(fd, SOMAXCONN) == 0;
+  const bool listening =
+      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0;
   freeaddrinfo(found);
   if (!listening) {
     const std::string why = std::strerror(errno);
@@ -73,9 +72,9 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(Gpt* model,
   sockaddr_storage bound = {};
   socklen_t len = sizeof bound;
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  const int bound_port = ntohs(bound.ss_family == AF_INET6
-                                   ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                   : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int bound_port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::unique_ptr<PrefillServer> s(
       new PrefillServer(model, options, std::move(cache), fd, bound_port));
   if (pipe2(s->wake_, O_CLOEXEC) != 0) {
@@ -217,8 +216,8 @@ void PrefillServer::Talk(Connection* c) {
     }
     absl::Status valid = absl::OkStatus();
     if (prompt->size() < 2 || static_cast<int64_t>(prompt->size()) > cfg.context) {
-      valid = absl::InvalidArgumentError(absl::StrCat(
-          "a prompt of ", prompt->size(), " tokens (expected 2 to ", cfg.context, ")"));
+      valid = absl::InvalidArgumentError(absl::StrCat("a prompt of ", prompt->size(),
+                                                      " tokens (expected 2 to ", cfg.context, ")"));
     }
     for (int32_t t : *prompt) {
       if (valid.ok() && (t < 0 || t >= cfg.vocab_size)) {
@@ -227,12 +226,11 @@ void PrefillServer::Talk(Connection* c) {
       }
     }
     absl::StatusOr<std::string> rows = valid.ok() ? RunPrompt(*prompt) : valid;
-    ok = rows.ok()
-             ? transfer::WriteFrame(c->fd, transfer::FrameType::kKv, f->request,
-                                    transfer::EncodeRows(static_cast<int64_t>(prompt->size()) - 1,
-                                                         *rows))
-             : transfer::WriteFrame(c->fd, transfer::FrameType::kError, f->request,
-                                    rows.status().message());
+    ok = rows.ok() ? transfer::WriteFrame(
+                         c->fd, transfer::FrameType::kKv, f->request,
+                         transfer::EncodeRows(static_cast<int64_t>(prompt->size()) - 1, *rows))
+                   : transfer::WriteFrame(c->fd, transfer::FrameType::kError, f->request,
+                                          rows.status().message());
   }
   if (!ok.ok()) refuse(ok);
   shutdown(c->fd, SHUT_RDWR);

@@ -31,9 +31,9 @@ absl::StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Create(absl::strin
   if (timeout_ms < 1) {
     return absl::InvalidArgumentError(absl::StrCat("timeout_ms must be >= 1, got ", timeout_ms));
   }
-  return std::unique_ptr<RemotePrefill>(new RemotePrefill(
-      std::string(address), std::string(address.substr(0, colon)), absl::StrCat(port), model,
-      format, timeout_ms));
+  return std::unique_ptr<RemotePrefill>(
+      new RemotePrefill(std::string(address), std::string(address.substr(0, colon)),
+                        absl::StrCat(port), model, format, timeout_ms));
 }
 
 RemotePrefill::~RemotePrefill() {
@@ -41,10 +41,9 @@ RemotePrefill::~RemotePrefill() {
 }
 
 absl::Status RemotePrefill::Annotate(const absl::Status& s) const {
-  return absl::Status(s.code() == absl::StatusCode::kFailedPrecondition
-                          ? s.code()
-                          : absl::StatusCode::kUnavailable,
-                      absl::StrCat("prefill server ", address_, ": ", s.message()));
+  return absl::Status(
+      s.code() == absl::StatusCode::kFailedPrecondition ? s.code() : absl::StatusCode::kUnavailable,
+      absl::StrCat("prefill server ", address_, ": ", s.message()));
 }
 
 absl::StatusOr<int> RemotePrefill::Connect() {
@@ -129,8 +128,8 @@ absl::Status RemotePrefill::Check() {
 
 absl::StatusOr<std::string> RemotePrefill::Exchange(int fd, const std::vector<int32_t>& prompt) {
   const uint64_t id = next_request_.fetch_add(1);
-  RETURN_IF_ERROR(transfer::WriteFrame(fd, transfer::FrameType::kPrefill, id,
-                                       transfer::EncodePrompt(prompt)));
+  RETURN_IF_ERROR(
+      transfer::WriteFrame(fd, transfer::FrameType::kPrefill, id, transfer::EncodePrompt(prompt)));
   const int64_t tokens = static_cast<int64_t>(prompt.size()) - 1;
   const int64_t per_token = KvCache::BytesPerToken(model_, format_);
   ASSIGN_OR_RETURN(transfer::Frame f, transfer::ReadFrame(fd, 8 + tokens * per_token));

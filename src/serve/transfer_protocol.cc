@@ -54,9 +54,9 @@ absl::Status ReadAll(int fd, char* data, size_t size, const char* what) {
     }
     if (n == 0) return absl::UnavailableError(absl::StrCat("connection closed inside a ", what));
     if (n < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("receiving a ", what, ": ",
-                       errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat(
+          "receiving a ", what, ": ",
+          errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : std::strerror(errno)));
     }
     data += n;
     size -= static_cast<size_t>(n);
@@ -134,16 +134,15 @@ absl::Status CheckHello(absl::string_view payload, const GptConfig& model, KvFor
   }
   const KvFormat theirs = Get<uint32_t>(payload.data()) == 1 ? KvFormat::kInt8 : KvFormat::kF32;
   if (theirs != format) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("KV format mismatch: the decode server uses ", KvFormatName(theirs),
-                     ", the prefill server ", KvFormatName(format),
-                     " (start both with the same --kv)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV format mismatch: the decode server uses ", KvFormatName(theirs),
+        ", the prefill server ", KvFormatName(format), " (start both with the same --kv)"));
   }
   if (payload != mine) {
     auto shape = [](const char* at) {
-      return absl::StrCat(Get<uint32_t>(at + 4), " layers, ", Get<uint32_t>(at + 8), " heads, width ",
-                          Get<uint32_t>(at + 12), ", vocabulary ", Get<uint32_t>(at + 16),
-                          ", context ", Get<uint32_t>(at + 20));
+      return absl::StrCat(Get<uint32_t>(at + 4), " layers, ", Get<uint32_t>(at + 8),
+                          " heads, width ", Get<uint32_t>(at + 12), ", vocabulary ",
+                          Get<uint32_t>(at + 16), ", context ", Get<uint32_t>(at + 20));
     };
     return absl::FailedPreconditionError(
         absl::StrCat("model mismatch: the decode server's model has ", shape(payload.data()),

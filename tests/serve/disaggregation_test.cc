@@ -87,7 +87,8 @@ std::vector<int32_t> RunToEnd(Engine* engine, absl::StatusOr<int64_t> id) {
 EngineRequest Request(int prompt_tokens, float temperature, uint64_t seed) {
   EngineRequest r;
   PhiloxStream rng(seed, 0);
-  for (int i = 0; i < prompt_tokens; ++i) r.prompt.push_back(static_cast<int32_t>(rng.NextU32() % 256));
+  for (int i = 0; i < prompt_tokens; ++i)
+    r.prompt.push_back(static_cast<int32_t>(rng.NextU32() % 256));
   r.max_tokens = 12;
   r.sampling.temperature = temperature;
   r.seed = seed;
@@ -113,8 +114,8 @@ TEST(Disaggregation, SameTokensAsOneEngine) {
     ASSERT_TRUE(remote->Check().ok());
     for (int n : {2, 16, 17, 50}) {
       for (float temperature : {0.0f, 1.0f}) {
-        SCOPED_TRACE(absl::StrCat(KvFormatName(format), " prompt ", n, " temperature ",
-                                  temperature));
+        SCOPED_TRACE(
+            absl::StrCat(KvFormatName(format), " prompt ", n, " temperature ", temperature));
         const EngineRequest r = Request(n, temperature, 100 + n);
         auto local = *Engine::Create(model.get(), Config(format));
         const std::vector<int32_t> want = RunToEnd(local.get(), local->Submit(r));
@@ -140,6 +141,33 @@ TEST(Disaggregation, SameTokensAsOneEngine) {
         }
       }
     }
+  }
+}
+
+TEST(Disaggregation, KvRowsRoundTrip) {
+  CpuBackend be;
+  const GptConfig cfg = Small();
+  for (KvFormat format : {KvFormat::kF32, KvFormat::kInt8}) {
+    KvCache a = *KvCache::Create(cfg, &be, 8, format);
+    KvCache b = *KvCache::Create(cfg, &be, 8, format);
+    const int64_t per_token = KvCache::BytesPerToken(cfg, format);
+    std::string rows(20 * per_token, '\0');
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<char>(i * 7 + 3);
+    // Written through one block table, read back through another cache's.
+    ASSERT_TRUE(a.WriteRows({5, 2}, 20, rows).ok());
+    std::string via_a;
+    ASSERT_TRUE(a.ReadRows({5, 2}, 20, &via_a).ok());
+    EXPECT_EQ(via_a, rows);
+    ASSERT_TRUE(b.WriteRows({0, 7}, 20, via_a).ok());
+    std::string via_b;
+    ASSERT_TRUE(b.ReadRows({0, 7}, 20, &via_b).ok());
+    EXPECT_EQ(via_b, rows);
+
+    EXPECT_EQ(a.ReadRows({5}, 20, &via_a).message(),
+              "a block table of 1 blocks cannot hold 20 tokens");
+    EXPECT_EQ(a.ReadRows({5, 8}, 20, &via_a).message(), "block 8 is outside the cache of 8 blocks");
+    EXPECT_EQ(a.WriteRows({5, 2}, 20, "abc").message(),
+              absl::StrCat("the rows of 20 tokens take ", 20 * per_token, " bytes, got 3"));
   }
 }
 
@@ -251,44 +279,45 @@ TEST(Disaggregation, GarbageFromThePrefillSide) {
                 send(fd, h, sizeof h, MSG_NOSIGNAL);
               }).message(),
               HasSubstr("KV transfer protocol version 2, expected 1"));
-  EXPECT_THAT(PrefillAgainst([&](int fd) {
-                const transfer::Frame p = HelloThenPrompt(fd);
-                // Rows whose payload checksum is for other bytes: send a
-                // frame, then flip a payload byte by sending a twin.
-                std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
-                int sv[2];
-                socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-                ASSERT_TRUE(
-                    transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request, payload).ok());
-                std::string wire(transfer::kHeaderBytes + payload.size(), '\0');
-                ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
-                          static_cast<ssize_t>(wire.size()));
-                close(sv[0]);
-                close(sv[1]);
-                wire.back() ^= 1;
-                send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
-              }).message(),
-              HasSubstr("the frame payload's checksum does not match"));
-  EXPECT_THAT(PrefillAgainst([&](int fd) {
-                const transfer::Frame p = HelloThenPrompt(fd);
-                // The header promises the rows; half of them come, then the
-                // connection drops (a prefill server killed mid-transfer).
-                std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
-                int sv[2];
-                socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-                std::thread w([&] {
-                  EXPECT_TRUE(transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request,
-                                                   payload).ok());
-                });
-                std::string wire(transfer::kHeaderBytes + payload.size() / 2, '\0');
-                ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
-                          static_cast<ssize_t>(wire.size()));
-                send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
-                close(sv[1]);
-                w.join();
-                close(sv[0]);
-              }).message(),
-              HasSubstr("connection closed inside a frame payload"));
+  EXPECT_THAT(
+      PrefillAgainst([&](int fd) {
+        const transfer::Frame p = HelloThenPrompt(fd);
+        // Rows whose payload checksum is for other bytes: send a
+        // frame, then flip a payload byte by sending a twin.
+        std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
+        int sv[2];
+        socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+        ASSERT_TRUE(transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request, payload).ok());
+        std::string wire(transfer::kHeaderBytes + payload.size(), '\0');
+        ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
+                  static_cast<ssize_t>(wire.size()));
+        close(sv[0]);
+        close(sv[1]);
+        wire.back() ^= 1;
+        send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
+      }).message(),
+      HasSubstr("the frame payload's checksum does not match"));
+  EXPECT_THAT(
+      PrefillAgainst([&](int fd) {
+        const transfer::Frame p = HelloThenPrompt(fd);
+        // The header promises the rows; half of them come, then the
+        // connection drops (a prefill server killed mid-transfer).
+        std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
+        int sv[2];
+        socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+        std::thread w([&] {
+          EXPECT_TRUE(
+              transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request, payload).ok());
+        });
+        std::string wire(transfer::kHeaderBytes + payload.size() / 2, '\0');
+        ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
+                  static_cast<ssize_t>(wire.size()));
+        send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
+        close(sv[1]);
+        w.join();
+        close(sv[0]);
+      }).message(),
+      HasSubstr("connection closed inside a frame payload"));
   EXPECT_THAT(PrefillAgainst([&](int fd) {
                 const transfer::Frame p = HelloThenPrompt(fd);
                 ASSERT_TRUE(transfer::WriteFrame(fd, transfer::FrameType::kKv, p.request + 1,
