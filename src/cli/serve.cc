@@ -100,7 +100,11 @@ absl::Status Serve(const ServeFlags& f) {
 
   std::unique_ptr<RemotePrefill> remote;
   if (f.role == "decode") {
-    ASSIGN_OR_RETURN(remote, RemotePrefill::Create(f.prefill_addr, cfg, lo.engine.kv_format));
+    transfer::PeerModel peer;
+    peer.config = cfg;
+    peer.weights = weights;
+    peer.kv = lo.engine.kv_format;
+    ASSIGN_OR_RETURN(remote, RemotePrefill::Create(f.prefill_addr, peer));
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));

@@ -180,6 +180,10 @@ absl::StatusOr<std::string> PrefillServer::RunPrompt(const std::vector<int32_t>&
 
 void PrefillServer::Talk(Connection* c) {
   const GptConfig& cfg = model_->config();
+  transfer::PeerModel peer;
+  peer.config = cfg;
+  peer.weights = model_->weight_format();
+  peer.kv = options_.kv_format;
   auto refuse = [c](const absl::Status& why) {
     std::fprintf(stderr, "ladder serve: transfer connection from %s closed: %s\n", c->peer.c_str(),
                  std::string(why.message()).c_str());
@@ -195,7 +199,7 @@ void PrefillServer::Talk(Connection* c) {
   absl::Status ok = hello.ok() && hello->type != transfer::FrameType::kHello
                         ? absl::DataLossError("the first frame is not a hello")
                         : hello.status();
-  if (ok.ok()) ok = transfer::CheckHello(hello->payload, cfg, options_.kv_format);
+  if (ok.ok()) ok = transfer::CheckHello(hello->payload, peer);
   if (ok.code() == absl::StatusCode::kFailedPrecondition) {
     transfer::WriteFrame(c->fd, transfer::FrameType::kError, 0, ok.message()).IgnoreError();
   }

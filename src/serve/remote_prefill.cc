@@ -16,10 +16,8 @@
 
 namespace ladder {
 
-absl::StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Create(absl::string_view address,
-                                                                     const GptConfig& model,
-                                                                     KvFormat format,
-                                                                     int timeout_ms) {
+absl::StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Create(
+    absl::string_view address, const transfer::PeerModel& model, int timeout_ms) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == absl::string_view::npos || colon == 0 ||
@@ -31,9 +29,9 @@ absl::StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Create(absl::strin
   if (timeout_ms < 1) {
     return absl::InvalidArgumentError(absl::StrCat("timeout_ms must be >= 1, got ", timeout_ms));
   }
-  return std::unique_ptr<RemotePrefill>(
-      new RemotePrefill(std::string(address), std::string(address.substr(0, colon)),
-                        absl::StrCat(port), model, format, timeout_ms));
+  return std::unique_ptr<RemotePrefill>(new RemotePrefill(std::string(address),
+                                                          std::string(address.substr(0, colon)),
+                                                          absl::StrCat(port), model, timeout_ms));
 }
 
 RemotePrefill::~RemotePrefill() {
@@ -83,8 +81,8 @@ absl::StatusOr<int> RemotePrefill::Connect() {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
-  absl::Status hello = transfer::WriteFrame(fd, transfer::FrameType::kHello, 0,
-                                            transfer::EncodeHello(model_, format_));
+  absl::Status hello =
+      transfer::WriteFrame(fd, transfer::FrameType::kHello, 0, transfer::EncodeHello(model_));
   absl::StatusOr<transfer::Frame> answer =
       hello.ok() ? transfer::ReadFrame(fd, 1 << 16) : absl::StatusOr<transfer::Frame>(hello);
   if (answer.ok() && answer->type == transfer::FrameType::kError) {
@@ -131,7 +129,7 @@ absl::StatusOr<std::string> RemotePrefill::Exchange(int fd, const std::vector<in
   RETURN_IF_ERROR(
       transfer::WriteFrame(fd, transfer::FrameType::kPrefill, id, transfer::EncodePrompt(prompt)));
   const int64_t tokens = static_cast<int64_t>(prompt.size()) - 1;
-  const int64_t per_token = KvCache::BytesPerToken(model_, format_);
+  const int64_t per_token = KvCache::BytesPerToken(model_.config, model_.kv);
   ASSIGN_OR_RETURN(transfer::Frame f, transfer::ReadFrame(fd, 8 + tokens * per_token));
   if (f.request != id) {
     return absl::DataLossError(

@@ -23,23 +23,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "src/model/gpt_config.h"
-#include "src/model/kv_cache.h"
+#include "src/serve/transfer_protocol.h"
 
 namespace ladder {
 
 class RemotePrefill {
  public:
-  // `address` is HOST:PORT (InvalidArgument naming it otherwise); nothing
-  // connects yet. `timeout_ms` bounds connecting and each wait for bytes.
+  // `address` is HOST:PORT (InvalidArgument naming it otherwise); `model`
+  // is this (the decode) side's. Nothing connects yet. `timeout_ms` bounds
+  // connecting and each wait for bytes.
   static absl::StatusOr<std::unique_ptr<RemotePrefill>> Create(absl::string_view address,
-                                                               const GptConfig& model,
-                                                               KvFormat format,
+                                                               const transfer::PeerModel& model,
                                                                int timeout_ms = 30000);
   ~RemotePrefill();
 
   // Connects and shakes hands now: OK, Unavailable (cannot connect) or
-  // FailedPrecondition (the prefill server's model or KV format differs;
+  // FailedPrecondition (the prefill server's model, weight or KV format differs;
   // the message says how).
   absl::Status Check();
   // The rows of prompt[0, size - 1) (prompt of 2 tokens or more), computed
@@ -52,13 +51,12 @@ class RemotePrefill {
   const std::string& address() const { return address_; }
 
  private:
-  RemotePrefill(std::string address, std::string host, std::string port, const GptConfig& model,
-                KvFormat format, int timeout_ms)
+  RemotePrefill(std::string address, std::string host, std::string port,
+                const transfer::PeerModel& model, int timeout_ms)
       : address_(std::move(address)),
         host_(std::move(host)),
         port_(std::move(port)),
         model_(model),
-        format_(format),
         timeout_ms_(timeout_ms) {}
   // A connected socket that has passed the hello: a pooled one (*reused
   // true) or a new one.
@@ -70,8 +68,7 @@ class RemotePrefill {
   absl::Status Annotate(const absl::Status& s) const;
 
   const std::string address_, host_, port_;
-  const GptConfig model_;
-  const KvFormat format_;
+  const transfer::PeerModel model_;
   const int timeout_ms_;
   std::atomic<uint64_t> next_request_{1};
   std::mutex mu_;

@@ -118,31 +118,41 @@ absl::StatusOr<Frame> ReadFrame(int fd, uint64_t max_payload) {
   return f;
 }
 
-std::string EncodeHello(const GptConfig& model, KvFormat format) {
+std::string EncodeHello(const PeerModel& model) {
   std::string out;
-  Put<uint32_t>(&out, format == KvFormat::kInt8 ? 1 : 0);
-  for (int v : {model.n_layer, model.n_head, model.n_embd, model.vocab_size, model.context}) {
+  Put<uint32_t>(&out, model.kv == KvFormat::kInt8 ? 1 : 0);
+  Put<uint32_t>(&out, static_cast<uint32_t>(model.weights));
+  const GptConfig& c = model.config;
+  for (int v : {c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.context}) {
     Put<uint32_t>(&out, static_cast<uint32_t>(v));
   }
   return out;
 }
 
-absl::Status CheckHello(absl::string_view payload, const GptConfig& model, KvFormat format) {
-  const std::string mine = EncodeHello(model, format);
-  if (payload.size() != mine.size() || Get<uint32_t>(payload.data()) > 1) {
+absl::Status CheckHello(absl::string_view payload, const PeerModel& model) {
+  const std::string mine = EncodeHello(model);
+  if (payload.size() != mine.size() || Get<uint32_t>(payload.data()) > 1 ||
+      Get<uint32_t>(payload.data() + 4) > static_cast<uint32_t>(WeightFormat::kInt8Channel)) {
     return absl::DataLossError("a malformed KV transfer hello");
   }
-  const KvFormat theirs = Get<uint32_t>(payload.data()) == 1 ? KvFormat::kInt8 : KvFormat::kF32;
-  if (theirs != format) {
+  const KvFormat kv = Get<uint32_t>(payload.data()) == 1 ? KvFormat::kInt8 : KvFormat::kF32;
+  if (kv != model.kv) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "KV format mismatch: the decode server uses ", KvFormatName(theirs),
-        ", the prefill server ", KvFormatName(format), " (start both with the same --kv)"));
+        "KV format mismatch: the decode server uses ", KvFormatName(kv), ", the prefill server ",
+        KvFormatName(model.kv), " (start both with the same --kv)"));
+  }
+  const auto weights = static_cast<WeightFormat>(Get<uint32_t>(payload.data() + 4));
+  if (weights != model.weights) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("weight format mismatch: the decode server uses ", WeightFormatName(weights),
+                     ", the prefill server ", WeightFormatName(model.weights),
+                     " (start both with the same --weights)"));
   }
   if (payload != mine) {
     auto shape = [](const char* at) {
-      return absl::StrCat(Get<uint32_t>(at + 4), " layers, ", Get<uint32_t>(at + 8),
-                          " heads, width ", Get<uint32_t>(at + 12), ", vocabulary ",
-                          Get<uint32_t>(at + 16), ", context ", Get<uint32_t>(at + 20));
+      return absl::StrCat(Get<uint32_t>(at + 8), " layers, ", Get<uint32_t>(at + 12),
+                          " heads, width ", Get<uint32_t>(at + 16), ", vocabulary ",
+                          Get<uint32_t>(at + 20), ", context ", Get<uint32_t>(at + 24));
     };
     return absl::FailedPreconditionError(
         absl::StrCat("model mismatch: the decode server's model has ", shape(payload.data()),

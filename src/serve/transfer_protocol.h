@@ -6,8 +6,8 @@
 //   request id u64, payload bytes u64, payload CRC-32 u32, and the CRC-32
 //   of the 28 bytes before it.
 //
-// A connection opens with kHello from the decode side (its model's shape
-// and KV format), answered by kHelloOk or kError (a mismatch: the message
+// A connection opens with kHello from the decode side (its model's shape,
+// weight format and KV format), answered by kHelloOk or kError (a mismatch: the message
 // says which). Then any number of exchanges: kPrefill (the prompt's
 // tokens) answered by kKv (the rows of every prompt token but the last,
 // KvCache::ReadRows' layout) or kError, with the request's id echoed.
@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "src/model/gpt_config.h"
 #include "src/model/kv_cache.h"
+#include "src/model/weight_format.h"
 
 namespace ladder::transfer {
 
@@ -59,12 +60,21 @@ absl::StatusOr<Frame> ReadFrame(int fd, uint64_t max_payload);
 // frames (the normal end of a connection), not inside one.
 bool IsCleanClose(const absl::Status& status);
 
-// kHello's payload: the KV format (0 fp32, 1 int8), then layers, heads,
-// width, vocabulary and context (u32 each).
-std::string EncodeHello(const GptConfig& model, KvFormat format);
-// OK when a peer's hello matches this side's model and format;
+// What both sides must share for cache rows to mean the same to both: the
+// model's shape, the format its weights run in, and the KV format.
+struct PeerModel {
+  GptConfig config;
+  WeightFormat weights = WeightFormat::kF32;
+  KvFormat kv = KvFormat::kF32;
+};
+
+// kHello's payload: the KV format (0 fp32, 1 int8), the weight format (0
+// fp32, 1 bf16, 2 int8, 3 int8-channel), then layers, heads, width,
+// vocabulary and context (u32 each).
+std::string EncodeHello(const PeerModel& model);
+// OK when a decode server's hello matches this (the prefill) side;
 // FailedPrecondition saying what differs (DataLoss for a malformed one).
-absl::Status CheckHello(absl::string_view payload, const GptConfig& model, KvFormat format);
+absl::Status CheckHello(absl::string_view payload, const PeerModel& model);
 
 std::string EncodePrompt(const std::vector<int32_t>& tokens);
 // DataLoss when the payload is not a token count and that many tokens.

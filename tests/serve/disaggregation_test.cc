@@ -43,6 +43,17 @@ GptConfig Small() {
   return c;
 }
 
+// The decode side's description of a model in `kv` (fp32 weights, as the
+// prefill servers here use).
+transfer::PeerModel Peer(const GptConfig& config, KvFormat kv,
+                         WeightFormat weights = WeightFormat::kF32) {
+  transfer::PeerModel p;
+  p.config = config;
+  p.weights = weights;
+  p.kv = kv;
+  return p;
+}
+
 std::unique_ptr<Gpt> RandomModel(Backend* be, const GptConfig& cfg, uint64_t seed) {
   auto model = *Gpt::Create(cfg, be, 1, /*training=*/false);
   EXPECT_TRUE(model->InitWeights(seed).ok());
@@ -110,7 +121,7 @@ TEST(Disaggregation, SameTokensAsOneEngine) {
   auto model = RandomModel(&be, Small(), 1);
   for (KvFormat format : {KvFormat::kF32, KvFormat::kInt8}) {
     PrefillThread prefill(model.get(), format);
-    auto remote = *RemotePrefill::Create(prefill.address(), model->config(), format);
+    auto remote = *RemotePrefill::Create(prefill.address(), Peer(model->config(), format));
     ASSERT_TRUE(remote->Check().ok());
     for (int n : {2, 16, 17, 50}) {
       for (float temperature : {0.0f, 1.0f}) {
@@ -185,15 +196,21 @@ TEST(Disaggregation, MismatchRefusedAtHello) {
   CpuBackend be;
   auto model = RandomModel(&be, Small(), 1);
   PrefillThread prefill(model.get(), KvFormat::kF32);
-  auto int8 = *RemotePrefill::Create(prefill.address(), model->config(), KvFormat::kInt8);
+  auto int8 = *RemotePrefill::Create(prefill.address(), Peer(model->config(), KvFormat::kInt8));
   absl::Status s = int8->Check();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), absl::StrCat("prefill server ", prefill.address(),
                                       ": KV format mismatch: the decode server uses int8, the "
                                       "prefill server fp32 (start both with the same --kv)"));
+  auto int8_weights = *RemotePrefill::Create(
+      prefill.address(), Peer(model->config(), KvFormat::kF32, WeightFormat::kInt8));
+  EXPECT_EQ(int8_weights->Check().message(),
+            absl::StrCat("prefill server ", prefill.address(),
+                         ": weight format mismatch: the decode server uses int8, the prefill "
+                         "server fp32 (start both with the same --weights)"));
   GptConfig other = Small();
   other.n_layer = 3;
-  auto wrong = *RemotePrefill::Create(prefill.address(), other, KvFormat::kF32);
+  auto wrong = *RemotePrefill::Create(prefill.address(), Peer(other, KvFormat::kF32));
   absl::StatusOr<std::string> rows = wrong->Prefill({1, 2, 3});
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(rows.status().message(),
@@ -203,7 +220,7 @@ TEST(Disaggregation, MismatchRefusedAtHello) {
 
 TEST(Disaggregation, BadAddresses) {
   for (const char* bad : {"localhost", ":80", "host:0", "host:99999", "host:x"}) {
-    auto r = RemotePrefill::Create(bad, Small(), KvFormat::kF32);
+    auto r = RemotePrefill::Create(bad, Peer(Small(), KvFormat::kF32));
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(r.status().message(), HasSubstr("HOST:PORT")) << bad;
   }
@@ -253,7 +270,7 @@ transfer::Frame HelloThenPrompt(int fd) {
 // Prefill's error against a fake server that talks like `talk`.
 absl::Status PrefillAgainst(std::function<void(int)> talk) {
   FakePrefill fake(std::move(talk));
-  auto remote = *RemotePrefill::Create(fake.address(), Small(), KvFormat::kF32, 2000);
+  auto remote = *RemotePrefill::Create(fake.address(), Peer(Small(), KvFormat::kF32), 2000);
   absl::StatusOr<std::string> rows = remote->Prefill({1, 2, 3});
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kUnavailable) << rows.status();
   EXPECT_THAT(rows.status().message(), HasSubstr(absl::StrCat("prefill server ", fake.address())));
@@ -343,7 +360,7 @@ TEST(Disaggregation, PrefillServerDown) {
     PrefillThread prefill(model.get(), KvFormat::kF32);
     address = prefill.address();
   }
-  auto remote = *RemotePrefill::Create(address, Small(), KvFormat::kF32);
+  auto remote = *RemotePrefill::Create(address, Peer(Small(), KvFormat::kF32));
   absl::StatusOr<std::string> rows = remote->Prefill({1, 2, 3});
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(rows.status().message(),
@@ -392,7 +409,7 @@ TEST(Disaggregation, GarbageToThePrefillServer) {
     close(fd);
   }
   // The server still serves a well-behaved client.
-  auto remote = *RemotePrefill::Create(prefill.address(), model->config(), KvFormat::kF32);
+  auto remote = *RemotePrefill::Create(prefill.address(), Peer(model->config(), KvFormat::kF32));
   EXPECT_TRUE(remote->Prefill({1, 2, 3, 4}).ok());
 }
 
