@@ -57,6 +57,7 @@ bad "--prefill-addr is only for --role decode" --prefill-addr 127.0.0.1:1
 bad "--transfer-port is only for --role prefill" --transfer-port 9000
 bad "--transfer-port must be in [0, 65535], got 70000" --role prefill --transfer-port 70000
 bad "must be HOST:PORT" --role decode --prefill-addr nowhere
+bad "--draft is only for the decode and both roles" --role prefill --draft "$tmp/run"
 
 # Starts `ladder serve "$@"` in the background; waits for the startup line
 # matching `pattern` and sets $found to its captured port.
