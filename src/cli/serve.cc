@@ -18,6 +18,8 @@
 #include "src/core/status.h"
 #include "src/serve/engine_loop.h"
 #include "src/serve/http_server.h"
+#include "src/serve/prefill_server.h"
+#include "src/serve/remote_prefill.h"
 
 namespace ladder {
 namespace {
@@ -26,10 +28,11 @@ constexpr int64_t kDefaultKvCapBytes = int64_t{1} << 30;
 
 struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, model_name, device = "auto";
+  std::string role = "both", prefill_addr;
   FormatFlags formats;
   DraftFlags draft;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
-          max_body_kb = 1024, keep_alive_s = 5, request_timeout_s = 10;
+          max_body_kb = 1024, keep_alive_s = 5, request_timeout_s = 10, transfer_port = 0;
 };
 
 // The base name of the --model path ("runs/kjv/" serves as "kjv").
@@ -60,6 +63,27 @@ absl::Status Serve(const ServeFlags& f) {
   RETURN_IF_ERROR(positive("max-body-kb", f.max_body_kb, 1 << 20));
   RETURN_IF_ERROR(positive("keep-alive-s", f.keep_alive_s, 3600));
   RETURN_IF_ERROR(positive("request-timeout-s", f.request_timeout_s, 3600));
+  if (f.role != "both" && f.role != "prefill" && f.role != "decode") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--role must be both, prefill or decode, got '", f.role, "'"));
+  }
+  if (f.role == "decode" && f.prefill_addr.empty()) {
+    return absl::InvalidArgumentError("--role decode needs --prefill-addr HOST:PORT");
+  }
+  if (f.role != "decode" && !f.prefill_addr.empty()) {
+    return absl::InvalidArgumentError("--prefill-addr is only for --role decode");
+  }
+  if (f.transfer_port < 0 || f.transfer_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transfer-port must be in [0, 65535], got ", f.transfer_port));
+  }
+  if (f.role != "prefill" && f.transfer_port != 0) {
+    return absl::InvalidArgumentError("--transfer-port is only for --role prefill");
+  }
+  if (f.role == "prefill" && !f.draft.model.empty()) {
+    return absl::InvalidArgumentError(
+        "--draft is only for the decode and both roles (the prefill role does not generate)");
+  }
   if (f.kv_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-tokens must be >= 0, got ", f.kv_tokens));
   }
@@ -88,8 +112,46 @@ absl::Status Serve(const ServeFlags& f) {
   lo.engine.max_running = static_cast<int>(f.max_running);
   lo.max_waiting = static_cast<int>(f.max_waiting);
 
+  std::unique_ptr<RemotePrefill> remote;
+  if (f.role == "decode") {
+    transfer::PeerModel peer;
+    peer.config = cfg;
+    peer.weights = weights;
+    peer.kv = lo.engine.kv_format;
+    ASSIGN_OR_RETURN(remote, RemotePrefill::Create(f.prefill_addr, peer));
+  }
+
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, backend.get(), weights));
+  if (f.role == "prefill") {
+    PrefillServer::Options po;
+    po.host = f.host;
+    po.port = static_cast<int>(f.transfer_port);
+    po.kv_format = lo.engine.kv_format;
+    po.max_batch_tokens = lo.engine.max_batch_tokens;
+    ASSIGN_OR_RETURN(auto prefill, PrefillServer::Create(model.get(), po));
+    std::fprintf(stderr,
+                 "ladder serve: prefill role, model %s (%lld parameters, weights %s %s), KV %s, "
+                 "transfer port on %s:%d\n",
+                 f.model.c_str(), static_cast<long long>(cfg.NumParameters()),
+                 WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
+                 KvFormatName(po.kv_format), po.host.c_str(), prefill->port());
+    std::fflush(stderr);
+    RETURN_IF_ERROR(
+        ServeUntilSignal([&] { return prefill->Serve(); }, [&] { prefill->Shutdown(); }));
+    std::fprintf(stderr, "ladder serve: stopped\n");
+    return absl::OkStatus();
+  }
+  if (f.role == "decode") {
+    // A mismatched prefill server is a configuration error; one that is not
+    // up yet is fine (requests get 503 until it is).
+    if (absl::Status s = remote->Check(); !s.ok()) {
+      if (s.code() != absl::StatusCode::kUnavailable) return s;
+      std::fprintf(stderr, "ladder serve: %s; prompts get 503 until it is reachable\n",
+                   std::string(s.message()).c_str());
+    }
+    lo.remote_prefill = remote.get();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
                    LoadDraftModel(f.draft, backend.get(), weights, &lo.engine));
   ASSIGN_OR_RETURN(auto loop, EngineLoop::Create(model.get(), lo));
@@ -123,6 +185,10 @@ absl::Status Serve(const ServeFlags& f) {
                WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
                KvFormatName(lo.engine.kv_format), static_cast<long long>(tokens),
                MiB(tokens * per_token).c_str(), so.host.c_str(), server->port());
+  if (remote) {
+    std::fprintf(stderr, "ladder serve: decode role, prompts prefilled by %s\n",
+                 remote->address().c_str());
+  }
   if (draft) {
     std::fprintf(stderr,
                  "ladder serve: draft %s (%lld parameters), %lld tokens proposed per step\n",
@@ -158,6 +224,13 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("request-timeout-s", &f.request_timeout_s,
             "seconds to receive a request's head and body; later ones get 408");
   AddDraftFlags(flags, &f.draft);
+  flags.String("role", &f.role,
+               "both (one server), prefill (runs prompts for decode servers) or decode (the "
+               "HTTP front; prompts run on --prefill-addr)");
+  flags.String("prefill-addr", &f.prefill_addr, "--role decode: the prefill server's HOST:PORT",
+               "none");
+  flags.Int("transfer-port", &f.transfer_port,
+            "--role prefill: the KV transfer port; 0 = any free port (printed at startup)");
   flags.String("model-name", &f.model_name,
                "names a request's 'model' may take, comma separated (the first is the default)",
                "the --model path's base name");

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "src/backend/backend.h"
 #include "src/model/gpt_config.h"
 
@@ -34,14 +36,36 @@ class KvCache {
   // Bytes one cached token takes over all layers (keys, values, scales).
   static int64_t BytesPerToken(const GptConfig& cfg, KvFormat format);
 
+  // A sequence's cached rows as plain bytes, to move them between caches of
+  // the same model and format (prefill/decode disaggregation): positions
+  // [0, tokens) of the sequence whose block table is `table`, laid out per
+  // layer as its keys [tokens, C], its values [tokens, C] (f32 or i8), and
+  // for int8 then the key scales [tokens, NH] and value scales [tokens, NH]
+  // (f32): tokens * BytesPerToken bytes in all (docs/formats.md).
+  // ReadRows replaces *out with them; WriteRows stores `rows` (exactly that
+  // many bytes) into the sequence's rows. InvalidArgument when the table is
+  // too short for `tokens` or names a block outside the cache, or `rows`
+  // has the wrong size. Called by the thread that runs the model, between
+  // forwards.
+  absl::Status ReadRows(absl::Span<const int32_t> table, int64_t tokens, std::string* out) const;
+  absl::Status WriteRows(absl::Span<const int32_t> table, int64_t tokens, absl::string_view rows);
+
   int num_blocks() const { return num_blocks_; }
   int64_t bytes() const { return bytes_; }
   KvFormat format() const { return format_; }
   const PagedKv& layer(int l) const { return layers_[l]; }
 
  private:
+  // Calls `copy(view, offset)` for every run of the sequence's rows in each
+  // tensor of the cache, `offset` being where the run sits in the row
+  // layout above.
+  template <typename CopyFn>
+  absl::Status ForEachRowRun(absl::Span<const int32_t> table, int64_t tokens, CopyFn copy) const;
+
+  Backend* backend_ = nullptr;
   int num_blocks_ = 0;
   int64_t bytes_ = 0;
+  int64_t bytes_per_token_ = 0;
   KvFormat format_ = KvFormat::kF32;
   DeviceBuffer buffer_;
   std::vector<PagedKv> layers_;

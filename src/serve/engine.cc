@@ -66,6 +66,36 @@ int64_t Engine::kv_bytes() const {
 }
 
 absl::StatusOr<int64_t> Engine::Submit(EngineRequest request) {
+  RETURN_IF_ERROR(Check(request));
+  const int64_t id = next_id_++;
+  waiting_.emplace_back(id, std::move(request));
+  return id;
+}
+
+absl::StatusOr<int64_t> Engine::SubmitPrefilled(EngineRequest request, std::string rows) {
+  RETURN_IF_ERROR(Check(request));
+  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) - 1;
+  const int64_t want = tokens * KvCache::BytesPerToken(model_->config(), cfg_.kv_format);
+  if (static_cast<int64_t>(rows.size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prefilled rows of ", tokens, " tokens take ", want, " bytes, got ", rows.size()));
+  }
+  ASSIGN_OR_RETURN(const int64_t id, Submit(std::move(request)));
+  prefilled_[id] = std::move(rows);
+  return id;
+}
+
+void Engine::AdoptPrefilled(Running& r) {
+  auto it = prefilled_.find(r.id);
+  if (it == prefilled_.end()) return;
+  const int64_t tokens = static_cast<int64_t>(r.request.prompt.size()) - 1;
+  if (tokens > r.computed && cache_.WriteRows(r.table, tokens, it->second).ok()) {
+    r.computed = tokens;
+  }
+  prefilled_.erase(it);
+}
+
+absl::Status Engine::Check(const EngineRequest& request) const {
   const GptConfig& c = model_->config();
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   RETURN_IF_ERROR(CheckVocabulary(request.prompt, c.vocab_size, "token"));
@@ -96,9 +126,7 @@ absl::StatusOr<int64_t> Engine::Submit(EngineRequest request) {
         absl::StrCat("the request needs ", KvBlockPool::BlocksFor(total),
                      " KV blocks; the cache has ", pool_.num_blocks()));
   }
-  const int64_t id = next_id_++;
-  waiting_.emplace_back(id, std::move(request));
-  return id;
+  return absl::OkStatus();
 }
 
 absl::Status Engine::Release(const Running& r) {
@@ -110,6 +138,7 @@ absl::Status Engine::Cancel(int64_t request) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if (it->first == request) {
       waiting_.erase(it);
+      prefilled_.erase(request);
       return absl::OkStatus();
     }
   }
@@ -242,6 +271,7 @@ void Engine::Admit() {
       return;
     }
     r.tokens = r.request.prompt;
+    AdoptPrefilled(r);
     running_.push_back(std::move(r));
     waiting_.pop_front();
   }

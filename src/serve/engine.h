@@ -47,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,18 @@ class Engine {
   // plus max_tokens beyond the context or the whole cache, a constraint
   // already Done.
   absl::StatusOr<int64_t> Submit(EngineRequest request);
+  // Submit's checks alone: OK when Submit would queue the request. Reads
+  // only what Create fixed, so any thread may call it.
+  absl::Status Check(const EngineRequest& request) const;
+  // Submit for a request whose prompt was run elsewhere, by a model with
+  // the same weights and KV format (prefill/decode disaggregation): `rows`
+  // holds the keys and values of every prompt token but the last
+  // (KvCache::ReadRows' layout, prompt - 1 tokens). At admission they are
+  // written into this engine's cache, and the engine runs only the last
+  // prompt token before sampling, so the request goes on exactly as after
+  // Submit. (Should the write fail, the engine computes the prompt itself.)
+  // InvalidArgument as Submit, or when `rows` is not that many tokens' rows.
+  absl::StatusOr<int64_t> SubmitPrefilled(EngineRequest request, std::string rows);
   // Drops a waiting or running request and frees its blocks.
   absl::Status Cancel(int64_t request);
   // Runs one batch; the tokens it produced, in request order (with
@@ -176,6 +189,9 @@ class Engine {
         cache_(std::move(cache)),
         draft_cache_(std::move(draft_cache)) {}
   void Admit();
+  // At admission: writes a SubmitPrefilled request's rows into the cache
+  // and marks them computed.
+  void AdoptPrefilled(Running& r);
   absl::Status Release(const Running& r);
   // Draft tokens the request may propose this step: K, but never so many
   // that the step could pass max_tokens (nor so the context); 0 for a
@@ -197,6 +213,7 @@ class Engine {
   std::optional<KvCache> embed_cache_;  // Embed's, made at its first call
   std::deque<std::pair<int64_t, EngineRequest>> waiting_;
   std::vector<Running> running_;  // in admission order
+  std::map<int64_t, std::string> prefilled_;  // SubmitPrefilled's rows until admission
   int64_t next_id_ = 0;
   EngineStats stats_;
 };

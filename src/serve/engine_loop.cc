@@ -45,14 +45,15 @@ absl::StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(Gpt* model, const
         absl::StrCat("max_waiting must be >= 1, got ", options.max_waiting));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, options.engine));
-  std::unique_ptr<EngineLoop> loop(new EngineLoop(std::move(engine), options.max_waiting));
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(std::move(engine), options));
   loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
   return loop;
 }
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, int max_waiting)
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, const Options& options)
     : engine_(std::move(engine)),
-      max_waiting_(max_waiting),
+      max_waiting_(options.max_waiting),
+      remote_prefill_(options.remote_prefill),
       kv_blocks_(engine_->blocks().num_blocks()) {
   UpdateGauges();
 }
@@ -69,6 +70,12 @@ EngineLoop::~EngineLoop() {
 
 absl::StatusOr<int64_t> EngineLoop::Submit(EngineRequest request, Callback on_event) {
   Submission sub{std::move(request), std::move(on_event)};
+  // A one-token prompt has nothing to ship: its only token is the one the
+  // engine runs itself before sampling.
+  if (remote_prefill_ != nullptr && sub.request.prompt.size() >= 2 && !sub.request.echo_logprobs) {
+    RETURN_IF_ERROR(engine_->Check(sub.request));
+    ASSIGN_OR_RETURN(sub.prefilled, remote_prefill_->Prefill(sub.request.prompt));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (draining_ || stopping_) {
     return absl::UnavailableError("the server is shutting down and admits no new requests");
@@ -184,7 +191,9 @@ void EngineLoop::ApplyQueued(std::unique_lock<std::mutex>& lock) {
         sub->result = absl::ResourceExhaustedError(absl::StrCat(
             "the server is busy: ", engine_->waiting(), " requests are waiting; retry later"));
       } else {
-        sub->result = engine_->Submit(std::move(sub->request));
+        sub->result = sub->prefilled ? engine_->SubmitPrefilled(std::move(sub->request),
+                                                                std::move(*sub->prefilled))
+                                     : engine_->Submit(std::move(sub->request));
         if (sub->result.ok()) {
           live_[*sub->result] = Live{std::move(sub->callback), now, now, false};
           stats_.prompt_tokens += prompt;

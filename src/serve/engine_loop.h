@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "src/model/gpt.h"
 #include "src/serve/engine.h"
+#include "src/serve/remote_prefill.h"
 
 namespace ladder {
 
@@ -88,6 +90,9 @@ class EngineLoop {
   struct Options {
     EngineConfig engine;
     int max_waiting = 256;  // accepted requests not yet running, at most
+    // The decode role of a disaggregated server: prompts are run by this
+    // prefill server (which must outlive the loop) instead of the engine.
+    RemotePrefill* remote_prefill = nullptr;
   };
 
   // Creates the engine over `model` (which must outlive the loop) and
@@ -97,7 +102,11 @@ class EngineLoop {
   ~EngineLoop();
 
   // Queues a request; its id, or an error (see above). `on_event` receives
-  // its events on the loop thread.
+  // its events on the loop thread. With a remote prefill server, the
+  // caller's thread first has the prompt run there (prompts of 2 tokens or
+  // more, without echo_logprobs, which needs the prompt's logits here) and
+  // Submit fails with its Unavailable or FailedPrecondition error, naming
+  // the prefill server, when that fails.
   absl::StatusOr<int64_t> Submit(EngineRequest request, Callback on_event);
   // Drops the request (waiting or running) and frees its blocks; its
   // callback gets a finished event with `reason`. Unknown or already
@@ -127,6 +136,7 @@ class EngineLoop {
   struct Submission {
     EngineRequest request;
     Callback callback;
+    std::optional<std::string> prefilled{};  // rows from the remote prefill
     bool done = false;
     absl::StatusOr<int64_t> result = absl::UnknownError("not submitted");
   };
@@ -142,7 +152,7 @@ class EngineLoop {
     bool has_token = false;
   };
 
-  EngineLoop(std::unique_ptr<Engine> engine, int max_waiting);
+  EngineLoop(std::unique_ptr<Engine> engine, const Options& options);
   void Run();
   // Loop thread: applies queued submits and cancels (mu_ held by `lock`,
   // released around callbacks).
@@ -155,6 +165,7 @@ class EngineLoop {
 
   std::unique_ptr<Engine> engine_;  // touched by the loop thread only
   const int max_waiting_;
+  RemotePrefill* const remote_prefill_;
   const int kv_blocks_;
 
   mutable std::mutex mu_;

@@ -679,6 +679,11 @@ extern "C" void OnStopSignal(int) {
 }  // namespace
 
 absl::Status ServeUntilSignal(HttpServer* server) {
+  return ServeUntilSignal([server] { return server->Serve(); }, [server] { server->Shutdown(); });
+}
+
+absl::Status ServeUntilSignal(const std::function<absl::Status()>& serve,
+                              const std::function<void()>& shutdown) {
   if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
   }
@@ -692,13 +697,13 @@ absl::Status ServeUntilSignal(HttpServer* server) {
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, &old_pipe);
 
-  std::thread watcher([server] {
+  std::thread watcher([&shutdown] {
     char c;
     while (read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
     }
-    server->Shutdown();
+    shutdown();
   });
-  absl::Status status = server->Serve();
+  absl::Status status = serve();
   OnStopSignal(0);  // wakes the watcher if no signal came (Serve failed)
   watcher.join();
 

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -126,5 +127,9 @@ class HttpServer {
 // gracefully (the handler only writes to a pipe; a watcher thread does the
 // work). SIGPIPE is ignored while serving.
 absl::Status ServeUntilSignal(HttpServer* server);
+// The same for any server: `serve` runs until `shutdown` (called from the
+// watcher thread) makes it return.
+absl::Status ServeUntilSignal(const std::function<absl::Status()>& serve,
+                              const std::function<void()>& shutdown);
 
 }  // namespace ladder
