@@ -579,9 +579,14 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
           }
           // Streaming has best_of == n: candidate c is choice c.
           std::string out;
-          for (const ChoiceDelta& d : g->Advance()) {
-            if (d.text.empty() && d.logprobs.empty() && d.finish_reason.empty()) continue;
-            out += SseEvent(ChunkJson(g->meta, d));
+          for (ChoiceDelta& d : g->Advance()) {
+            // A choice's last chunk carries its finish_reason and no text,
+            // as OpenAI's streams do.
+            ChoiceDelta end;
+            end.index = d.index;
+            end.finish_reason = std::exchange(d.finish_reason, "");
+            if (!d.text.empty() || !d.logprobs.empty()) out += SseEvent(ChunkJson(g->meta, d));
+            if (!end.finish_reason.empty()) out += SseEvent(ChunkJson(g->meta, end));
           }
           const bool done = g->done();
           if (done) {
