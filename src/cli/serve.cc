@@ -24,6 +24,7 @@ struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, model_name, device = "auto";
   FormatFlags formats;
   DraftFlags draft;
+  bool no_prefix_cache = false;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
           max_body_kb = 1024;
 };
@@ -72,6 +73,7 @@ absl::Status Serve(const ServeFlags& f) {
   lo.engine.kv_blocks = KvBlockPool::BlocksFor(kv_tokens);
   lo.engine.max_batch_tokens = static_cast<int>(f.max_batch_tokens);
   lo.engine.max_running = static_cast<int>(f.max_running);
+  lo.engine.prefix_cache = !f.no_prefix_cache;
   lo.max_waiting = static_cast<int>(f.max_waiting);
 
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
@@ -129,6 +131,7 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("max-waiting", &f.max_waiting, "requests queued beyond those; more get 429");
   flags.Int("max-body-kb", &f.max_body_kb, "largest request body in KiB; larger get 413");
   AddDraftFlags(flags, &f.draft);
+  AddPrefixCacheFlag(flags, &f.no_prefix_cache);
   flags.String("model-name", &f.model_name, "model name in answers and /v1/models",
                "the --model path");
   return RunCommand(flags, argc, argv, [&] { return Serve(f); });

@@ -6,6 +6,13 @@
 #include "src/core/status.h"
 
 namespace ladder {
+namespace {
+
+// The pool's cache indices (KvBlockPool::MarkFilled).
+constexpr int kTargetCache = 0;
+constexpr int kDraftCache = 1;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Gpt* model, const EngineConfig& cfg) {
   if (cfg.kv_blocks <= 0 || cfg.max_batch_tokens <= 0 || cfg.max_running <= 0) {
@@ -127,7 +134,9 @@ void Engine::Admit() {
     Running r{.id = waiting_.front().first,
               .request = std::move(req),
               .rng = PhiloxStream(seed, kSamplingStream)};
-    absl::StatusOr<KvBlockPool::SequenceId> seq = pool_.AddSequence(r.request.prompt);
+    int64_t shared = 0;
+    absl::StatusOr<KvBlockPool::SequenceId> seq =
+        pool_.AddSequence(r.request.prompt, &shared, cfg_.prefix_cache && !r.request.echo_logprobs);
     while (seq.ok()) {
       r.seqs.push_back(*seq);
       const std::vector<int32_t>& t = pool_.BlockTable(*seq);
@@ -141,6 +150,10 @@ void Engine::Admit() {
       return;
     }
     r.tokens = r.request.prompt;
+    // The prompt's cached prefix is in both caches already.
+    r.computed = shared;
+    r.draft_computed = shared;
+    stats_.prompt_tokens_cached += shared;
     running_.push_back(std::move(r));
     waiting_.pop_front();
   }
@@ -250,6 +263,13 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
   }
   RETURN_IF_ERROR(model_->ForwardCached(batch, cache_, &logits));
   ++stats_.target_forwards;
+  if (cfg_.prefix_cache) {
+    // The prompt blocks the forwards completed may now be shared.
+    for (size_t i = 0; i < n; ++i) {
+      pool_.MarkFilled(running_[i].seqs[0], kTargetCache, running_[i].computed + take[i]);
+      if (draft_cache_) pool_.MarkFilled(running_[i].seqs[0], kDraftCache, draft_end[i]);
+    }
+  }
 
   // Where a request completes: the target's rows from its last pending
   // token on decide which proposals stand and the token after them.
