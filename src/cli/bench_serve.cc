@@ -310,7 +310,7 @@ absl::Status Run(const Flags& f) {
     EngineConfig uncached = main_cfg;
     uncached.prefix_cache = false;
     ASSIGN_OR_RETURN(const Figures off, RunLoad(target.get(), uncached, w, open_loop, concurrency));
-    Print("no prefix cache", off);
+    Print("uncached", off);
     int64_t prompt_tokens = 0;
     for (const EngineRequest& r : w.requests)
       prompt_tokens += static_cast<int64_t>(r.prompt.size());
