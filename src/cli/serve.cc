@@ -94,11 +94,12 @@ absl::Status Serve(const ServeFlags& f) {
   const int64_t tokens = int64_t{lo.engine.kv_blocks} * kBlockTokens;
   std::fprintf(stderr,
                "ladder serve: model %s (%lld parameters, weights %s %s), KV %s %lld tokens (%s), "
-               "listening on http://%s:%d\n",
+               "prefix cache %s, listening on http://%s:%d\n",
                so.model_name.c_str(), static_cast<long long>(cfg.NumParameters()),
                WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
                KvFormatName(lo.engine.kv_format), static_cast<long long>(tokens),
-               MiB(tokens * per_token).c_str(), so.host.c_str(), server->port());
+               MiB(tokens * per_token).c_str(), lo.engine.prefix_cache ? "on" : "off",
+               so.host.c_str(), server->port());
   if (draft) {
     std::fprintf(stderr,
                  "ladder serve: draft %s (%lld parameters), %lld tokens proposed per step\n",
