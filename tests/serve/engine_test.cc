@@ -367,6 +367,50 @@ TEST_F(EngineTest, PrefixCacheSkipsTheSharedPrefixAndKeepsOutputs) {
   }
 }
 
+// A block is shared only once written, for the target and the draft alike:
+// C arrives while A, with the same 40-token prefix, is two tokens into its
+// prefill (B, done in one step, makes room), so C finds nothing cached and
+// computes the prefix itself; and when A is cancelled five tokens in, C,
+// coming after, finds nothing either. C's tokens are those it gives without
+// the cache.
+TEST_F(EngineTest, PrefixCacheNeverSharesABlockBeingComputed) {
+  // The trained model, whose outputs depend on what it attends to.
+  Gpt* target = model_.get();
+  auto self = Inference(target->config(), &be_, *trained_weights_);
+  const std::string text = "In the beginning God created the heaven and the earth.";
+  const std::vector<int32_t> prefix(text.begin(), text.begin() + 40);
+  std::vector<EngineRequest> reqs(3);
+  reqs[0].prompt = {73, 110, 32};  // B
+  reqs[0].max_tokens = 1;
+  reqs[1].prompt = prefix;  // A
+  reqs[1].prompt.push_back('e');
+  reqs[2].prompt = prefix;  // C
+  reqs[2].prompt.push_back('h');
+  for (EngineRequest& r : reqs) r.sampling.temperature = 0;
+  for (auto [draft, k] : {std::pair<Gpt*, int>{nullptr, 0}, {self.get(), 2}}) {
+    EngineConfig c = Config(16, 5, 2, draft, k);
+    c.prefix_cache = false;
+    const Outcome off = RunAll(target, c, reqs);
+    c.prefix_cache = true;
+    const Outcome on = RunAll(target, c, reqs);
+    EXPECT_EQ(on.tokens, off.tokens) << k;
+    EXPECT_EQ(on.stats.prompt_tokens_cached, 0) << k;
+    auto engine = *Engine::Create(target, c);
+    const int64_t a = *engine->Submit(reqs[1]);
+    ASSERT_TRUE(engine->Step().ok());  // A: 5 of its 41 tokens
+    ASSERT_TRUE(engine->Cancel(a).ok());
+    ASSERT_TRUE(engine->Submit(reqs[2]).ok());
+    std::vector<int32_t> tokens;
+    while (!engine->idle()) {
+      auto events = engine->Step();
+      ASSERT_TRUE(events.ok()) << events.status();
+      for (const EngineEvent& e : *events) tokens.push_back(e.token);
+    }
+    EXPECT_EQ(tokens, off.tokens[2]) << k;
+    EXPECT_EQ(engine->stats().prompt_tokens_cached, 0) << k;
+  }
+}
+
 // A request's seeded output (greedy and top-k/top-p sampling) with a draft is
 // the same alone and batched with others, under a small budget and a cache
 // too small for all at once.
