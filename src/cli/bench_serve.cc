@@ -11,7 +11,11 @@
 // p99, and output tokens/s and requests/s over the run. With --speculate K
 // the same load also runs without the draft, for the speedup; with
 // --compare-batch1 it also runs one request at a time, for what batching
-// buys. The last line is JSON.
+// buys. With --shared-prefix N every prompt starts with the same N tokens
+// (a system prompt) before its own; the load then also runs with prefix
+// caching off, for what the cache saves in time to first token. (Each run's
+// untimed warm-up request leaves that prefix in the cache, as a server that
+// has served it before would have it.) The last line is JSON.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,9 +51,9 @@ struct Flags {
   std::string model, config, draft, draft_config, device = "auto";
   FormatFlags formats;
   int64_t requests = 32, concurrency = 0, prompt_tokens = 64, output_tokens = 64;
-  int64_t speculate = 0, max_batch_tokens = 512, seed = 1;
+  int64_t speculate = 0, max_batch_tokens = 512, seed = 1, shared_prefix = 0;
   double rate = 0, temperature = 0;
-  bool compare_batch1 = false;
+  bool compare_batch1 = false, no_prefix_cache = false;
 };
 
 struct Workload {
@@ -80,12 +84,20 @@ Workload MakeWorkload(const Flags& f, int vocab) {
     const int64_t lo = std::max<int64_t>(1, mean / 2), hi = std::max(lo, 3 * mean / 2);
     return static_cast<int>(lo + rng.NextU32() % (hi - lo + 1));
   };
+  auto random_tokens = [&rng, vocab](std::vector<int32_t>* tokens, size_t from) {
+    for (size_t k = from; k < tokens->size(); ++k) {
+      (*tokens)[k] = static_cast<int32_t>(rng.NextU32() % vocab);
+    }
+  };
+  std::vector<int32_t> prefix(static_cast<size_t>(f.shared_prefix));
+  random_tokens(&prefix, 0);
   Workload w;
   double t = 0;
   for (int64_t i = 0; i < f.requests; ++i) {
     EngineRequest r;
-    r.prompt.resize(length(f.prompt_tokens));
-    for (int32_t& tok : r.prompt) tok = static_cast<int32_t>(rng.NextU32() % vocab);
+    r.prompt = prefix;
+    r.prompt.resize(prefix.size() + length(f.prompt_tokens));
+    random_tokens(&r.prompt, prefix.size());
     r.max_tokens = length(f.output_tokens);
     r.sampling.temperature = f.temperature;
     r.seed = static_cast<uint64_t>(f.seed) + static_cast<uint64_t>(i);
@@ -172,9 +184,11 @@ absl::StatusOr<Figures> RunLoad(Gpt* target, EngineConfig cfg, const Workload& w
   fig.itl_p50 = Percentile(itl, 0.5);
   fig.itl_p99 = Percentile(itl, 0.99);
   const EngineStats& s = engine->stats();
-  fig.stats = {s.proposed - before.proposed, s.accepted - before.accepted,
-               s.target_forwards - before.target_forwards,
-               s.draft_forwards - before.draft_forwards};
+  fig.stats.proposed = s.proposed - before.proposed;
+  fig.stats.accepted = s.accepted - before.accepted;
+  fig.stats.target_forwards = s.target_forwards - before.target_forwards;
+  fig.stats.draft_forwards = s.draft_forwards - before.draft_forwards;
+  fig.stats.prompt_tokens_cached = s.prompt_tokens_cached - before.prompt_tokens_cached;
   return fig;
 }
 
@@ -216,6 +230,10 @@ absl::Status Run(const Flags& f) {
     return absl::InvalidArgumentError(
         "--requests, --prompt-tokens and --output-tokens must be positive");
   }
+  if (f.shared_prefix < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-prefix must be >= 0, got ", f.shared_prefix));
+  }
   if (f.speculate < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--speculate must be >= 0, got ", f.speculate));
   }
@@ -228,15 +246,17 @@ absl::Status Run(const Flags& f) {
   EngineConfig cfg;
   ASSIGN_OR_RETURN(cfg.kv_format, ParseKvFormat(f.formats.kv));
   cfg.max_batch_tokens = static_cast<int>(f.max_batch_tokens);
+  cfg.prefix_cache = !f.no_prefix_cache;
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto target, LoadModel(f.model, f.config, "--model PATH or --config FILE",
                                           format, backend.get()));
   const GptConfig& c = target->config();
-  const int64_t longest =
-      std::max<int64_t>(1, 3 * f.prompt_tokens / 2) + std::max<int64_t>(1, 3 * f.output_tokens / 2);
+  const int64_t longest = f.shared_prefix + std::max<int64_t>(1, 3 * f.prompt_tokens / 2) +
+                          std::max<int64_t>(1, 3 * f.output_tokens / 2);
   if (longest > c.context) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the longest request (3/2 of --prompt-tokens plus 3/2 of --output-tokens, ",
+        absl::StrCat("the longest request (--shared-prefix plus 3/2 of --prompt-tokens plus 3/2 of "
+                     "--output-tokens, ",
                      longest, " tokens) must fit the model's context of ", c.context));
   }
   std::unique_ptr<Gpt> draft;
@@ -249,26 +269,26 @@ absl::Status Run(const Flags& f) {
   const bool open_loop = f.rate > 0;
   const int concurrency = static_cast<int>(f.concurrency);
   std::printf(
-      "bench serve: %.1fM parameters, %s weights, %s KV, %lld requests, %s, prompts ~%lld "
-      "tokens, outputs ~%lld tokens, temperature %g\n",
+      "bench serve: %.1fM parameters, %s weights, %s KV, %lld requests, %s, prompts %lld shared "
+      "+ ~%lld tokens, outputs ~%lld tokens, temperature %g, prefix cache %s\n",
       c.NumParameters() / 1e6, WeightFormatName(format), KvFormatName(cfg.kv_format),
       static_cast<long long>(f.requests),
       open_loop ? absl::StrFormat("Poisson arrivals at %g/s", f.rate).c_str()
                 : absl::StrFormat("%d concurrent", concurrency).c_str(),
-      static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.output_tokens),
-      f.temperature);
+      static_cast<long long>(f.shared_prefix), static_cast<long long>(f.prompt_tokens),
+      static_cast<long long>(f.output_tokens), f.temperature, cfg.prefix_cache ? "on" : "off");
   std::fflush(stdout);
 
   ASSIGN_OR_RETURN(const Figures base, RunLoad(target.get(), cfg, w, open_loop, concurrency));
   Print("target", base);
   std::fflush(stdout);
   Figures main = base;
+  EngineConfig main_cfg = cfg;
   std::string json;
   if (draft != nullptr) {
-    EngineConfig spec = cfg;
-    spec.draft = draft.get();
-    spec.speculate = static_cast<int>(f.speculate);
-    ASSIGN_OR_RETURN(main, RunLoad(target.get(), spec, w, open_loop, concurrency));
+    main_cfg.draft = draft.get();
+    main_cfg.speculate = static_cast<int>(f.speculate);
+    ASSIGN_OR_RETURN(main, RunLoad(target.get(), main_cfg, w, open_loop, concurrency));
     const double acceptance = main.stats.proposed > 0
                                   ? static_cast<double>(main.stats.accepted) / main.stats.proposed
                                   : 0.0;
@@ -285,6 +305,27 @@ absl::Status Run(const Flags& f) {
         ",\"speculate\":%d,\"acceptance\":%.4f,\"baseline_output_tokens_per_s\":%.2f,"
         "\"speedup\":%.3f",
         f.speculate, acceptance, base.tokens_per_s(), main.tokens_per_s() / base.tokens_per_s());
+  }
+  if (f.shared_prefix > 0 && main_cfg.prefix_cache) {
+    EngineConfig uncached = main_cfg;
+    uncached.prefix_cache = false;
+    ASSIGN_OR_RETURN(const Figures off, RunLoad(target.get(), uncached, w, open_loop, concurrency));
+    Print("uncached", off);
+    int64_t prompt_tokens = 0;
+    for (const EngineRequest& r : w.requests)
+      prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    const double ratio = off.ttft_p50 / main.ttft_p50;
+    std::printf(
+        "prefix cache: %lld of %lld prompt tokens from the cache; TTFT p50 %.1f ms against %.1f "
+        "ms without it: %.2fx lower\n",
+        static_cast<long long>(main.stats.prompt_tokens_cached),
+        static_cast<long long>(prompt_tokens), 1e3 * main.ttft_p50, 1e3 * off.ttft_p50, ratio);
+    json += absl::StrFormat(
+        ",\"shared_prefix\":%d,\"prompt_tokens\":%d,\"prompt_tokens_cached\":%d,"
+        "\"no_cache_ttft_p50_ms\":%.3f,\"no_cache_ttft_p99_ms\":%.3f,"
+        "\"prefix_cache_ttft_ratio\":%.3f",
+        f.shared_prefix, prompt_tokens, main.stats.prompt_tokens_cached, 1e3 * off.ttft_p50,
+        1e3 * off.ttft_p99, ratio);
   }
   if (f.compare_batch1) {
     ASSIGN_OR_RETURN(const Figures one, RunLoad(target.get(), cfg, w, /*open_loop=*/false, 1));
@@ -330,6 +371,10 @@ int BenchServeCommand(int argc, char** argv) {
   flags.Int("seed", &f.seed, "seed of the load (lengths, prompts, arrivals, sampling)");
   flags.Bool("compare-batch1", &f.compare_batch1,
              "also run the load one request at a time and print the throughput ratio");
+  flags.Int("shared-prefix", &f.shared_prefix,
+            "tokens every prompt starts with (before its own --prompt-tokens); also runs the "
+            "load without the prefix cache and prints the TTFT ratio");
+  AddPrefixCacheFlag(flags, &f.no_prefix_cache);
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 

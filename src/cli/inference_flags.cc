@@ -11,6 +11,11 @@ void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
   flags.String("kv", &f->kv, "KV cache format: fp32 or int8");
 }
 
+void AddPrefixCacheFlag(FlagSet& flags, bool* no_prefix_cache) {
+  flags.Bool("no-prefix-cache", no_prefix_cache,
+             "compute every prompt in full, even the prefix already in the KV cache");
+}
+
 void AddDraftFlags(FlagSet& flags, DraftFlags* f) {
   flags.String("draft", &f->model, "a small model proposing tokens for speculative decoding",
                "none");

@@ -23,6 +23,10 @@ struct FormatFlags {
 };
 void AddFormatFlags(FlagSet& flags, FormatFlags* f);
 
+// --no-prefix-cache: every request computes its whole prompt
+// (EngineConfig::prefix_cache off).
+void AddPrefixCacheFlag(FlagSet& flags, bool* no_prefix_cache);
+
 // --draft PATH --speculate K: speculative decoding (engine.h).
 struct DraftFlags {
   std::string model;

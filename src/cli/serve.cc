@@ -31,6 +31,7 @@ struct ServeFlags {
   std::string role = "both", prefill_addr;
   FormatFlags formats;
   DraftFlags draft;
+  bool no_prefix_cache = false;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
           max_body_kb = 1024, keep_alive_s = 5, request_timeout_s = 10, transfer_port = 0;
 };
@@ -110,6 +111,7 @@ absl::Status Serve(const ServeFlags& f) {
   lo.engine.kv_blocks = KvBlockPool::BlocksFor(kv_tokens);
   lo.engine.max_batch_tokens = static_cast<int>(f.max_batch_tokens);
   lo.engine.max_running = static_cast<int>(f.max_running);
+  lo.engine.prefix_cache = !f.no_prefix_cache;
   lo.max_waiting = static_cast<int>(f.max_waiting);
 
   std::unique_ptr<RemotePrefill> remote;
@@ -180,11 +182,12 @@ absl::Status Serve(const ServeFlags& f) {
   const int64_t tokens = int64_t{lo.engine.kv_blocks} * kBlockTokens;
   std::fprintf(stderr,
                "ladder serve: model %s (%lld parameters, weights %s %s), KV %s %lld tokens (%s), "
-               "listening on http://%s:%d\n",
+               "prefix cache %s, listening on http://%s:%d\n",
                absl::StrJoin(so.model_names, ",").c_str(), static_cast<long long>(cfg.NumParameters()),
                WeightFormatName(weights), MiB(model->weight_bytes()).c_str(),
                KvFormatName(lo.engine.kv_format), static_cast<long long>(tokens),
-               MiB(tokens * per_token).c_str(), so.host.c_str(), server->port());
+               MiB(tokens * per_token).c_str(), lo.engine.prefix_cache ? "on" : "off",
+               so.host.c_str(), server->port());
   if (remote) {
     std::fprintf(stderr, "ladder serve: decode role, prompts prefilled by %s\n",
                  remote->address().c_str());
@@ -231,6 +234,7 @@ int ServeCommand(int argc, char** argv) {
                "none");
   flags.Int("transfer-port", &f.transfer_port,
             "--role prefill: the KV transfer port; 0 = any free port (printed at startup)");
+  AddPrefixCacheFlag(flags, &f.no_prefix_cache);
   flags.String("model-name", &f.model_name,
                "names a request's 'model' may take, comma separated (the first is the default)",
                "the --model path's base name");

@@ -87,7 +87,7 @@ absl::Status KvCache::ForEachRowRun(absl::Span<const int32_t> table, int64_t tok
         const int64_t rows = std::min<int64_t>(kBlockTokens, tokens - p);
         const Tensor run =
             t.Slice(int64_t{table[p / kBlockTokens]} * kBlockTokens * width, {rows, width});
-        RETURN_IF_ERROR(copy(run, offset));
+        RETURN_IF_ERROR(copy(run, offset, p / kBlockTokens));
         offset += static_cast<int64_t>(run.bytes());
       }
     }
@@ -98,19 +98,20 @@ absl::Status KvCache::ForEachRowRun(absl::Span<const int32_t> table, int64_t tok
 absl::Status KvCache::ReadRows(absl::Span<const int32_t> table, int64_t tokens,
                                std::string* out) const {
   out->assign(static_cast<size_t>(std::max<int64_t>(tokens, 0) * bytes_per_token_), '\0');
-  return ForEachRowRun(table, tokens, [&](const Tensor& run, int64_t offset) {
+  return ForEachRowRun(table, tokens, [&](const Tensor& run, int64_t offset, int64_t) {
     return backend_->CopyToHost(out->data() + offset, run);
   });
 }
 
 absl::Status KvCache::WriteRows(absl::Span<const int32_t> table, int64_t tokens,
-                                absl::string_view rows) {
+                                absl::string_view rows, int64_t keep_blocks) {
   const int64_t want = tokens * bytes_per_token_;
   if (static_cast<int64_t>(rows.size()) != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("the rows of ", tokens, " tokens take ", want, " bytes, got ", rows.size()));
   }
-  return ForEachRowRun(table, tokens, [&](const Tensor& run, int64_t offset) {
+  return ForEachRowRun(table, tokens, [&](const Tensor& run, int64_t offset, int64_t block) {
+    if (block < keep_blocks) return absl::OkStatus();
     return backend_->CopyFromHost(run, rows.data() + offset);
   });
 }

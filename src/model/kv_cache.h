@@ -43,12 +43,16 @@ class KvCache {
   // for int8 then the key scales [tokens, NH] and value scales [tokens, NH]
   // (f32): tokens * BytesPerToken bytes in all (docs/formats.md).
   // ReadRows replaces *out with them; WriteRows stores `rows` (exactly that
-  // many bytes) into the sequence's rows. InvalidArgument when the table is
+  // many bytes) into the sequence's rows, except those of its first
+  // `keep_blocks` blocks (blocks the sequence shares with others through the
+  // prefix cache, whose rows are already there and must not change under
+  // their readers). InvalidArgument when the table is
   // too short for `tokens` or names a block outside the cache, or `rows`
   // has the wrong size. Called by the thread that runs the model, between
   // forwards.
   absl::Status ReadRows(absl::Span<const int32_t> table, int64_t tokens, std::string* out) const;
-  absl::Status WriteRows(absl::Span<const int32_t> table, int64_t tokens, absl::string_view rows);
+  absl::Status WriteRows(absl::Span<const int32_t> table, int64_t tokens, absl::string_view rows,
+                         int64_t keep_blocks = 0);
 
   int num_blocks() const { return num_blocks_; }
   int64_t bytes() const { return bytes_; }
@@ -56,9 +60,9 @@ class KvCache {
   const PagedKv& layer(int l) const { return layers_[l]; }
 
  private:
-  // Calls `copy(view, offset)` for every run of the sequence's rows in each
-  // tensor of the cache, `offset` being where the run sits in the row
-  // layout above.
+  // Calls `copy(view, offset, block)` for every run of the sequence's rows
+  // in each tensor of the cache, `offset` being where the run sits in the
+  // row layout above and `block` its index in the table.
   template <typename CopyFn>
   absl::Status ForEachRowRun(absl::Span<const int32_t> table, int64_t tokens, CopyFn copy) const;
 

@@ -21,6 +21,10 @@ absl::Status CheckVocabulary(absl::Span<const int32_t> ids, int vocab, const cha
   return absl::OkStatus();
 }
 
+// The pool's cache indices (KvBlockPool::MarkFilled).
+constexpr int kTargetCache = 0;
+constexpr int kDraftCache = 1;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Gpt* model, const EngineConfig& cfg) {
@@ -89,7 +93,9 @@ void Engine::AdoptPrefilled(Running& r) {
   auto it = prefilled_.find(r.id);
   if (it == prefilled_.end()) return;
   const int64_t tokens = static_cast<int64_t>(r.request.prompt.size()) - 1;
-  if (tokens > r.computed && cache_.WriteRows(r.table, tokens, it->second).ok()) {
+  // Rows of blocks shared through the prefix cache stay as they are.
+  if (tokens > r.computed &&
+      cache_.WriteRows(r.table, tokens, it->second, r.computed / kBlockTokens).ok()) {
     r.computed = tokens;
   }
   prefilled_.erase(it);
@@ -257,7 +263,9 @@ void Engine::Admit() {
     Running r{.id = waiting_.front().first,
               .request = std::move(req),
               .rng = PhiloxStream(seed, kSamplingStream)};
-    absl::StatusOr<KvBlockPool::SequenceId> seq = pool_.AddSequence(r.request.prompt);
+    int64_t shared = 0;
+    absl::StatusOr<KvBlockPool::SequenceId> seq =
+        pool_.AddSequence(r.request.prompt, &shared, cfg_.prefix_cache && !r.request.echo_logprobs);
     while (seq.ok()) {
       r.seqs.push_back(*seq);
       const std::vector<int32_t>& t = pool_.BlockTable(*seq);
@@ -271,6 +279,11 @@ void Engine::Admit() {
       return;
     }
     r.tokens = r.request.prompt;
+    // The prompt's cached prefix is in both caches already; a prompt
+    // prefilled elsewhere brings the rest of its rows.
+    r.computed = shared;
+    r.draft_computed = shared;
+    stats_.prompt_tokens_cached += shared;
     AdoptPrefilled(r);
     running_.push_back(std::move(r));
     waiting_.pop_front();
@@ -385,6 +398,13 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
   }
   RETURN_IF_ERROR(model_->ForwardCached(batch, cache_, &logits));
   ++stats_.target_forwards;
+  if (cfg_.prefix_cache) {
+    // The prompt blocks the forwards completed may now be shared.
+    for (size_t i = 0; i < n; ++i) {
+      pool_.MarkFilled(running_[i].seqs[0], kTargetCache, running_[i].computed + take[i]);
+      if (draft_cache_) pool_.MarkFilled(running_[i].seqs[0], kDraftCache, draft_end[i]);
+    }
+  }
 
   // Where a request completes: the target's rows from its last pending
   // token on decide which proposals stand and the token after them.

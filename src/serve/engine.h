@@ -40,6 +40,25 @@
 // computes for every emitted token, so they do not stop speculation.
 // Speculating and plain requests share every batch; each still samples only
 // from its own rows and RNG.
+//
+// Prefix caching (EngineConfig::prefix_cache): a request whose prompt starts
+// with full blocks whose keys and values are already cached, from a running
+// request or a finished one whose blocks are not yet reclaimed, shares those
+// blocks and starts its prefill after them, so a long common system prompt
+// costs its prefill once. After each forward the engine marks the prompt
+// blocks it completed as filled, per cache (KvBlockPool::MarkFilled); only
+// blocks filled in the target's cache and, with speculation, the draft's are
+// shared, and nobody writes into a block once it is shared. The prompt's last
+// token always runs through the model (its logits give the first token), so
+// the pool never shares the block holding it: a prompt entirely in the cache
+// recomputes its last block (up to 16 tokens) into a private block rather
+// than rewriting a row others read. (A recomputed row equals the cached one
+// only if the forward is bit-for-bit independent of how the batch was cut,
+// which no backend promises.) Requests with echo_logprobs need the logits
+// of every prompt position, so they share nothing and compute their whole
+// prompt. Outputs are the same with and without the cache wherever they
+// are the same however requests are batched (as above): a shared row is the
+// row the request would have computed itself, computed in another batch.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +92,8 @@ struct EngineConfig {
   // K + 1 tokens.
   Gpt* draft = nullptr;
   int speculate = 0;
+  // Prefix caching (above); off, every request computes its whole prompt.
+  bool prefix_cache = true;
 };
 
 // Counters since the engine was created.
@@ -81,6 +102,7 @@ struct EngineStats {
   int64_t accepted = 0;         // of those, the ones it kept
   int64_t target_forwards = 0;  // ForwardCached calls of the target
   int64_t draft_forwards = 0;   // and of the draft
+  int64_t prompt_tokens_cached = 0;  // prompt tokens found in the prefix cache, not computed
 };
 
 struct EngineRequest {
@@ -172,8 +194,10 @@ class Engine {
     std::vector<KvBlockPool::SequenceId> seqs{};
     std::vector<int32_t> table{};   // the block table those make up
     std::vector<int32_t> tokens{};  // prompt + generated
-    int64_t computed = 0;           // tokens whose keys and values the target has cached
-    int64_t draft_computed = 0;     // ... and the draft
+    // Tokens whose keys and values the target has cached (from admission:
+    // the shared prefix), and the draft.
+    int64_t computed = 0;
+    int64_t draft_computed = 0;
     int generated = 0;
     PhiloxStream rng;
     // With logit adjustments: the tokens they count (built at the first sample).
@@ -185,7 +209,7 @@ class Engine {
   Engine(Gpt* model, const EngineConfig& cfg, KvCache cache, std::optional<KvCache> draft_cache)
       : model_(model),
         cfg_(cfg),
-        pool_(cfg.kv_blocks),
+        pool_(cfg.kv_blocks, cfg.speculate > 0 ? 2 : 1),
         cache_(std::move(cache)),
         draft_cache_(std::move(draft_cache)) {}
   void Admit();

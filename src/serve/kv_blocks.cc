@@ -25,7 +25,8 @@ const std::vector<int32_t> kNoTable;
 
 }  // namespace
 
-KvBlockPool::KvBlockPool(int num_blocks) : blocks_(std::max(0, num_blocks)) {
+KvBlockPool::KvBlockPool(int num_blocks, int caches)
+    : all_caches_((1u << std::clamp(caches, 1, kMaxCaches)) - 1), blocks_(std::max(0, num_blocks)) {
   for (int32_t b = num_blocks - 1; b >= 0; --b) never_used_.push_back(b);
 }
 
@@ -33,6 +34,7 @@ int32_t KvBlockPool::TakeBlock() {
   if (!never_used_.empty()) {
     const int32_t b = never_used_.back();
     never_used_.pop_back();
+    blocks_[b].filled = 0;  // (an unnamed block may have been marked in its last use)
     return b;
   }
   if (released_.empty()) return -1;
@@ -42,6 +44,7 @@ int32_t KvBlockPool::TakeBlock() {
   auto it = cached_by_hash_.find(blk.hash);
   if (it != cached_by_hash_.end() && it->second == b) cached_by_hash_.erase(it);
   blk.named = false;
+  blk.filled = 0;
   blk.tokens.clear();
   return b;
 }
@@ -58,6 +61,14 @@ void KvBlockPool::Release(int32_t b) {
   Block& blk = blocks_[b];
   if (--blk.refs > 0) return;
   --used_;
+  if (blk.named && blk.filled != all_caches_) {
+    // Nobody will fill it now: drop the name, so that another block of the
+    // same prefix can take it.
+    auto it = cached_by_hash_.find(blk.hash);
+    if (it != cached_by_hash_.end() && it->second == b) cached_by_hash_.erase(it);
+    blk.named = false;
+    blk.tokens.clear();
+  }
   if (blk.named) {
     blk.lru = released_.insert(released_.end(), b);
   } else {
@@ -79,19 +90,25 @@ void KvBlockPool::Name(Sequence& s, int index) {
 }
 
 absl::StatusOr<KvBlockPool::SequenceId> KvBlockPool::AddSequence(absl::Span<const int32_t> prompt,
-                                                                 int64_t* shared_tokens) {
+                                                                 int64_t* shared_tokens,
+                                                                 bool reuse_cache) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int full = static_cast<int>(n / kBlockTokens);
-  // The longest prefix of full blocks already cached.
+  // The longest prefix of filled full blocks already cached, short of the
+  // block holding the last token.
+  const int shareable = reuse_cache && n > 0 ? static_cast<int>((n - 1) / kBlockTokens) : 0;
   std::vector<int32_t> shared;
   uint64_t h = 0;
-  for (int i = 0; i < full; ++i) {
+  for (int i = 0; i < shareable; ++i) {
     absl::Span<const int32_t> tokens = prompt.subspan(int64_t{i} * kBlockTokens, kBlockTokens);
     const uint64_t next = Chain(h, tokens);
     auto it = cached_by_hash_.find(next);
     if (it == cached_by_hash_.end()) break;
     const Block& blk = blocks_[it->second];
-    if (blk.parent != h || !std::equal(tokens.begin(), tokens.end(), blk.tokens.begin())) break;
+    if (blk.filled != all_caches_ || blk.parent != h ||
+        !std::equal(tokens.begin(), tokens.end(), blk.tokens.begin())) {
+      break;
+    }
     shared.push_back(it->second);
     h = next;
   }
@@ -112,6 +129,7 @@ absl::StatusOr<KvBlockPool::SequenceId> KvBlockPool::AddSequence(absl::Span<cons
     Acquire(b);
     s.table.push_back(b);
   }
+  std::fill(std::begin(s.filled), std::end(s.filled), static_cast<int>(shared.size()));
   for (int64_t i = 0; i < fresh; ++i) {
     const int32_t b = TakeBlock();
     Acquire(b);
@@ -147,6 +165,16 @@ absl::Status KvBlockPool::Append(SequenceId seq, absl::Span<const int32_t> token
     }
   }
   return absl::OkStatus();
+}
+
+void KvBlockPool::MarkFilled(SequenceId seq, int cache, int64_t tokens) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end() || cache < 0 || cache >= kMaxCaches) return;
+  if ((all_caches_ & (1u << cache)) == 0) return;  // not one of this pool's caches
+  Sequence& s = it->second;
+  const int64_t full =
+      std::min<int64_t>(tokens, static_cast<int64_t>(s.tokens.size())) / kBlockTokens;
+  for (int& i = s.filled[cache]; i < full; ++i) blocks_[s.table[i]].filled |= 1u << cache;
 }
 
 absl::Status KvBlockPool::Free(SequenceId seq) {

@@ -8,13 +8,27 @@
 // needs contiguous memory. Blocks are reference counted: a *full* block is
 // named by a hash of its tokens and of every token before it, and a new
 // sequence whose prompt starts with the same full blocks shares them instead
-// of computing and storing them again (prefix caching). Only full blocks are
-// shared, so a sequence only ever writes into its own last block and no
-// block is ever copied.
+// of computing and storing them again (prefix caching).
+//
+// A block is shared only once it is *filled*: the caller has written its
+// keys and values into every one of the pool's caches (the target model's,
+// and with speculative decoding the draft's; MarkFilled). Naming happens
+// when a block's tokens are known, before any forward has run them, so a
+// named block is not yet worth sharing; and once filled, nobody writes into
+// it again, so every sharer reads the same rows. A prompt's last token never
+// lies in a shared block: whoever runs the prompt must put that token
+// through the model (its logits give the first sampled token), which writes
+// its row, and that write must land in a block of its own. So a sequence
+// only ever writes into blocks no other sequence reads, and no block is ever
+// copied.
 //
 // A block whose last user leaves keeps its contents and its name while it
-// is "cached"; it is reused by a later identical prefix, or reclaimed (least
-// recently released first) when no never-used block is left.
+// is "cached" (if filled; an unfilled one forgets its name, since nobody
+// will fill it now); it is reused by a later identical prefix, or reclaimed
+// (least recently released first, its name and filled marks cleared) when
+// no never-used block is left.
+//
+// Not thread-safe: one thread (the engine's) owns the pool.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +47,12 @@ class KvBlockPool {
  public:
   using SequenceId = int64_t;
 
-  explicit KvBlockPool(int num_blocks);
+  // Caches the pool's blocks index: a block is filled when all of them
+  // hold it (the engine: 1, or 2 with a draft model).
+  static constexpr int kMaxCaches = 2;
+
+  // `caches` in [1, kMaxCaches] (clamped).
+  explicit KvBlockPool(int num_blocks, int caches = 1);
 
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   // Blocks some sequence holds; the rest are free (never used or cached).
@@ -45,13 +64,25 @@ class KvBlockPool {
     return static_cast<int>((tokens + kBlockTokens - 1) / kBlockTokens);
   }
 
-  // A new sequence holding `prompt`: its leading full blocks are shared with
-  // any sequence (or cached block) of the same prefix, the rest allocated.
-  // ResourceExhausted, with nothing allocated, if the pool cannot hold it.
-  // *shared_tokens (if non-null) receives how many leading tokens were
-  // found already in the cache (their K and V need no computing).
+  // A new sequence holding `prompt`. With `reuse_cache`, its leading full
+  // blocks that are named and filled for the same prefix (in any sequence,
+  // or cached) and lie wholly before the prompt's last token are shared;
+  // the rest are allocated (and the full ones named, for later prompts).
+  // Without it nothing is shared: a caller that must run every prompt token
+  // through the model (to score it) uses private blocks. ResourceExhausted,
+  // with nothing allocated, if the pool cannot hold it. *shared_tokens (if
+  // non-null) receives how many leading tokens were shared: a multiple of
+  // kBlockTokens, at most prompt.size() - 1, whose keys and values are in
+  // every cache already, so the caller computes from there on.
   absl::StatusOr<SequenceId> AddSequence(absl::Span<const int32_t> prompt,
-                                         int64_t* shared_tokens = nullptr);
+                                         int64_t* shared_tokens = nullptr, bool reuse_cache = true);
+  // Records that cache `cache` (in [0, caches); others are ignored) now
+  // holds the keys and values of the sequence's first `tokens` tokens (the
+  // caller's forward has written them; tokens past the sequence's length are
+  // ignored). Its full blocks among them become shareable once every cache
+  // holds them. A caller that never calls it shares nothing: that is how
+  // prefix caching is turned off. No-op for an unknown id.
+  void MarkFilled(SequenceId seq, int cache, int64_t tokens);
   // Appends tokens (a decode step's output), allocating blocks as needed.
   // ResourceExhausted, with nothing changed, if the pool runs out.
   absl::Status Append(SequenceId seq, absl::Span<const int32_t> tokens);
@@ -69,6 +100,7 @@ class KvBlockPool {
   struct Block {
     int refs = 0;
     bool named = false;  // full, with a prefix hash in cached_by_hash_
+    uint32_t filled = 0;  // bit c: cache c holds the block's keys and values
     uint64_t hash = 0;
     // What the name stands for, checked on every match (a 64-bit hash
     // collision must not hand out another prefix's cache).
@@ -80,6 +112,7 @@ class KvBlockPool {
     std::vector<int32_t> table;
     std::vector<int32_t> tokens;
     uint64_t hash = 0;  // prefix hash after the last full block
+    int filled[kMaxCaches] = {};  // leading blocks marked filled, per cache
   };
 
   // A block for new contents: never used first, then the least recently
@@ -90,6 +123,7 @@ class KvBlockPool {
   // Names the sequence's block `index` (now full) so later prefixes can find it.
   void Name(Sequence& s, int index);
 
+  uint32_t all_caches_;  // the `filled` mask of a shareable block
   std::vector<Block> blocks_;
   std::vector<int32_t> never_used_;
   std::list<int32_t> released_;  // named blocks with refs == 0, oldest first

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `ladder bench serve` on a tiny random model: closed loop with the batch-1
 # comparison, open loop (Poisson arrivals), and speculation with the model as
-# its own draft (every proposal accepted). The last line is JSON whose
+# its own draft (every proposal accepted), and a shared prompt prefix with
+# and without the prefix cache (every request finds the whole prefix
+# cached; --no-prefix-cache runs no comparison). The last line is JSON whose
 # figures are present and sane: counts and rates positive, p99 >= p50. Bad
 # flags give one error line and exit code 2.
 #   bench_serve_test.sh LADDER_BINARY
@@ -63,6 +65,17 @@ check speculative acceptance baseline_output_tokens_per_s speedup speculate -- \
   --concurrency 3 --draft-config "$tmp/tiny.conf" --speculate 3
 [ "$(field "$last_json" acceptance)" = 1.0000 ] || fail "a self-draft's acceptance is not 1"
 
+check shared-prefix shared_prefix prompt_tokens prompt_tokens_cached no_cache_ttft_p50_ms \
+  prefix_cache_ttft_ratio -- --concurrency 3 --shared-prefix 48
+# The warm-up leaves the 3 prefix blocks cached; each prompt's own tokens
+# follow them, so all 6 requests skip all 48.
+[ "$(field "$last_json" prompt_tokens_cached)" = 288 ] ||
+  fail "prompt_tokens_cached is not 6 x 48"
+at_least "$(field "$last_json" prompt_tokens)" $((6 * 49)) || fail "prompt_tokens below 6 x 49"
+check no-prefix-cache -- --concurrency 3 --shared-prefix 48 --no-prefix-cache
+[ -z "$(field "$last_json" prompt_tokens_cached)" ] ||
+  fail "--no-prefix-cache still compared against the cache"
+
 refused() {  # EXPECTED_TEXT ARGS...
   local want=$1
   shift
@@ -80,6 +93,9 @@ refused "exactly one of --model PATH or --config FILE" --concurrency 2
 refused "go together" --config "$tmp/tiny.conf" --concurrency 2 --speculate 2
 refused "must fit the model's context of 128" --config "$tmp/tiny.conf" --concurrency 2 \
   --prompt-tokens 80 --output-tokens 20
+refused "--shared-prefix must be >= 0" --config "$tmp/tiny.conf" --concurrency 2 --shared-prefix -1
+refused "(--shared-prefix plus 3/2 of --prompt-tokens plus 3/2 of --output-tokens, 141 tokens)" \
+  --config "$tmp/tiny.conf" --concurrency 2 --shared-prefix 96 --prompt-tokens 20 --output-tokens 10
 refused "--bogus" --config "$tmp/tiny.conf" --concurrency 2 --bogus
 refused "fp16" --config "$tmp/tiny.conf" --concurrency 2 --weights fp16
 echo "bench serve: JSON figures present and sane; bad flags refused with exit code 2"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `ladder serve` as a process: the startup line, /health, a completion, a
-# streamed completion, bad flags, and SIGTERM while a long stream is in
+# `ladder serve` as a process: the startup line (prefix cache on by
+# default), /health, a completion, a streamed completion, bad flags, and SIGTERM while a long stream is in
 # flight: that stream still ends with [DONE] and the process exits 0.
 #   serve_cli_test.sh LADDER_BINARY
 set -u
@@ -42,6 +42,9 @@ fi
 "$ladder" serve --model "$tmp/run" --kv fp16 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "fp16" "$tmp/err" ||
   fail "bad --kv: $(cat "$tmp/err")"
+"$ladder" serve --model "$tmp/run" --no-prefix-cache=maybe >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "flag --no-prefix-cache expects true or false, got 'maybe'" "$tmp/err" ||
+  fail "bad --no-prefix-cache: $(cat "$tmp/err")"
 "$ladder" serve >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "missing --model" "$tmp/err" || fail "missing --model: $(cat "$tmp/err")"
 "$ladder" serve --model "$tmp/run" --request-timeout-s 0 >/dev/null 2>"$tmp/err"
@@ -61,7 +64,8 @@ if [ -z "$port" ]; then
   echo "FAIL: no startup line: $(cat "$tmp/err")"
   exit 1
 fi
-grep -q "model tiny (.* parameters, weights fp32 .* MiB), KV fp32 .* tokens (.* MiB)" "$tmp/err" ||
+grep -q "model tiny (.* parameters, weights fp32 .* MiB), KV fp32 .* tokens (.* MiB), prefix cache on" \
+  "$tmp/err" ||
   fail "startup line: $(cat "$tmp/err")"
 url="http://127.0.0.1:$port"
 
