@@ -17,10 +17,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "src/serve/connection_server.h"
+#include "src/serve/json_constraint.h"
 #include "src/serve/openai_api.h"
 #include "src/serve/text_stream.h"
 
@@ -274,6 +276,7 @@ HttpServer::HttpServer(const ServerOptions& options, EngineLoop* loop, const Tok
     : options_(options),
       loop_(loop),
       tokenizer_(tokenizer),
+      json_(std::make_unique<JsonConstraintFactory>(*tokenizer)),
       model_(model),
       started_(static_cast<int64_t>(std::time(nullptr))) {}
 
@@ -468,8 +471,23 @@ void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res)
 
 absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
     const CompletionRequest& r) const {
-  if (r.response_format.type == ResponseFormat::Type::kText) return nullptr;
-  return absl::UnimplementedError("response_format: pending");
+  switch (r.response_format.type) {
+    case ResponseFormat::Type::kText:
+      return nullptr;
+    case ResponseFormat::Type::kJsonObject:
+      return json_->Object();
+    case ResponseFormat::Type::kJsonSchema:
+      break;
+  }
+  // Parsed keeping the client's property order, the order the output uses.
+  absl::StatusOr<std::shared_ptr<TokenConstraint>> c =
+      json_->Schema(nlohmann::ordered_json::parse(r.response_format.schema));
+  if (!c.ok()) {
+    absl::Status s = c.status();
+    s.SetPayload(kParamPayload, absl::Cord("response_format"));
+    return s;
+  }
+  return c;
 }
 
 ModelLimits HttpServer::ApiLimits() const {

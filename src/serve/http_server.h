@@ -52,6 +52,8 @@ struct Response;
 
 namespace ladder {
 
+class JsonConstraintFactory;
+
 class ConnectionServer;
 
 struct ServerOptions {
@@ -110,6 +112,7 @@ class HttpServer {
   ServerOptions options_;
   EngineLoop* loop_;
   const Tokenizer* tokenizer_;
+  std::unique_ptr<JsonConstraintFactory> json_;  // response_format's constraints
   GptConfig model_;
   int64_t started_ = 0;  // unix seconds
   int port_ = 0;

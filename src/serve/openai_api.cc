@@ -229,6 +229,15 @@ absl::StatusOr<ResponseFormat> GetResponseFormat(const json& body) {
   return out;
 }
 
+// A JSON schema's properties come out in the order the client wrote them,
+// which nlohmann::json (a sorted map) forgets: the schema is taken again
+// from the body, in order. (The body parsed once already.)
+void KeepSchemaOrder(absl::string_view body, CompletionRequest* r) {
+  if (r->response_format.type != ResponseFormat::Type::kJsonSchema) return;
+  const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+  r->response_format.schema = ordered["response_format"]["json_schema"]["schema"].dump();
+}
+
 // Fields both endpoints share; the prompts are already known.
 absl::Status ParseCommon(const json& body, const ModelLimits& limits, bool chat,
                          CompletionRequest* r) {
@@ -368,6 +377,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionImpl(absl::string_view body,
   ASSIGN_OR_RETURN(bool has, GetInt(j, "logprobs", 0, kMaxCompletionLogprobs, &v));
   if (has) r.logprobs = static_cast<int>(v);
   RETURN_IF_ERROR(ParseCommon(j, limits, /*chat=*/false, &r));
+  KeepSchemaOrder(body, &r);
   return r;
 }
 
@@ -471,6 +481,7 @@ absl::StatusOr<CompletionRequest> ParseChatImpl(absl::string_view body, const To
   }
   if (logprobs) r.logprobs = has ? static_cast<int>(v) : 0;
   RETURN_IF_ERROR(ParseCommon(j, limits, /*chat=*/true, &r));
+  KeepSchemaOrder(body, &r);
   for (const std::string& s : ChatStops()) r.stop.push_back(s);
   return r;
 }

@@ -69,7 +69,7 @@ struct ModelLimits {
 struct ResponseFormat {
   enum class Type { kText, kJsonObject, kJsonSchema };
   Type type = Type::kText;
-  std::string schema;  // kJsonSchema: json_schema.schema, as JSON text
+  std::string schema;  // kJsonSchema: json_schema.schema, as JSON text in the client's key order
 };
 
 // A validated generation request, for either endpoint. It asks for

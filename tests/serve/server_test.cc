@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -449,6 +451,206 @@ TEST_F(ServerTest, ChoicesAreTheirSoloRequests) {
     EXPECT_EQ(texts[i], many["choices"][i]["text"]) << i;
     EXPECT_EQ(reasons[i], many["choices"][i]["finish_reason"]) << i;
   }
+}
+
+// response_format through the whole server: 100 sampled answers of a
+// random model (n = 100, candidate j seeded seed + j), each parses and
+// matches the schema, properties in the schema's order; a schema outside
+// the subset is a 400 naming response_format.
+TEST_F(ServerTest, ResponseFormatAnswersAlwaysParse) {
+  Start();
+  const std::string schema = R"({"type": "object",
+      "properties": {"name": {"type": "string", "maxLength": 6},
+                     "age": {"type": "integer"},
+                     "tags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
+      "required": ["name", "age"], "additionalProperties": false})";
+  // Built in order: the client's property order is the output's.
+  nlohmann::ordered_json body = {{"prompt", "Answer:"}, {"n", 100}, {"max_tokens", 48},
+                                 {"seed", 11}};
+  body["response_format"]["type"] = "json_schema";
+  body["response_format"]["json_schema"]["name"] = "person";
+  body["response_format"]["json_schema"]["schema"] = nlohmann::ordered_json::parse(schema);
+  auto res = Client()->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json answer = json::parse(res->body);
+  ASSERT_EQ(answer["choices"].size(), 100u);
+  for (const json& c : answer["choices"]) {
+    const std::string text = c["text"];
+    const nlohmann::ordered_json v = nlohmann::ordered_json::parse(text, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << text;
+    ASSERT_TRUE(v.is_object()) << text;
+    auto it = v.begin();
+    ASSERT_EQ(it.key(), "name") << text;
+    ASSERT_TRUE(it->is_string()) << text;
+    ++it;
+    ASSERT_EQ(it.key(), "age") << text;
+    ASSERT_TRUE(it->is_number_integer()) << text;
+    if (++it != v.end()) {
+      ASSERT_EQ(it.key(), "tags") << text;
+      ASSERT_TRUE(it->is_array() && it->size() <= 2) << text;
+    }
+    EXPECT_EQ(c["finish_reason"], "stop") << text;
+  }
+  // Chat and json_object: one JSON object, streamed.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Reply in JSON."}}}},
+               {"max_tokens", 40}, {"seed", 3}, {"response_format", {{"type", "json_object"}}}};
+  chat["stream"] = true;
+  const Answer a = Send("/v1/chat/completions", chat);
+  ASSERT_EQ(a.status, 200);
+  const json obj = json::parse(a.text, nullptr, false);
+  EXPECT_TRUE(obj.is_object()) << a.text;
+
+  body["response_format"]["json_schema"]["schema"] =
+      nlohmann::ordered_json::parse(R"({"type": "string", "pattern": "a+"})");
+  res = Client()->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  const json e = json::parse(res->body)["error"];
+  EXPECT_EQ(e["param"], "response_format");
+  EXPECT_NE(e["message"].get<std::string>().find("unsupported keyword 'pattern'"),
+            std::string::npos)
+      << e;
+}
+
+// Log-probabilities: greedy tokens are their own top choice; the streamed
+// entries equal the whole answer's; an echoed prompt's scores (max_tokens 0)
+// equal what generating its last token reports when a bias forces it.
+TEST_F(ServerTest, LogprobsAndEcho) {
+  Start();
+  auto post = [&](const std::string& path, const json& body) {
+    auto res = Client()->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+  };
+  const json c = post("/v1/completions",
+                      {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0},
+                       {"logprobs", 2}});
+  const json& lp = c["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u);
+  std::string joined;
+  for (size_t i = 0; i < 6; ++i) {
+    const json& top = lp["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 2u);
+    // Greedy takes the most likely token: its log-probability is the top one.
+    double best = -1e9;
+    for (auto it = top.begin(); it != top.end(); ++it) best = std::max(best, it->get<double>());
+    EXPECT_EQ(lp["token_logprobs"][i].get<double>(), best) << i;
+    EXPECT_LE(best, 0.0);
+    EXPECT_EQ(lp["text_offset"][i], joined.size());
+    joined += lp["tokens"][i].get<std::string>();
+  }
+
+  // Streamed chat: the entries of every chunk add up to the whole answer's.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 8},
+               {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}};
+  const json whole = post("/v1/chat/completions", chat);
+  const json& content = whole["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(content.empty());
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 3u);
+  chat["stream"] = true;
+  json streamed = json::array();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = chat.dump();
+  std::string buffer;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+      const std::string event = buffer.substr(6, end - 6);
+      buffer.erase(0, end + 2);
+      if (event == "[DONE]") continue;
+      const json chunk = json::parse(event);
+      for (const json& ch : chunk["choices"]) {
+        if (ch["logprobs"].is_null()) continue;
+        for (const json& e : ch["logprobs"]["content"]) streamed.push_back(e);
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(Client()->send(req));
+  // (The same tokens; their scores agree to float rounding, as the prompt's
+  // prefix is cached the second time and its rows come from another batch.)
+  ASSERT_EQ(streamed.size(), content.size());
+  for (size_t i = 0; i < content.size(); ++i) {
+    EXPECT_EQ(streamed[i]["token"], content[i]["token"]) << i;
+    EXPECT_NEAR(streamed[i]["logprob"].get<double>(), content[i]["logprob"].get<double>(), 1e-4);
+    EXPECT_EQ(streamed[i]["top_logprobs"].size(), 3u);
+  }
+
+  // echo + max_tokens 0 scores the prompt; its last token's score is what
+  // generating that token after the rest reports (bias does not change
+  // log-probabilities, which are the model's own).
+  const std::string prompt = "And God said";
+  const json echo = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0},
+                                             {"echo", true}, {"logprobs", 1}});
+  const json& e = echo["choices"][0];
+  EXPECT_EQ(e["text"], prompt);
+  EXPECT_EQ(echo["usage"]["completion_tokens"], 0);
+  ASSERT_EQ(e["logprobs"]["tokens"].size(), prompt.size());
+  EXPECT_TRUE(e["logprobs"]["token_logprobs"][0].is_null());
+  const int last = static_cast<unsigned char>(prompt.back());
+  const json forced = post("/v1/completions",
+                           {{"prompt", prompt.substr(0, prompt.size() - 1)}, {"max_tokens", 1},
+                            {"temperature", 0}, {"logprobs", 0},
+                            {"logit_bias", {{std::to_string(last), 100}}}});
+  ASSERT_EQ(forced["choices"][0]["text"], std::string(1, prompt.back()));
+  EXPECT_NEAR(forced["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(),
+              e["logprobs"]["token_logprobs"][prompt.size() - 1].get<double>(), 1e-4);
+
+  // best_of: the candidate (seed + j) with the highest mean log-probability.
+  const json best = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
+                                             {"best_of", 3}, {"seed", 5}});
+  EXPECT_TRUE(best["choices"][0]["logprobs"].is_null());
+  double top_mean = -1e9;
+  std::string top_text;
+  for (int j = 0; j < 3; ++j) {
+    const json one = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
+                                              {"seed", 5 + j}, {"logprobs", 0}});
+    double sum = 0;
+    const json& lps = one["choices"][0]["logprobs"]["token_logprobs"];
+    for (const json& v : lps) sum += v.get<double>();
+    if (sum / lps.size() > top_mean) {
+      top_mean = sum / lps.size();
+      top_text = one["choices"][0]["text"];
+    }
+  }
+  EXPECT_EQ(best["choices"][0]["text"], top_text);
+  EXPECT_EQ(best["usage"]["completion_tokens"], 15);
+}
+
+TEST_F(ServerTest, Embeddings) {
+  Start();
+  auto embed = [&](const json& body) {
+    auto res = Client()->Post("/v1/embeddings", body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+  };
+  const json two = embed({{"input", {"In the beginning", "God"}}, {"model", "tiny"}});
+  ASSERT_EQ(two["data"].size(), 2u);
+  EXPECT_EQ(two["usage"]["prompt_tokens"], 16 + 3);
+  std::vector<float> first;
+  for (const json& d : two["data"]) {
+    ASSERT_EQ(d["embedding"].size(), static_cast<size_t>(cfg_.n_embd));
+    double norm = 0;
+    for (const json& v : d["embedding"]) norm += v.get<double>() * v.get<double>();
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+  }
+  for (const json& v : two["data"][1]["embedding"]) first.push_back(v.get<float>());
+  // The same text alone, and as base64: the same vector.
+  const json b64 = embed({{"input", "God"}, {"encoding_format", "base64"}});
+  std::string bytes;
+  ASSERT_TRUE(absl::Base64Unescape(b64["data"][0]["embedding"].get<std::string>(), &bytes));
+  ASSERT_EQ(bytes.size(), first.size() * sizeof(float));
+  std::vector<float> again(first.size());
+  std::memcpy(again.data(), bytes.data(), bytes.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_NEAR(again[i], first[i], 1e-6) << i;
 }
 
 TEST_F(ServerTest, ModelsAndTokenizerRoutes) {
