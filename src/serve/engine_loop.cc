@@ -163,6 +163,7 @@ void EngineLoop::UpdateGauges() {
   stats_.waiting = engine_->waiting() + static_cast<int>(submissions_.size());
   stats_.kv_blocks_used = engine_->blocks().used_blocks();
   stats_.kv_blocks_free = engine_->blocks().free_blocks();
+  stats_.prompt_tokens_cached = engine_->stats().prompt_tokens_cached;
 }
 
 void EngineLoop::Finish(int64_t id, FinishReason reason, absl::Status error,

@@ -77,6 +77,7 @@ struct LoopStats {
   int waiting = 0;  // accepted, not yet running
   int kv_blocks_used = 0, kv_blocks_free = 0;
   int64_t prompt_tokens = 0;     // of all accepted requests
+  int64_t prompt_tokens_cached = 0;  // of those, found in the prefix cache (not computed)
   int64_t generated_tokens = 0;  // delivered to callbacks
   int64_t finished[kNumFinishReasons] = {};
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};  // seconds

@@ -77,7 +77,8 @@ void SetError(httplib::Response& res, int status, const std::string& message,
 struct Candidate {
   Candidate(const Tokenizer* tokenizer, const std::vector<std::string>& stops)
       : text(tokenizer, stops) {}
-  int64_t id = -1;  // in the engine loop
+  EngineRequest request;  // what it asks the engine for
+  int64_t id = -1;        // in the engine loop, once submitted
   TextStream text;
   int64_t offset = 0;    // the next token's text_offset
   double logprob_sum = 0;  // of the generated tokens, for best_of
@@ -98,6 +99,31 @@ struct Generation {
   }
 
   const std::vector<int32_t>& PromptOf(int c) const { return request.prompts[c / request.best_of]; }
+  // Candidate c is the first of its prompt's.
+  bool Leads(int c) const { return c % request.best_of == 0; }
+  // Candidate c waits for its prompt's first to run the prompt: there are
+  // full blocks to share (the block of the prompt's last token never is),
+  // and the prompt is scored (echo) by nobody, as scoring shares nothing.
+  bool Staged(int c) const {
+    return PromptOf(c).size() > static_cast<size_t>(kBlockTokens) && !cands[c].request.echo_logprobs;
+  }
+  // Hands candidate c to the engine.
+  absl::Status Submit(int c) {
+    absl::StatusOr<int64_t> id = loop->Submit(cands[c].request, queue->Callback(queue, c));
+    if (!id.ok()) return id.status();
+    cands[c].id = *id;
+    return absl::OkStatus();
+  }
+  // The candidates waiting for leader c, now that it has run its prompt.
+  void SubmitFollowers(int c) {
+    for (int f = c + 1; f < c + request.best_of; ++f) {
+      if (!Staged(f) || cands[f].id >= 0 || cands[f].done) continue;
+      if (absl::Status s = Submit(f); !s.ok()) {
+        cands[f].error = s;
+        cands[f].done = true;
+      }
+    }
+  }
   bool done() const {
     for (const Candidate& c : cands) {
       if (!c.done) return false;
@@ -137,6 +163,7 @@ struct Generation {
   std::vector<ChoiceDelta> Advance() {
     std::map<int, ChoiceDelta> deltas;
     for (auto& [c, e] : queue->Take(kPollInterval)) {
+      if (Leads(c)) SubmitFollowers(c);
       Candidate& cand = cands[c];
       if (cand.done) continue;
       ChoiceDelta& d = deltas[c];
@@ -509,10 +536,9 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
   }
   const CompletionRequest& r = *parsed;
   auto g = std::make_shared<Generation>(loop_, tokenizer_, r);
-  // Each candidate is its own engine request; the candidates of one prompt
-  // share its cached blocks.
+  // Each candidate is its own engine request.
   for (size_t c = 0; c < g->cands.size(); ++c) {
-    EngineRequest er;
+    EngineRequest& er = g->cands[c].request;
     er.prompt = g->PromptOf(static_cast<int>(c));
     er.max_tokens = r.max_tokens;
     er.sampling = r.sampling;
@@ -521,22 +547,23 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     er.logprobs = r.best_of > r.n ? std::max(r.logprobs, 0) : r.logprobs;
     er.echo_logprobs = r.echo && r.logprobs >= 0;
     absl::StatusOr<std::shared_ptr<TokenConstraint>> constraint = MakeConstraint(r);
-    absl::StatusOr<int64_t> id = absl::UnknownError("not submitted");
-    if (constraint.ok()) {
-      er.constraint = *std::move(constraint);
-      id = loop_->Submit(std::move(er), g->queue->Callback(g->queue, static_cast<int>(c)));
-    } else {
-      id = constraint.status();
-    }
-    if (!id.ok()) {
-      g->Abandon();
-      SetError(res, ErrorFromStatus(id.status()));
-      if (id.status().code() == absl::StatusCode::kResourceExhausted) {
-        res.set_header("Retry-After", "1");
-      }
+    if (!constraint.ok()) {
+      SetError(res, ErrorFromStatus(constraint.status()));
       return;
     }
-    g->cands[c].id = *id;
+    er.constraint = *std::move(constraint);
+  }
+  // The first candidate of each prompt goes first; the others follow once
+  // it has run the prompt (Generation::Advance), so they find its blocks in
+  // the prefix cache instead of computing the prompt again each.
+  for (size_t c = 0; c < g->cands.size(); ++c) {
+    if (!g->Leads(static_cast<int>(c)) && g->Staged(static_cast<int>(c))) continue;
+    if (absl::Status s = g->Submit(static_cast<int>(c)); !s.ok()) {
+      g->Abandon();
+      SetError(res, ErrorFromStatus(s));
+      if (s.code() == absl::StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
+      return;
+    }
   }
   g->meta.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", absl::Hex(started_),
                             absl::Hex(next_id_.fetch_add(1), absl::kZeroPad8));
@@ -643,6 +670,9 @@ std::string HttpServer::Metrics() const {
                st.kv_blocks_free);
   AppendScalar(&out, "ladder_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
                st.prompt_tokens);
+  AppendScalar(&out, "ladder_prompt_tokens_cached_total", "counter",
+               "Prompt tokens found in the prefix cache instead of computed.",
+               st.prompt_tokens_cached);
   AppendScalar(&out, "ladder_generation_tokens_total", "counter", "Tokens generated.",
                st.generated_tokens);
   std::string finished;

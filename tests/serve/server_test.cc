@@ -653,6 +653,22 @@ TEST_F(ServerTest, Embeddings) {
   for (size_t i = 0; i < first.size(); ++i) EXPECT_NEAR(again[i], first[i], 1e-6) << i;
 }
 
+// The candidates of one prompt share its prefill: the first runs the
+// prompt, the others start after its cached blocks (the block of the
+// prompt's last token is never shared).
+TEST_F(ServerTest, ChoicesShareThePromptsPrefill) {
+  Start();
+  const std::string prompt(40, 'x');
+  const json body = {{"prompt", prompt}, {"n", 4}, {"max_tokens", 3}, {"temperature", 0}};
+  auto res = Client()->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json a = json::parse(res->body);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(a["choices"][i]["text"], a["choices"][0]["text"]);
+  EXPECT_EQ(Metric("ladder_prompt_tokens_cached_total"), 3 * 32);
+  EXPECT_EQ(Metric("ladder_prompt_tokens_total"), 4 * 40);
+}
+
 TEST_F(ServerTest, ModelsAndTokenizerRoutes) {
   Start();
   auto models = Client()->Get("/v1/models");
