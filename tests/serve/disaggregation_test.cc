@@ -259,6 +259,22 @@ class FakePrefill {
 };
 
 // Reads the hello (and answers it) and the prompt frame.
+// The bytes WriteFrame puts on the wire for a kv frame, to send altered.
+std::string WireBytes(uint64_t request, const std::string& payload) {
+  int sv[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  std::thread w([&] {
+    EXPECT_TRUE(transfer::WriteFrame(sv[0], transfer::FrameType::kKv, request, payload).ok());
+  });
+  std::string wire(transfer::kHeaderBytes + payload.size(), '\0');
+  EXPECT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
+            static_cast<ssize_t>(wire.size()));
+  w.join();
+  close(sv[0]);
+  close(sv[1]);
+  return wire;
+}
+
 transfer::Frame HelloThenPrompt(int fd) {
   EXPECT_TRUE(transfer::ReadFrame(fd, 1 << 16).ok());
   EXPECT_TRUE(transfer::WriteFrame(fd, transfer::FrameType::kHelloOk, 0, "").ok());
@@ -299,17 +315,10 @@ TEST(Disaggregation, GarbageFromThePrefillSide) {
   EXPECT_THAT(
       PrefillAgainst([&](int fd) {
         const transfer::Frame p = HelloThenPrompt(fd);
-        // Rows whose payload checksum is for other bytes: send a
-        // frame, then flip a payload byte by sending a twin.
-        std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
-        int sv[2];
-        socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-        ASSERT_TRUE(transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request, payload).ok());
-        std::string wire(transfer::kHeaderBytes + payload.size(), '\0');
-        ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
-                  static_cast<ssize_t>(wire.size()));
-        close(sv[0]);
-        close(sv[1]);
+        // Rows whose payload checksum is for other bytes: a frame with
+        // one payload byte flipped.
+        std::string wire = WireBytes(
+            p.request, transfer::EncodeRows(2, std::string(bytes, '\1')));
         wire.back() ^= 1;
         send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
       }).message(),
@@ -319,20 +328,9 @@ TEST(Disaggregation, GarbageFromThePrefillSide) {
         const transfer::Frame p = HelloThenPrompt(fd);
         // The header promises the rows; half of them come, then the
         // connection drops (a prefill server killed mid-transfer).
-        std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
-        int sv[2];
-        socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-        std::thread w([&] {
-          EXPECT_TRUE(
-              transfer::WriteFrame(sv[0], transfer::FrameType::kKv, p.request, payload).ok());
-        });
-        std::string wire(transfer::kHeaderBytes + payload.size() / 2, '\0');
-        ASSERT_EQ(recv(sv[1], wire.data(), wire.size(), MSG_WAITALL),
-                  static_cast<ssize_t>(wire.size()));
-        send(fd, wire.data(), wire.size(), MSG_NOSIGNAL);
-        close(sv[1]);
-        w.join();
-        close(sv[0]);
+        const std::string payload = transfer::EncodeRows(2, std::string(bytes, '\1'));
+        const std::string wire = WireBytes(p.request, payload);
+        send(fd, wire.data(), transfer::kHeaderBytes + payload.size() / 2, MSG_NOSIGNAL);
       }).message(),
       HasSubstr("connection closed inside a frame payload"));
   EXPECT_THAT(PrefillAgainst([&](int fd) {

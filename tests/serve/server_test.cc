@@ -146,6 +146,34 @@ class ServerTest : public ::testing::Test {
     return a;
   }
 
+  // The choices of every chunk of a streamed answer, in order.
+  std::vector<json> StreamedChoices(const std::string& path, const json& body) const {
+    std::vector<json> choices;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.set_header("Content-Type", "application/json");
+    req.body = body.dump();
+    std::string buffer;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      buffer.append(data, n);
+      for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+        const std::string event = buffer.substr(6, end - 6);
+        buffer.erase(0, end + 2);
+        if (event == "[DONE]") continue;
+        const json chunk = json::parse(event);
+        for (const json& c : chunk["choices"]) choices.push_back(c);
+      }
+      return true;
+    };
+    auto res = Client()->send(req);
+    EXPECT_TRUE(res);
+    if (res) {
+      EXPECT_EQ(res->status, 200);
+    }
+    return choices;
+  }
+
   // A value from GET /metrics (-1 if absent).
   double Metric(const std::string& name) const {
     auto res = Client()->Get("/metrics");
@@ -423,29 +451,10 @@ TEST_F(ServerTest, ChoicesAreTheirSoloRequests) {
   // Streamed: every chunk names its choice; each choice ends with its reason.
   body["stream"] = true;
   std::map<int, std::string> texts, reasons;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.set_header("Content-Type", "application/json");
-  req.body = body.dump();
-  std::string buffer;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
-    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
-      const std::string event = buffer.substr(6, end - 6);
-      buffer.erase(0, end + 2);
-      if (event == "[DONE]") continue;
-      const json chunk = json::parse(event);
-      for (const json& c : chunk["choices"]) {
-        texts[c["index"].get<int>()] += c["text"].get<std::string>();
-        if (!c["finish_reason"].is_null()) reasons[c["index"].get<int>()] = c["finish_reason"];
-      }
-    }
-    return true;
-  };
-  auto res = Client()->send(req);
-  ASSERT_TRUE(res);
-  ASSERT_EQ(res->status, 200) << buffer;
+  for (const json& c : StreamedChoices("/v1/completions", body)) {
+    texts[c["index"].get<int>()] += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null()) reasons[c["index"].get<int>()] = c["finish_reason"];
+  }
   ASSERT_EQ(texts.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(texts[i], many["choices"][i]["text"]) << i;
@@ -552,27 +561,10 @@ TEST_F(ServerTest, LogprobsAndEcho) {
   EXPECT_EQ(content[0]["top_logprobs"].size(), 3u);
   chat["stream"] = true;
   json streamed = json::array();
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  req.set_header("Content-Type", "application/json");
-  req.body = chat.dump();
-  std::string buffer;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
-    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
-      const std::string event = buffer.substr(6, end - 6);
-      buffer.erase(0, end + 2);
-      if (event == "[DONE]") continue;
-      const json chunk = json::parse(event);
-      for (const json& ch : chunk["choices"]) {
-        if (ch["logprobs"].is_null()) continue;
-        for (const json& e : ch["logprobs"]["content"]) streamed.push_back(e);
-      }
-    }
-    return true;
-  };
-  ASSERT_TRUE(Client()->send(req));
+  for (const json& c : StreamedChoices("/v1/chat/completions", chat)) {
+    if (c["logprobs"].is_null()) continue;
+    for (const json& e : c["logprobs"]["content"]) streamed.push_back(e);
+  }
   // (The same tokens; their scores agree to float rounding, as the prompt's
   // prefix is cached the second time and its rows come from another batch.)
   ASSERT_EQ(streamed.size(), content.size());
