@@ -214,7 +214,9 @@ int ServeCommand(int argc, char** argv) {
   flags.String("model", &f.model, "run directory, checkpoint or model file (required)");
   flags.String("host", &f.host, "address to listen on");
   flags.Int("port", &f.port, "port to listen on; 0 = any free port (printed at startup)");
-  flags.String("api-key", &f.api_key, "require 'Authorization: Bearer KEY' on /v1/*", "none");
+  flags.String("api-key", &f.api_key,
+               "require 'Authorization: Bearer KEY' on every route but /health and /metrics",
+               "none");
   AddFormatFlags(flags, &f.formats);
   AddDeviceFlag(flags, &f.device);
   flags.Int("kv-tokens", &f.kv_tokens, "KV cache capacity in tokens",
