@@ -146,6 +146,15 @@ class ServerTest : public ::testing::Test {
     return a;
   }
 
+  // POSTs a body that must succeed; the parsed answer.
+  json PostOk(const std::string& path, const json& body) const {
+    auto res = Client()->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    if (!res) return json();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+  }
+
   // The choices of every chunk of a streamed answer, in order.
   std::vector<json> StreamedChoices(const std::string& path, const json& body) const {
     std::vector<json> choices;
@@ -422,13 +431,7 @@ TEST_F(ServerTest, MalformedRequestsGetJsonErrors) {
 // * n + j, streamed or not.
 TEST_F(ServerTest, ChoicesAreTheirSoloRequests) {
   Start();
-  auto post = [&](const json& body) {
-    auto res = Client()->Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    return json::parse(res->body);
-  };
+  auto post = [&](const json& body) { return PostOk("/v1/completions", body); };
   const std::vector<std::string> prompts = {"In the beginning", "And the earth"};
   json body = {{"prompt", prompts}, {"n", 2}, {"max_tokens", 6}, {"temperature", 0.9},
                {"seed", 77}};
@@ -527,14 +530,7 @@ TEST_F(ServerTest, ResponseFormatAnswersAlwaysParse) {
 // equal what generating its last token reports when a bias forces it.
 TEST_F(ServerTest, LogprobsAndEcho) {
   Start();
-  auto post = [&](const std::string& path, const json& body) {
-    auto res = Client()->Post(path, body.dump(), "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    return json::parse(res->body);
-  };
-  const json c = post("/v1/completions",
+  const json c = PostOk("/v1/completions",
                       {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0},
                        {"logprobs", 2}});
   const json& lp = c["choices"][0]["logprobs"];
@@ -555,7 +551,7 @@ TEST_F(ServerTest, LogprobsAndEcho) {
   // Streamed chat: the entries of every chunk add up to the whole answer's.
   json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 8},
                {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}};
-  const json whole = post("/v1/chat/completions", chat);
+  const json whole = PostOk("/v1/chat/completions", chat);
   const json& content = whole["choices"][0]["logprobs"]["content"];
   ASSERT_FALSE(content.empty());
   EXPECT_EQ(content[0]["top_logprobs"].size(), 3u);
@@ -578,7 +574,7 @@ TEST_F(ServerTest, LogprobsAndEcho) {
   // generating that token after the rest reports (bias does not change
   // log-probabilities, which are the model's own).
   const std::string prompt = "And God said";
-  const json echo = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0},
+  const json echo = PostOk("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0},
                                              {"echo", true}, {"logprobs", 1}});
   const json& e = echo["choices"][0];
   EXPECT_EQ(e["text"], prompt);
@@ -586,7 +582,7 @@ TEST_F(ServerTest, LogprobsAndEcho) {
   ASSERT_EQ(e["logprobs"]["tokens"].size(), prompt.size());
   EXPECT_TRUE(e["logprobs"]["token_logprobs"][0].is_null());
   const int last = static_cast<unsigned char>(prompt.back());
-  const json forced = post("/v1/completions",
+  const json forced = PostOk("/v1/completions",
                            {{"prompt", prompt.substr(0, prompt.size() - 1)}, {"max_tokens", 1},
                             {"temperature", 0}, {"logprobs", 0},
                             {"logit_bias", {{std::to_string(last), 100}}}});
@@ -595,13 +591,13 @@ TEST_F(ServerTest, LogprobsAndEcho) {
               e["logprobs"]["token_logprobs"][prompt.size() - 1].get<double>(), 1e-4);
 
   // best_of: the candidate (seed + j) with the highest mean log-probability.
-  const json best = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
+  const json best = PostOk("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
                                              {"best_of", 3}, {"seed", 5}});
   EXPECT_TRUE(best["choices"][0]["logprobs"].is_null());
   double top_mean = -1e9;
   std::string top_text;
   for (int j = 0; j < 3; ++j) {
-    const json one = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
+    const json one = PostOk("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
                                               {"seed", 5 + j}, {"logprobs", 0}});
     double sum = 0;
     const json& lps = one["choices"][0]["logprobs"]["token_logprobs"];
@@ -617,13 +613,7 @@ TEST_F(ServerTest, LogprobsAndEcho) {
 
 TEST_F(ServerTest, Embeddings) {
   Start();
-  auto embed = [&](const json& body) {
-    auto res = Client()->Post("/v1/embeddings", body.dump(), "application/json");
-    EXPECT_TRUE(res);
-    if (!res) return json();
-    EXPECT_EQ(res->status, 200) << res->body;
-    return json::parse(res->body);
-  };
+  auto embed = [&](const json& body) { return PostOk("/v1/embeddings", body); };
   const json two = embed({{"input", {"In the beginning", "God"}}, {"model", "tiny"}});
   ASSERT_EQ(two["data"].size(), 2u);
   EXPECT_EQ(two["usage"]["prompt_tokens"], 16 + 3);
