@@ -9,6 +9,7 @@
 // LADDER_NVML_LIBRARY names (tests point it at a fake NVML).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,9 +42,8 @@ class GpuTelemetry {
   // Samples written so far (one per GPU per round); any thread may call it.
   int64_t samples_written() const;
 
-  struct State;  // the loaded library, the file and the thread (gpu_telemetry.cc)
-
  private:
+  struct State;  // the loaded library, the file and the thread (gpu_telemetry.cc)
   explicit GpuTelemetry(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
