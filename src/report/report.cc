@@ -497,6 +497,10 @@ absl::StatusOr<std::string> WriteRunReport(const std::string& run_dir, const std
   ASSIGN_OR_RETURN(const report::RenderedReport rendered,
                    report::RenderRunReport(run, p.stem().string()));
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(dir)) {
+    return absl::NotFoundError(
+        absl::StrCat("the report's directory '", dir.string(), "' does not exist"));
+  }
   // The pictures first and the page last: a page on disk always has its PNGs.
   for (const auto& [name, bytes] : rendered.pngs) {
     RETURN_IF_ERROR(WriteFileAtomically((dir / name).string(), bytes));

@@ -43,7 +43,7 @@ printf 'caf\xc3\xa9 \xff\x00 bytes' >"$tmp/odd.bin"
 # ---- help and version -------------------------------------------------------
 for cmd in train eval generate "tokenizer train" "tokenizer encode" "tokenizer decode" \
            "data prepare" "bench train" "bench checkpoint" "bench decode" "bench matmul" plan "checkpoint inspect" \
-           "checkpoint convert" version; do
+           "checkpoint convert" report version; do
   # shellcheck disable=SC2086
   if ! "$ladder" $cmd --help >"$tmp/out" 2>&1 || ! grep -q "usage:" "$tmp/out"; then
     fail "ladder $cmd --help"

@@ -43,7 +43,12 @@ done
 # Self-contained: nothing to fetch, no script; the event detail is escaped.
 ! grep -qiE '<script|<link rel="stylesheet"|<img|(src|href)="(https?:)?//' "$page" || fail "the page refers to outside resources"
 grep -q "rank 1 &lt;lost&gt; &amp; restarted" "$page" || fail "event detail not escaped into the table"
-grep -q "No per-rank step times" "$page" || grep -q 'id="ranks"' "$page" || fail "no per-rank section"
+# Per-rank step times appear as a heatmap where the run recorded them, else as a note.
+if grep -q '"rank_seconds"' "$run/metrics.jsonl"; then
+  [ -f "$run/report-ranks.png" ] || fail "rank_seconds recorded but no report-ranks.png"
+else
+  grep -q "No per-rank step times" "$page" || fail "no note for the missing per-rank times"
+fi
 
 # Loads the page in headless Chromium; stderr carries the console as INFO:CONSOLE lines.
 browse() {

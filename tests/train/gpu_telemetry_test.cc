@@ -122,5 +122,26 @@ TEST_F(GpuTelemetryTest, RefusesAPeriodBelowOneMillisecond) {
   EXPECT_EQ(zero.status().message(), "GPU telemetry period must be at least 1 ms, not 0");
 }
 
+// Where a real NVML and a GPU exist (the default library, no
+// LADDER_NVML_LIBRARY), the samples are plausible; elsewhere this skips.
+TEST_F(GpuTelemetryTest, SamplesTheRealNvmlWherePresent) {
+  unsetenv("LADDER_NVML_LIBRARY");
+  auto telemetry = GpuTelemetry::Start(dir_.string(), 5);
+  ASSERT_TRUE(telemetry.ok()) << telemetry.status();
+  if (*telemetry == nullptr) GTEST_SKIP() << "no NVML or no GPU on this machine";
+  for (int i = 0; i < 400 && (*telemetry)->samples_written() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  telemetry->reset();
+  std::ifstream in(dir_ / "gpu.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "no sample from the real NVML";
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_GE(j.at("util").get<int>(), 0);
+  EXPECT_LE(j.at("util").get<int>(), 100);
+  EXPECT_GT(j.at("mem_total").get<int64_t>(), 0);
+  EXPECT_LE(j.at("mem_used").get<int64_t>(), j.at("mem_total").get<int64_t>());
+}
+
 }  // namespace
 }  // namespace ladder
