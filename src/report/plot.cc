@@ -348,24 +348,6 @@ void LayoutHeatmap(const Plot& plot, int width, int height, Scene* scene) {
   }
 }
 
-bool HasData(const Plot& plot) {
-  switch (plot.kind) {
-    case Plot::Kind::kLines:
-    case Plot::Kind::kStackedArea:
-      for (const Series& s : plot.series) {
-        for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-          if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) return true;
-        }
-      }
-      return false;
-    case Plot::Kind::kStackedBars:
-      return !plot.categories.empty() && !plot.series.empty();
-    case Plot::Kind::kHeatmap:
-      return !plot.cells.empty() && !plot.x_values.empty();
-  }
-  return false;
-}
-
 }  // namespace
 
 Color SeriesColor(int index) {
@@ -423,6 +405,24 @@ std::string TickLabel(double value, double step) {
   // Enough decimals to tell neighbouring ticks apart, and no more.
   const int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), 0, 6);
   return absl::StrFormat("%.*f", decimals, value);
+}
+
+bool HasData(const Plot& plot) {
+  switch (plot.kind) {
+    case Plot::Kind::kLines:
+    case Plot::Kind::kStackedArea:
+      for (const Series& s : plot.series) {
+        for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+          if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) return true;
+        }
+      }
+      return false;
+    case Plot::Kind::kStackedBars:
+      return !plot.categories.empty() && !plot.series.empty();
+    case Plot::Kind::kHeatmap:
+      return !plot.cells.empty() && !plot.x_values.empty();
+  }
+  return false;
 }
 
 Scene LayoutPlot(const Plot& plot, int width, int height) {

@@ -91,9 +91,13 @@ struct Scene {
   std::vector<Shape> shapes;  // in painting order
 };
 
+// Whether `plot` has anything to draw: a finite point, a bar category, a
+// heatmap cell.
+bool HasData(const Plot& plot);
+
 // Lays `plot` out in a width x height picture: title, legend, axes with
-// ticks and labels, and the data. A plot with no data gives a Scene with a
-// "no data" note (the report skips such plots before getting here).
+// ticks and labels, and the data. A plot without data (HasData false)
+// gives only its title and a "no data" note.
 Scene LayoutPlot(const Plot& plot, int width, int height);
 
 }  // namespace ladder::report

@@ -101,8 +101,26 @@ std::vector<Marker> EventMarkers(const RunData& run) {
   return out;
 }
 
+std::string EventsTable(const RunData& run) {
+  if (run.events.empty()) {
+    return "<p class=\"note\">No events.jsonl: no checkpoints, restores or restarts were "
+           "recorded.</p>\n";
+  }
+  std::string out = "<table><tr><th>time (UTC)</th><th>step</th><th>event</th><th>detail</th></tr>\n";
+  for (const RunEvent& e : run.events) {
+    absl::StrAppend(&out, "<tr><td>", UtcTime(e.time), "</td><td>", e.step, "</td><td>",
+                    EscapeXml(e.kind), "</td><td>", EscapeXml(e.detail), "</td></tr>\n");
+  }
+  return out + "</table>\n";
+}
+
 Figure LossFigure(const RunData& run) {
   Figure f("loss", "Loss");
+  f.table = "<h3>Events</h3>\n" + EventsTable(run);
+  if (run.steps.empty()) {
+    f.note = "No steps in metrics.jsonl: the run stopped before its first step.";
+    return f;
+  }
   Plot p = MakePlot(Plot::Kind::kLines, "Loss and validation loss", "step", "loss");
   Series train = MakeSeries("loss"), val = MakeSeries("val loss");
   for (const StepRecord& r : run.steps) {
@@ -348,19 +366,6 @@ Figure GpuFigure(const RunData& run, std::string id, std::string heading, std::s
   return f;
 }
 
-std::string EventsTable(const RunData& run) {
-  if (run.events.empty()) {
-    return "<p class=\"note\">No events.jsonl: no checkpoints, restores or restarts were "
-           "recorded.</p>\n";
-  }
-  std::string out = "<table><tr><th>time (UTC)</th><th>step</th><th>event</th><th>detail</th></tr>\n";
-  for (const RunEvent& e : run.events) {
-    absl::StrAppend(&out, "<tr><td>", UtcTime(e.time), "</td><td>", e.step, "</td><td>",
-                    EscapeXml(e.kind), "</td><td>", EscapeXml(e.detail), "</td></tr>\n");
-  }
-  return out + "</table>\n";
-}
-
 // "dp2 · tp2 · pp2 (8 ranks)" from ranks.json's grid coordinates.
 std::string Layout(const RunData& run) {
   if (run.ranks.empty()) return "";
@@ -375,10 +380,13 @@ std::string Layout(const RunData& run) {
 }
 
 std::string Summary(const RunData& run) {
-  std::vector<std::pair<std::string, std::string>> rows;
-  rows.emplace_back("run directory", EscapeXml(run.dir));
+  std::string out = "<table class=\"summary\">\n";
+  auto row = [&out](const char* key, const std::string& value) {
+    absl::StrAppend(&out, "<tr><th>", key, "</th><td>", value, "</td></tr>\n");
+  };
+  row("run directory", EscapeXml(run.dir));
   if (run.steps.empty()) {
-    rows.emplace_back("steps", "none recorded (the run stopped before its first step)");
+    row("steps", "none recorded (the run stopped before its first step)");
   } else {
     std::vector<double> tokens, mfu;
     double seconds = 0, best_val = kNaN;
@@ -393,26 +401,22 @@ std::string Summary(const RunData& run) {
         best_val_step = r.step;
       }
     }
-    rows.emplace_back("steps", absl::StrCat(run.steps.size(), " recorded, last step ",
-                                            run.steps.back().step));
-    rows.emplace_back("final loss", Fixed(run.steps.back().loss, 4));
-    rows.emplace_back("best validation loss",
-                      std::isfinite(best_val)
-                          ? absl::StrCat(Fixed(best_val, 4), " at step ", best_val_step)
-                          : std::string("-"));
-    rows.emplace_back("mean tokens/s", Fixed(SteadyMean(tokens), 0));
-    rows.emplace_back("mean MFU", Fixed(100 * SteadyMean(mfu), 2) + "%");
-    rows.emplace_back("time in steps", Fixed(seconds, 2) + " s");
+    row("steps", absl::StrCat(run.steps.size(), " recorded, last step ", run.steps.back().step));
+    row("final loss", Fixed(run.steps.back().loss, 4));
+    row("best validation loss", std::isfinite(best_val)
+                                    ? absl::StrCat(Fixed(best_val, 4), " at step ", best_val_step)
+                                    : std::string("-"));
+    row("mean tokens/s (after step 1)", Fixed(SteadyMean(tokens), 0));
+    row("mean MFU (after step 1)", Fixed(100 * SteadyMean(mfu), 2) + "%");
+    row("time in steps", Fixed(seconds, 2) + " s");
   }
   const std::string layout = Layout(run);
-  if (!layout.empty()) rows.emplace_back("layout", layout);
+  if (!layout.empty()) row("layout", layout);
   if (!run.gpu.empty()) {
     int gpus = 0;
     for (const GpuSample& s : run.gpu) gpus = std::max(gpus, s.gpu + 1);
-    rows.emplace_back("GPUs sampled", absl::StrCat(gpus, " (", run.gpu.size(), " samples)"));
+    row("GPUs sampled", absl::StrCat(gpus, " (", run.gpu.size(), " samples)"));
   }
-  std::string out = "<table class=\"summary\">\n";
-  for (const auto& [k, v] : rows) absl::StrAppend(&out, "<tr><th>", k, "</th><td>", v, "</td></tr>\n");
   return out + "</table>\n";
 }
 
@@ -431,12 +435,8 @@ table.summary th { background: #f4f4f4; }
 
 absl::StatusOr<RenderedReport> RenderRunReport(const RunData& run, const std::string& png_prefix) {
   std::vector<Figure> figures;
-  if (run.steps.empty()) {
-    Figure f("loss", "Loss");
-    f.note = "No steps in metrics.jsonl: nothing to plot.";
-    figures.push_back(std::move(f));
-  } else {
-    figures.push_back(LossFigure(run));
+  figures.push_back(LossFigure(run));
+  if (!run.steps.empty()) {
     figures.push_back(StepSeriesFigure(run, "tokens", "Throughput", "tokens/s",
                                        [](const StepRecord& r) { return r.tokens_per_s; }));
     figures.push_back(StepSeriesFigure(run, "mfu", "Model FLOPs utilization", "MFU %",
@@ -464,8 +464,12 @@ absl::StatusOr<RenderedReport> RenderRunReport(const RunData& run, const std::st
   for (const std::string& w : run.warnings) {
     absl::StrAppend(&html, "<p class=\"warning\">warning: ", EscapeXml(w), "</p>\n");
   }
-  for (const Figure& f : figures) {
+  for (Figure& f : figures) {
     absl::StrAppend(&html, "<section id=\"", f.id, "\">\n<h2>", EscapeXml(f.heading), "</h2>\n");
+    if (f.plot && !HasData(*f.plot)) {
+      f.note = "Nothing to plot: every value is missing or not finite.";
+      f.plot.reset();
+    }
     if (f.plot) {
       const Scene scene = LayoutPlot(*f.plot, kPlotWidth, kPlotHeight);
       const std::string name = absl::StrCat(png_prefix, "-", f.id, ".png");
@@ -478,7 +482,6 @@ absl::StatusOr<RenderedReport> RenderRunReport(const RunData& run, const std::st
       absl::StrAppend(&html, "<p class=\"note\">", EscapeXml(f.note), "</p>\n");
     }
     html += f.table;
-    if (f.id == "loss") absl::StrAppend(&html, "<h2>Events</h2>\n", EventsTable(run));
     html += "</section>\n";
   }
   html += "</body>\n</html>\n";

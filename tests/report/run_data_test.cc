@@ -135,5 +135,17 @@ TEST_F(RunDataTest, ReportWritesPageAndPicturesOrNothing) {
   EXPECT_FALSE(std::filesystem::exists(*path));
 }
 
+TEST_F(RunDataTest, APlotWithNothingFiniteBecomesANote) {
+  Write("metrics.jsonl", R"({"step":1,"loss":null,"tokens_per_s":null,"mfu":0.1})" "\n"
+                         R"({"step":2,"loss":null,"tokens_per_s":null,"mfu":0.2})" "\n");
+  auto path = WriteRunReport(dir_, dir_ + "/page.html");
+  ASSERT_TRUE(path.ok()) << path.status();
+  std::ifstream in(*path);
+  const std::string html(std::istreambuf_iterator<char>(in), {});
+  EXPECT_NE(html.find("Nothing to plot: every value is missing or not finite."), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/page-tokens.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/page-mfu.png")) << "PNGs are named after the page";
+}
+
 }  // namespace
 }  // namespace ladder::report
