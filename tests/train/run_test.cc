@@ -18,8 +18,8 @@
 #include "nlohmann/json.hpp"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/core/file_util.h"
-#include "src/core/philox.h"
 #include "src/parallel/self_comm.h"
+#include "tests/train/small_run.h"
 
 namespace ladder {
 namespace {
@@ -51,29 +51,6 @@ class ScriptedEnv : public Env {
   void StepDone(int, int64_t step) override { step_done.push_back(step); }
 };
 
-RunConfig SmallRun() {
-  RunConfig rc;
-  rc.model.n_layer = 2;
-  rc.model.n_head = 2;
-  rc.model.n_embd = 32;
-  rc.model.context = 16;
-  rc.model.vocab_size = 256;
-  rc.batch_size = 4;
-  rc.steps = 6;
-  rc.warmup_steps = 2;
-  rc.eval_every = 0;
-  rc.eval_batches = 1;
-  rc.log_every = 100;
-  return rc;
-}
-
-std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
-  PhiloxStream rng(seed, 0);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.NextU32() % 256);
-  return t;
-}
-
 struct Outcome {
   std::vector<float> weights;
   std::vector<nlohmann::json> events, metrics;
@@ -93,7 +70,10 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
 
 // One process: a fresh run directory, `policy` with its out set, `env`.
 Outcome Train(const std::string& out, RunPolicy policy, Env* env, int max_bad_steps = 3) {
-  const RunConfig rc = SmallRun();
+  RunConfig rc = SmallRun();
+  rc.eval_every = 0;
+  rc.eval_batches = 1;
+  rc.log_every = 100;
   const std::vector<int32_t> data = RandomTokens(4000, 7);
   CpuBackend backend;
   TrainerOptions options;
