@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,11 +21,13 @@
 #include "src/core/status.h"
 
 namespace ladder {
+
+std::string CheckpointStepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
+
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string StepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
 std::string ShardName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
 
 // A rename or a new file is durable only once its directory is synced.
@@ -188,9 +189,9 @@ std::vector<std::pair<int64_t, std::string>> CommittedSteps(const std::string& d
   return steps;
 }
 
-absl::Status Commit(const std::string& dir, const std::string& tmp, const std::string& final_dir,
-                    const std::string& manifest, int keep) {
-  RETURN_IF_ERROR(WriteFileAtomically(tmp + "/manifest", manifest));
+absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
+                    const std::string& final_dir, const std::string& manifest, int keep) {
+  RETURN_IF_ERROR(env->WriteFileAtomically(tmp + "/manifest", manifest));
   RETURN_IF_ERROR(SyncDir(tmp));
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
@@ -198,7 +199,7 @@ absl::Status Commit(const std::string& dir, const std::string& tmp, const std::s
   if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
   RETURN_IF_ERROR(SyncDir(dir));
   RETURN_IF_ERROR(
-      WriteFileAtomically(dir + "/latest", fs::path(final_dir).filename().string() + "\n"));
+      env->WriteFileAtomically(dir + "/latest", fs::path(final_dir).filename().string() + "\n"));
   RETURN_IF_ERROR(SyncDir(dir));
   // Only now may old checkpoints go; the newest is never among them.
   std::vector<std::pair<int64_t, std::string>> steps = CommittedSteps(dir);
@@ -366,7 +367,7 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   Communicator* world = ctx.world;
   const Grid& grid = *ctx.grid;
   const Trainer::Position pos = trainer.position();
-  const std::string name = StepName(pos.step);
+  const std::string name = CheckpointStepName(pos.step);
   const std::string tmp = dir + "/" + name + ".tmp";
   absl::Status made = absl::OkStatus();
   if (world->rank() == 0) {
@@ -413,11 +414,8 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   }
   // The shard file: now, or by a thread while training goes on.
   const std::string path = tmp + "/" + ShardName(grid.rank());
-  const bool fail = ctx.fail_writes;
-  auto write = [this, shard, path, fail] {
-    pending_->wrote = fail ? absl::ResourceExhaustedError(absl::StrCat(
-                                 "cannot write '", path, "': No space left on device (injected)"))
-                           : WriteFileAtomically(path, shard->bytes);
+  auto write = [this, shard, path, env = ctx.env] {
+    pending_->wrote = env->WriteFileAtomically(path, shard->bytes);
     pending_->written.store(true);
   };
   if (async) {
@@ -450,10 +448,10 @@ absl::StatusOr<std::string> CheckpointWriter::Finish() {
       std::error_code ec;
       fs::remove_all(p->tmp, ec);  // the previous checkpoint stays the latest
     } else {
-      if (p->ctx.crash_before_commit) std::raise(SIGKILL);
       committed = p->ctx.write_extra ? p->ctx.write_extra(p->tmp) : absl::OkStatus();
       if (committed.ok()) {
-        committed = Commit(p->dir, p->tmp, p->final_dir, SerializeManifest(p->manifest), p->keep);
+        committed = Commit(p->ctx.env, p->dir, p->tmp, p->final_dir, SerializeManifest(p->manifest),
+                           p->keep);
       }
     }
   }

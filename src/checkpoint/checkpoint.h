@@ -31,6 +31,7 @@
 #include "src/checkpoint/manifest.h"
 #include "src/parallel/comm.h"
 #include "src/parallel/grid.h"
+#include "src/train/env.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -42,11 +43,8 @@ struct CheckpointContext {
   // Rank 0 calls it with the .tmp directory before writing the manifest, to
   // add files of its own (the tokenizer); may be empty.
   std::function<absl::Status(const std::string& dir)> write_extra;
-  // Fault injection: rank 0 dies (SIGKILL) after the shards are written and
-  // before the commit.
-  bool crash_before_commit = false;
-  // Fault injection: every shard write fails as on a full disk.
-  bool fail_writes = false;
+  // Every file of a checkpoint is written through it (src/train/env.h).
+  Env* env = Env::Default();
 };
 
 // Saves checkpoints, one at a time. Start takes a snapshot of the trainer's
@@ -94,6 +92,10 @@ class CheckpointWriter {
 // world; returns the step directory loaded.
 absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& trainer,
                                            const CheckpointContext& ctx, bool strict);
+
+// The name of step `step`'s directory inside a checkpoint directory
+// ("step-00000042"; "step-00000042.tmp" while it is being written).
+std::string CheckpointStepName(int64_t step);
 
 // True if `dir` holds a committed checkpoint (a `latest` file).
 bool HasCheckpoint(const std::string& dir);

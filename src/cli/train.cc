@@ -1,11 +1,8 @@
 // ladder train: trains a model from a config on a text file or prepared token
 // shards, writes metrics as it goes and the model directory at the end.
-#include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,7 +10,6 @@
 #include "src/checkpoint/checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/cli/device_flag.h"
-#include "src/cli/fault_injection.h"
 #include "src/cli/model_dir.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/file_util.h"
@@ -24,6 +20,8 @@
 #include "src/parallel/mpi_comm.h"
 #include "src/tokenizer/tokenizer_dir.h"
 #include "src/tools/ceiling.h"
+#include "src/train/fault_env.h"
+#include "src/train/run.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -33,12 +31,12 @@ struct TrainFlags {
   std::string config, data, out, tokenizer, init_from, device = "auto";
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
   LayoutFlags layout;
-  // Checkpoints (src/checkpoint/checkpoint.h).
-  std::string checkpoint_dir, resume, inject_fault;
-  int64_t save_every = 0, keep = 3;
-  double save_every_minutes = 0, spike_z = 0;
+  // Checkpoints and recovery (src/train/run.h).
+  RunPolicy policy;
+  int64_t keep = 3;
+  std::string inject_fault;
+  double spike_z = 0;
   int64_t max_bad_steps = 3;
-  bool strict = false, async_save = false;
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -80,59 +78,8 @@ absl::Status CheckSameShape(const GptConfig& init, const GptConfig& config,
   return absl::OkStatus();
 }
 
-// What every rank allocated and passed to its communicators in the first
-// step, gathered to rank 0 and written as JSON (docs/formats.md): the
-// measurement `ladder plan` is held to.
-absl::Status WriteRankReport(const std::string& path, ParallelRun& par, const Trainer& trainer,
-                             const Backend& backend, const StepRecord& r) {
-  constexpr int kFields = 9;
-  const Gpt& m = trainer.model();
-  int64_t mine[kFields] = {m.weight_memory_bytes(), trainer.gradient_bytes(),
-                           trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
-                           backend.bytes_allocated()};
-  const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
-  for (const StepRecord::AxisComm& c : r.comm) {
-    for (int a = 0; a < 4; ++a) {
-      if (c.axis == AxisName(axes[a])) mine[5 + a] = c.bytes;
-    }
-  }
-  const int world = par.grid.world_size();
-  std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
-  // Moved as bytes: the communicators reduce 32-bit types only.
-  RETURN_IF_ERROR(par.comms[Axis::kWorld].AllGather(
-      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
-      Tensor(all.data(), DType::kI8, {world * kFields * 8}, Device::kCpu)));
-  if (par.grid.rank() != 0) return absl::OkStatus();
-  const GridShape& g = par.grid.shape();
-  std::string json = "[";
-  for (int q = 0; q < world; ++q) {
-    const int64_t* v = &all[static_cast<size_t>(q) * kFields];
-    absl::StrAppendFormat(
-        &json,
-        "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"tp\":%d,\"memory\":{\"weights\":%d,"
-        "\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
-        "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d}}",
-        q ? "," : "", q, q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, v[0], v[1], v[2], v[3], v[4],
-        v[5], v[6], v[7], v[8]);
-  }
-  return WriteFileAtomically(path, json + "\n]\n");
-}
-
-// A failed save is reported, not fatal: the previous checkpoint is intact
-// and the next save may succeed (a full disk gets room again).
-void ReportSave(const absl::StatusOr<std::string>& saved, bool lead) {
-  if (!lead) return;
-  if (!saved.ok()) {
-    std::fprintf(stderr, "warning: %s; the previous checkpoint is still the latest\n",
-                 std::string(saved.status().message()).c_str());
-  } else if (!saved->empty()) {
-    std::fprintf(stderr, "saved %s\n", saved->c_str());
-  }
-}
-
 absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
-  if (f.out.empty()) return absl::InvalidArgumentError("missing --out DIR");
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   if (flags.IsSet("data")) rc.data = f.data;
   if (flags.IsSet("tokenizer")) rc.tokenizer = f.tokenizer;
@@ -142,16 +89,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (flags.IsSet("eval-every")) rc.eval_every = f.eval_every;
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
-  ASSIGN_OR_RETURN(FaultPlan fault, ParseFault(f.inject_fault));
-  if (f.save_every < 0 || f.keep < 1 || f.save_every_minutes < 0) {
-    return absl::InvalidArgumentError(
-        "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
-  }
-  const std::string checkpoint_dir =
-      f.checkpoint_dir.empty() ? f.out + "/checkpoints" : f.checkpoint_dir;
-  // An explicit --resume, or the run's own checkpoints from an earlier try.
-  const std::string resume_from =
-      !f.resume.empty() ? f.resume : (HasCheckpoint(checkpoint_dir) ? checkpoint_dir : "");
+  ASSIGN_OR_RETURN(std::unique_ptr<FaultEnv> env, FaultEnv::Parse(f.inject_fault));
+  RunPolicy policy = f.policy;
+  policy.keep = static_cast<int>(f.keep);
+  policy.zero = static_cast<int>(f.layout.zero);
+  RETURN_IF_ERROR(policy.Validate());
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {
@@ -181,8 +123,10 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   ASSIGN_OR_RETURN(TokenSplits data, LoadCorpus(rc.data, tok, rc.val_fraction));
   if (lead) {
     std::error_code ec;
-    std::filesystem::create_directories(f.out, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.out, "': ", ec.message()));
+    std::filesystem::create_directories(f.policy.out, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("cannot create '", f.policy.out, "': ", ec.message()));
   }
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
@@ -194,33 +138,22 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const double peak = ceiling.gflops;
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
-  options.inject_nan_step = fault.nan_step;
+  options.env = env.get();
   ASSIGN_OR_RETURN(auto trainer,
                    Trainer::Create(rc, backend.get(), &data.train, &data.val, peak, options));
   Gpt& model = trainer->model();
-  CheckpointContext ckpt;
-  ckpt.grid = &grid;
-  ckpt.world = &par.comms[Axis::kWorld];
-  ckpt.zero = static_cast<int>(f.layout.zero);
-  ckpt.write_extra = [&tok](const std::string& dir) { return SaveTokenizerDir(tok, dir); };
-  if (init.has_value() && resume_from.empty()) {
+  RunParts parts;
+  parts.trainer = trainer.get();
+  parts.backend = backend.get();
+  parts.grid = &grid;
+  parts.world = &par.comms[Axis::kWorld];
+  parts.env = env.get();
+  parts.write_extra = [&tok](const std::string& dir) { return SaveTokenizerDir(tok, dir); };
+  TrainingRun run(policy, std::move(parts));
+  if (init.has_value() && !run.resuming()) {
     // A resumed run continues from its checkpoint instead (it started here).
     RETURN_IF_ERROR(model.SetLogicalWeights(init->model.weights));
     if (lead) std::fprintf(stderr, "initialized from %s\n", f.init_from.c_str());
-  }
-  if (!resume_from.empty()) {
-    ASSIGN_OR_RETURN(std::string loaded, LoadCheckpoint(resume_from, *trainer, ckpt, f.strict));
-    if (lead) {
-      std::fprintf(stderr, "resumed from %s at step %lld\n", loaded.c_str(),
-                   static_cast<long long>(trainer->step()));
-    }
-  }
-  std::optional<MetricsWriter> metrics;
-  if (lead) {
-    ASSIGN_OR_RETURN(
-        MetricsWriter m,
-        MetricsWriter::Open(f.out + "/metrics.jsonl", resume_from.empty() ? -1 : trainer->step()));
-    metrics.emplace(std::move(m));
   }
   const double mib = 1.0 / (1 << 20);
   if (lead)
@@ -246,94 +179,13 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_bytes() * mib,
         std::string(backend->name()).c_str(), peak);
 
-  Timer run_timer, since_save;
-  CheckpointWriter writer;
-  const bool saving = f.save_every > 0 || f.save_every_minutes > 0;
-  double bubble_seconds = 0, schedule_seconds = 0;  // this rank's, over the run
-  RETURN_IF_ERROR(trainer->Run([&](const StepRecord& step_record) -> absl::Status {
-    StepRecord r = step_record;
-    // An asynchronous save commits once every rank has written its shard.
-    if (fault.slow_rank == grid.rank()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(fault.slow_ms));
-    }
-    // A run of bad steps (src/train/guard.h) goes back to the last checkpoint.
-    if (trainer->guard().needs_rollback()) {
-      if (!HasCheckpoint(checkpoint_dir)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            f.max_bad_steps, " consecutive bad steps (non-finite or spiking loss) at step ", r.step,
-            " and no checkpoint to roll back to"));
-      }
-      ReportSave(writer.Finish(), lead);  // a save in flight is the newest one
-      ASSIGN_OR_RETURN(std::string back, LoadCheckpoint(checkpoint_dir, *trainer, ckpt, f.strict));
-      if (lead) {
-        std::fprintf(stderr, "rolled back to %s after %lld consecutive bad steps\n", back.c_str(),
-                     static_cast<long long>(f.max_bad_steps));
-        // The metrics describe the run as it now stands.
-        metrics.reset();
-        ASSIGN_OR_RETURN(MetricsWriter m,
-                         MetricsWriter::Open(f.out + "/metrics.jsonl", trainer->step()));
-        metrics.emplace(std::move(m));
-      }
-      return absl::OkStatus();  // on every rank: the rolled-back step is not saved or logged
-    }
-    // An asynchronous save commits once every rank has written its shard.
-    ReportSave(writer.Poll(), lead);
-    bool due = f.save_every > 0 && r.step % f.save_every == 0;
-    if (f.save_every_minutes > 0) {
-      // Clocks differ between ranks: one late clock is enough for all.
-      int32_t late = since_save.Seconds() >= 60 * f.save_every_minutes ? 1 : 0;
-      RETURN_IF_ERROR(ckpt.world->AllReduce(Tensor::I32(&late, {1}, Device::kCpu), ReduceOp::kMax));
-      due = due || late != 0;
-    }
-    if (due || (saving && r.step == rc.steps)) {
-      Timer save_timer;
-      ckpt.crash_before_commit = r.step == fault.crash_save_step;
-      ckpt.fail_writes = r.step == fault.enospc_step;
-      const bool async = f.async_save && r.step != rc.steps;
-      RETURN_IF_ERROR(
-          writer.Start(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep), async));
-      if (!async) ReportSave(writer.Finish(), lead);
-      r.t_checkpoint = save_timer.Seconds();
-      since_save.Reset();
-      if (lead && async) {
-        std::fprintf(stderr,
-                     "checkpoint of step %lld: snapshot in %.2fs, written in the background\n",
-                     static_cast<long long>(r.step), r.t_checkpoint);
-      }
-    }
-    if (r.step == fault.kill_step && grid.rank() == fault.kill_rank) std::raise(SIGKILL);
-    if (r.step == 1) {
-      RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, *backend, r));
-    }
-    bubble_seconds += r.t_bubble;
-    schedule_seconds += r.t_forward + r.t_backward + r.t_bubble;
-    if (!lead) return absl::OkStatus();
-    RETURN_IF_ERROR(metrics->Write(r));
-    if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
-      const double eta = run_timer.Seconds() / r.step * (rc.steps - r.step);
-      std::fprintf(stderr, "%s\n", r.ProgressLine(rc.steps, eta).c_str());
-    }
-    return absl::OkStatus();
-  }));
-
-  if (grid.pp_size() > 1) {
-    // Each rank's idle share of its schedule, averaged over the ranks.
-    float share = schedule_seconds > 0 ? static_cast<float>(bubble_seconds / schedule_seconds) : 0;
-    RETURN_IF_ERROR(
-        par.comms[Axis::kWorld].AllReduce(Tensor::F32(&share, {1}, Device::kCpu), ReduceOp::kSum));
-    if (lead) {
-      std::fprintf(stderr,
-                   "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook "
-                   "(P-1)/(M+P-1) = %.1f%%\n",
-                   100.0 * share / grid.world_size(),
-                   100.0 * pp::TextbookBubble(grid.pp_size(), trainer->microbatches()));
-    }
-  }
+  Timer run_timer;
+  RETURN_IF_ERROR(run.Run());
   std::vector<float> weights;
   RETURN_IF_ERROR(model.GetLogicalWeights(&weights));
   if (!lead) return absl::OkStatus();
-  RETURN_IF_ERROR(SaveModelDir(f.out, rc.model, weights, tok));
-  std::fprintf(stderr, "saved %s/model.bin and its tokenizer (%.0fs)\n", f.out.c_str(),
+  RETURN_IF_ERROR(SaveModelDir(f.policy.out, rc.model, weights, tok));
+  std::fprintf(stderr, "saved %s/model.bin and its tokenizer (%.0fs)\n", f.policy.out.c_str(),
                run_timer.Seconds());
   return absl::OkStatus();
 }
@@ -348,7 +200,7 @@ int TrainCommand(int argc, char** argv) {
   flags.String("config", &f.config, "model and run config file (required)");
   constexpr const char* kConfig = "the config's";
   flags.String("data", &f.data, "text file or prepared shard directory", kConfig);
-  flags.String("out", &f.out,
+  flags.String("out", &f.policy.out,
                "output directory: metrics.jsonl, model.bin, the tokenizer (required)");
   flags.String(
       "tokenizer", &f.tokenizer,
@@ -367,16 +219,17 @@ int TrainCommand(int argc, char** argv) {
   AddLayoutFlags(flags, &f.layout);
   AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
-  flags.Int("save-every", &f.save_every, "steps between checkpoints (and at the end); 0 = none");
-  flags.Double("save-every-minutes", &f.save_every_minutes,
+  flags.Int("save-every", &f.policy.save_every,
+            "steps between checkpoints (and at the end); 0 = none");
+  flags.Double("save-every-minutes", &f.policy.save_every_minutes,
                "minutes between checkpoints (and at the end); 0 = by steps only");
-  flags.Bool("async-save", &f.async_save,
+  flags.Bool("async-save", &f.policy.async_save,
              "write checkpoints in a background thread; training stalls only for the snapshot");
   flags.Int("keep", &f.keep, "committed checkpoints to keep");
-  flags.String("checkpoint-dir", &f.checkpoint_dir,
+  flags.String("checkpoint-dir", &f.policy.checkpoint_dir,
                "where checkpoints go; a run whose directory has one resumes from it",
                "OUT/checkpoints");
-  flags.String("resume", &f.resume,
+  flags.String("resume", &f.policy.resume,
                "resume from this checkpoint directory (its latest) or step directory, in any "
                "layout");
   flags.Double("spike-z", &f.spike_z,
@@ -384,10 +237,11 @@ int TrainCommand(int argc, char** argv) {
                "mean (0: off; non-finite losses and norms are always skipped)");
   flags.Int("max-bad-steps", &f.max_bad_steps,
             "consecutive skipped steps before rolling back to the last checkpoint");
-  flags.Bool("strict", &f.strict, "refuse a corrupt checkpoint instead of using an earlier one");
+  flags.Bool("strict", &f.policy.strict,
+             "refuse a corrupt checkpoint instead of using an earlier one");
   flags.String("inject-fault", &f.inject_fault,
                "kill:RANK@STEP, nan@STEP, crash-during-save@STEP, enospc@STEP or slow:RANK:MS "
-               "(src/cli/fault_injection.h), for recovery tests");
+               "(src/train/fault_env.h), for recovery tests");
   return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

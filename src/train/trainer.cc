@@ -176,11 +176,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
   r.loss = D > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
-  if (step_ + 1 == groups_.inject_nan_step) {
-    groups_.inject_nan_step = -1;  // once
-    const float nan = std::nanf("");
-    RETURN_IF_ERROR(model_->backend()->CopyFromHost(grads.Slice(0, {1}), &nan));
-  }
+  RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->backend(), grads));
   ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
   // The loss and norm are the same on every rank, so is the verdict.

@@ -29,6 +29,7 @@
 #include "src/model/gpt.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/adamw.h"
+#include "src/train/env.h"
 #include "src/train/guard.h"
 #include "src/train/metrics.h"
 #include "src/train/run_config.h"
@@ -58,8 +59,9 @@ struct TrainerOptions {
   // (GptParallel::storage): kF32, or kBF16 for mixed precision.
   DType storage = DType::kF32;
   GuardConfig guard;
-  // Fault injection: the gradient of this step (1-based) turns NaN, once.
-  int64_t inject_nan_step = -1;
+  // Where the summed gradient is shown before the guard judges it
+  // (Env::AfterGradients); not owned.
+  Env* env = Env::Default();
 };
 
 class Trainer {

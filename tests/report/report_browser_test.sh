@@ -17,9 +17,9 @@ run="$tmp/run"
   --data "$tmp/corpus.txt" --steps 8 --log-every 4 --dp 2 --save-every 4 --out "$run" \
   >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; fail "ladder train"; }
 
-# What the resilience machinery and the GPU sampler would have written.
+# Events the run itself did not have (appended to its own), and what the GPU sampler writes.
 now=$(date +%s)
-cat >"$run/events.jsonl" <<EOS
+cat >>"$run/events.jsonl" <<EOS
 {"time":$now,"step":0,"kind":"start","detail":"dp2 tp1 pp1"}
 {"time":$((now + 1)),"step":4,"kind":"save","detail":"checkpoints/step-00000004"}
 {"time":$((now + 2)),"step":5,"kind":"straggler","detail":"rank 1: 2.3x median, waiting cost 41% of the step"}

@@ -7,32 +7,10 @@
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
-#include "src/core/philox.h"
+#include "tests/train/small_run.h"
 
 namespace ladder {
 namespace {
-
-RunConfig SmallRun() {
-  RunConfig rc;
-  rc.model.n_layer = 2;
-  rc.model.n_head = 2;
-  rc.model.n_embd = 32;
-  rc.model.context = 16;
-  rc.model.vocab_size = 256;
-  rc.batch_size = 4;
-  rc.steps = 6;
-  rc.lr = 3e-3;
-  rc.warmup_steps = 2;
-  rc.eval_batches = 2;
-  return rc;
-}
-
-std::vector<int32_t> RandomTokens(int n, uint64_t seed) {
-  PhiloxStream rng(seed, 0);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.NextU32() % 256);
-  return t;
-}
 
 std::vector<double> Losses(const RunConfig& rc, const std::vector<int32_t>& data,
                            TrainerOptions groups = {}, std::vector<float>* weights = nullptr) {

@@ -1,0 +1,76 @@
+#include "src/train/fault_env.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "src/checkpoint/checkpoint.h"
+
+namespace ladder {
+
+absl::StatusOr<std::unique_ptr<FaultEnv>> FaultEnv::Parse(const std::string& spec) {
+  std::unique_ptr<FaultEnv> f(new FaultEnv());
+  if (spec.empty()) return f;
+  int rank = 0;
+  long long a = 0;
+  char tail = 0;
+  const char* s = spec.c_str();
+  if (std::sscanf(s, "kill:%d@%lld%c", &rank, &a, &tail) == 2 && rank >= 0 && a >= 1) {
+    f->kill_rank_ = rank;
+    f->kill_step_ = a;
+  } else if (std::sscanf(s, "nan@%lld%c", &a, &tail) == 1 && a >= 1) {
+    f->nan_step_ = a;
+  } else if (std::sscanf(s, "crash-during-save@%lld%c", &a, &tail) == 1 && a >= 1) {
+    f->crash_save_step_ = a;
+  } else if (std::sscanf(s, "enospc@%lld%c", &a, &tail) == 1 && a >= 1) {
+    f->enospc_step_ = a;
+  } else if (std::sscanf(s, "slow:%d:%lld%c", &rank, &a, &tail) == 2 && rank >= 0 && a >= 0) {
+    f->slow_rank_ = rank;
+    f->slow_ms_ = a;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--inject-fault '", spec,
+        "' is not one of kill:RANK@STEP, nan@STEP, crash-during-save@STEP, enospc@STEP, "
+        "slow:RANK:MS"));
+  }
+  return f;
+}
+
+absl::Status FaultEnv::WriteFileAtomically(const std::string& path, const std::string& contents) {
+  // Files of a checkpoint being written lie in its step directory's .tmp.
+  const std::filesystem::path p(path);
+  const std::string dir = p.parent_path().filename().string();
+  const std::string name = p.filename().string();
+  if (crash_save_step_ >= 0 && dir == CheckpointStepName(crash_save_step_) + ".tmp" &&
+      name == "manifest") {
+    std::raise(SIGKILL);
+  }
+  if (enospc_step_ >= 0 && dir == CheckpointStepName(enospc_step_) + ".tmp" &&
+      absl::StartsWith(name, "rank-")) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot write '", path, "': No space left on device (injected)"));
+  }
+  return Env::WriteFileAtomically(path, contents);
+}
+
+absl::Status FaultEnv::AfterGradients(int64_t step, Backend& backend, const Tensor& grads) {
+  if (step != nan_step_ || nan_done_) return absl::OkStatus();
+  nan_done_ = true;
+  const float nan = std::nanf("");
+  return backend.CopyFromHost(grads.Slice(0, {1}), &nan);
+}
+
+void FaultEnv::AfterStep(int rank, int64_t) {
+  if (rank == slow_rank_) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+}
+
+void FaultEnv::StepDone(int rank, int64_t step) {
+  if (rank == kill_rank_ && step == kill_step_) std::raise(SIGKILL);
+}
+
+}  // namespace ladder

@@ -1,0 +1,241 @@
+#include "src/train/run.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/core/file_util.h"
+#include "src/core/status.h"
+#include "src/parallel/pipeline_parallel/schedule.h"
+
+namespace ladder {
+namespace {
+
+// What every rank allocated and passed to its communicators in the first
+// step, gathered to rank 0 and written as JSON (docs/formats.md): the
+// measurement `ladder plan` is held to.
+absl::Status WriteRankReport(const std::string& path, const RunParts& parts, const StepRecord& r) {
+  constexpr int kFields = 9;
+  const Trainer& trainer = *parts.trainer;
+  const Gpt& m = trainer.model();
+  int64_t mine[kFields] = {m.weight_memory_bytes(), trainer.gradient_bytes(),
+                           trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
+                           parts.backend->bytes_allocated()};
+  const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
+  for (const StepRecord::AxisComm& c : r.comm) {
+    for (int a = 0; a < 4; ++a) {
+      if (c.axis == AxisName(axes[a])) mine[5 + a] = c.bytes;
+    }
+  }
+  const int world = parts.grid->world_size();
+  std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
+  // Moved as bytes: the communicators reduce 32-bit types only.
+  RETURN_IF_ERROR(
+      parts.world->AllGather(Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
+                             Tensor(all.data(), DType::kI8, {world * kFields * 8}, Device::kCpu)));
+  if (parts.grid->rank() != 0) return absl::OkStatus();
+  const GridShape& g = parts.grid->shape();
+  std::string json = "[";
+  for (int q = 0; q < world; ++q) {
+    const int64_t* v = &all[static_cast<size_t>(q) * kFields];
+    absl::StrAppendFormat(
+        &json,
+        "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"tp\":%d,\"memory\":{\"weights\":%d,"
+        "\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
+        "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d}}",
+        q ? "," : "", q, q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, v[0], v[1], v[2], v[3], v[4],
+        v[5], v[6], v[7], v[8]);
+  }
+  return WriteFileAtomically(path, json + "\n]\n");
+}
+
+}  // namespace
+
+absl::Status RunPolicy::Validate() const {
+  if (out.empty()) return absl::InvalidArgumentError("missing --out DIR");
+  if (save_every < 0 || keep < 1 || save_every_minutes < 0) {
+    return absl::InvalidArgumentError(
+        "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
+  }
+  return absl::OkStatus();
+}
+
+TrainingRun::TrainingRun(RunPolicy policy, RunParts parts)
+    : policy_(std::move(policy)), parts_(std::move(parts)) {
+  if (policy_.checkpoint_dir.empty()) policy_.checkpoint_dir = policy_.out + "/checkpoints";
+  // An explicit --resume, or the run's own checkpoints from an earlier try.
+  resume_from_ = !policy_.resume.empty()                 ? policy_.resume
+                 : HasCheckpoint(policy_.checkpoint_dir) ? policy_.checkpoint_dir
+                                                         : "";
+  ckpt_.grid = parts_.grid;
+  ckpt_.world = parts_.world;
+  ckpt_.zero = policy_.zero;
+  ckpt_.write_extra = parts_.write_extra;
+  ckpt_.env = parts_.env;
+}
+
+absl::Status TrainingRun::Run() {
+  Trainer& trainer = *parts_.trainer;
+  if (lead()) {
+    ASSIGN_OR_RETURN(EventLog log, EventLog::Open(policy_.out + "/events.jsonl"));
+    events_.emplace(std::move(log));
+  }
+  const GridShape& g = parts_.grid->shape();
+  RETURN_IF_ERROR(Event(trainer.step(), "start",
+                        absl::StrFormat("dp %d x tp %d x pp %d, %d steps", g.dp, g.tp, g.pp,
+                                        trainer.config().steps)));
+  if (resuming()) RETURN_IF_ERROR(Restore());
+  RETURN_IF_ERROR(OpenMetrics(!resuming()));
+  run_timer_.Reset();
+  since_save_.Reset();
+  RETURN_IF_ERROR(trainer.Run([this](const StepRecord& r) { return OnStep(r); }));
+  Report(writer_.Finish());
+  RETURN_IF_ERROR(SummarizeBubble());
+  return Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds()));
+}
+
+absl::Status TrainingRun::Restore() {
+  Trainer& trainer = *parts_.trainer;
+  ASSIGN_OR_RETURN(std::string loaded,
+                   LoadCheckpoint(resume_from_, trainer, ckpt_, policy_.strict));
+  if (lead()) {
+    std::fprintf(stderr, "resumed from %s at step %lld\n", loaded.c_str(),
+                 static_cast<long long>(trainer.step()));
+  }
+  return Event(trainer.step(), "restore", loaded);
+}
+
+absl::Status TrainingRun::OnStep(StepRecord r) {
+  Trainer& trainer = *parts_.trainer;
+  const int rank = parts_.grid->rank();
+  parts_.env->AfterStep(rank, r.step);
+  if (trainer.guard().needs_rollback()) return RollBack(r.step);
+  // An asynchronous save commits once every rank has written its shard.
+  Report(writer_.Poll());
+  ASSIGN_OR_RETURN(const bool due, SaveDue(r.step));
+  if (due) RETURN_IF_ERROR(Save(&r));
+  if (r.step == 1) RETURN_IF_ERROR(WriteRankReport(policy_.out + "/ranks.json", parts_, r));
+  bubble_seconds_ += r.t_bubble;
+  schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
+  RETURN_IF_ERROR(Log(r));
+  parts_.env->StepDone(rank, r.step);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::RollBack(int64_t step) {
+  Trainer& trainer = *parts_.trainer;
+  if (!HasCheckpoint(policy_.checkpoint_dir)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(trainer.guard().state().consecutive_bad,
+                     " consecutive bad steps (non-finite or spiking loss) at step ", step,
+                     " and no checkpoint to roll back to"));
+  }
+  const int bad = trainer.guard().state().consecutive_bad;
+  Report(writer_.Finish());  // a save in flight is the newest one
+  ASSIGN_OR_RETURN(std::string back,
+                   LoadCheckpoint(policy_.checkpoint_dir, trainer, ckpt_, policy_.strict));
+  if (lead()) {
+    std::fprintf(stderr, "rolled back to %s after %d consecutive bad steps\n", back.c_str(), bad);
+  }
+  RETURN_IF_ERROR(Event(trainer.step(), "rollback",
+                        absl::StrCat(bad, " bad steps at step ", step, "; back to ", back)));
+  // The metrics describe the run as it now stands. On every rank: the
+  // rolled-back step is neither saved nor logged.
+  return OpenMetrics(false);
+}
+
+absl::StatusOr<bool> TrainingRun::SaveDue(int64_t step) {
+  const bool saving = policy_.save_every > 0 || policy_.save_every_minutes > 0;
+  if (!saving) return false;
+  bool due = step == parts_.trainer->config().steps ||
+             (policy_.save_every > 0 && step % policy_.save_every == 0);
+  if (policy_.save_every_minutes > 0) {
+    // Clocks differ between ranks: one late clock is enough for all.
+    int32_t late = since_save_.Seconds() >= 60 * policy_.save_every_minutes ? 1 : 0;
+    RETURN_IF_ERROR(parts_.world->AllReduce(Tensor::I32(&late, {1}, Device::kCpu), ReduceOp::kMax));
+    due = due || late != 0;
+  }
+  return due;
+}
+
+absl::Status TrainingRun::Save(StepRecord* r) {
+  Timer save_timer;
+  // The last checkpoint is written at once: the run ends with it.
+  const bool async = policy_.async_save && r->step != parts_.trainer->config().steps;
+  RETURN_IF_ERROR(
+      writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep, async));
+  if (!async) Report(writer_.Finish());
+  r->t_checkpoint = save_timer.Seconds();
+  since_save_.Reset();
+  if (lead() && async) {
+    std::fprintf(stderr, "checkpoint of step %lld: snapshot in %.2fs, written in the background\n",
+                 static_cast<long long>(r->step), r->t_checkpoint);
+  }
+  return absl::OkStatus();
+}
+
+// A failed save is reported, not fatal: the previous checkpoint is intact
+// and the next save may succeed (a full disk gets room again).
+void TrainingRun::Report(const absl::StatusOr<std::string>& saved) {
+  if (!lead()) return;
+  const int64_t step = parts_.trainer->step();
+  absl::Status logged = absl::OkStatus();
+  if (!saved.ok()) {
+    const std::string message(saved.status().message());
+    std::fprintf(stderr, "warning: %s; the previous checkpoint is still the latest\n",
+                 message.c_str());
+    logged = Event(step, "save", absl::StrCat("failed: ", message));
+  } else if (!saved->empty()) {
+    std::fprintf(stderr, "saved %s\n", saved->c_str());
+    logged = Event(step, "save", *saved);
+  }
+  if (!logged.ok()) {
+    std::fprintf(stderr, "warning: %s\n", std::string(logged.message()).c_str());
+  }
+}
+
+absl::Status TrainingRun::Log(const StepRecord& r) {
+  if (!lead()) return absl::OkStatus();
+  RETURN_IF_ERROR(metrics_->Write(r));
+  const RunConfig& rc = parts_.trainer->config();
+  if (r.step % rc.log_every == 0 || r.step == rc.steps || r.val_loss) {
+    const double eta = run_timer_.Seconds() / r.step * (rc.steps - r.step);
+    std::fprintf(stderr, "%s\n", r.ProgressLine(rc.steps, eta).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::Event(int64_t step, const std::string& kind, const std::string& detail) {
+  if (!events_.has_value()) return absl::OkStatus();
+  return events_->Append(step, kind, detail);
+}
+
+absl::Status TrainingRun::OpenMetrics(bool fresh) {
+  if (!lead()) return absl::OkStatus();
+  metrics_.reset();
+  ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::Open(policy_.out + "/metrics.jsonl",
+                                                        fresh ? -1 : parts_.trainer->step()));
+  metrics_.emplace(std::move(m));
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::SummarizeBubble() {
+  const Grid& grid = *parts_.grid;
+  if (grid.pp_size() <= 1) return absl::OkStatus();
+  // Each rank's idle share of its schedule, averaged over the ranks.
+  float share = schedule_seconds_ > 0 ? static_cast<float>(bubble_seconds_ / schedule_seconds_) : 0;
+  RETURN_IF_ERROR(parts_.world->AllReduce(Tensor::F32(&share, {1}, Device::kCpu), ReduceOp::kSum));
+  if (lead()) {
+    std::fprintf(stderr,
+                 "pipeline bubble: %.1f%% of the schedule (mean over ranks), textbook "
+                 "(P-1)/(M+P-1) = %.1f%%\n",
+                 100.0 * share / grid.world_size(),
+                 100.0 * pp::TextbookBubble(grid.pp_size(), parts_.trainer->microbatches()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ladder

@@ -1,0 +1,111 @@
+// TrainingRun: the policy of a training run around the trainer's steps.
+//
+// Trainer (src/train/trainer.h) computes optimizer steps; a run decides what
+// happens between them, and reads as one story (Run):
+//   1. restore: from --resume, or from the run's own checkpoints when an
+//      earlier attempt left some (the supervisor's rerun), in any layout;
+//   2. each step: let the Env see it (faults), roll back to the last
+//      checkpoint after too many bad steps (src/train/guard.h), commit an
+//      asynchronous save that every rank has written, start the checkpoint
+//      that is due (by steps or by minutes, agreed by all ranks), record the
+//      first step's memory and traffic per rank (ranks.json), write the
+//      metrics line and the progress line;
+//   3. end: the last checkpoint committed, the pipeline bubble summarized.
+// Everything that happens to the run as a whole goes to OUT/events.jsonl
+// (src/train/events.h); faults come only through the Env (src/train/env.h).
+//
+// Collective: every rank of the world constructs its run with the same
+// policy and calls Run together. Rank 0 alone writes metrics, events,
+// ranks.json and progress lines. Single-threaded, apart from the checkpoint
+// writer's own thread (src/checkpoint/checkpoint.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "src/checkpoint/checkpoint.h"
+#include "src/core/timer.h"
+#include "src/parallel/grid.h"
+#include "src/train/env.h"
+#include "src/train/events.h"
+#include "src/train/metrics.h"
+#include "src/train/trainer.h"
+
+namespace ladder {
+
+// How a run saves, restores and records; `ladder train`'s flags.
+struct RunPolicy {
+  std::string out;             // run directory: metrics.jsonl, events.jsonl, ranks.json
+  std::string checkpoint_dir;  // "": OUT/checkpoints
+  std::string resume;          // a checkpoint to start from; "": the run's own, if any
+  int64_t save_every = 0;      // steps between checkpoints (and one at the end); 0: none
+  double save_every_minutes = 0;
+  int keep = 3;             // committed checkpoints kept
+  bool async_save = false;  // write shards in the background
+  bool strict = false;      // refuse a corrupt checkpoint instead of an earlier one
+  int zero = 0;             // ZeRO stage, recorded in manifests
+
+  // InvalidArgument naming the first bad value.
+  absl::Status Validate() const;
+};
+
+// What a run works on. Not owned; each must outlive the run.
+struct RunParts {
+  Trainer* trainer = nullptr;
+  Backend* backend = nullptr;
+  const Grid* grid = nullptr;
+  Communicator* world = nullptr;  // every rank: agreements and gathers
+  Env* env = Env::Default();
+  // Rank 0 calls it with a checkpoint's directory before committing it, to
+  // add files of its own (the tokenizer); may be empty.
+  std::function<absl::Status(const std::string& dir)> write_extra;
+};
+
+class TrainingRun {
+ public:
+  // The policy must be valid (RunPolicy::Validate).
+  TrainingRun(RunPolicy policy, RunParts parts);
+
+  // True when Run will start from a checkpoint (then it replaces any
+  // weights set before, such as --init-from's).
+  bool resuming() const { return !resume_from_.empty(); }
+
+  // Restores, trains the remaining steps, finishes the last save. An error
+  // in a step, a collective or a load ends the run (a failed save does not:
+  // it is reported and the previous checkpoint stays the latest).
+  absl::Status Run();
+
+ private:
+  absl::Status Restore();
+  absl::Status OnStep(StepRecord r);
+  // Back to the last checkpoint after max_bad_steps bad steps.
+  absl::Status RollBack(int64_t step);
+  // Whether a checkpoint is due after `step`; collective with minutes.
+  absl::StatusOr<bool> SaveDue(int64_t step);
+  // Starts the checkpoint of `r.step`; sets r.t_checkpoint (the stall).
+  absl::Status Save(StepRecord* r);
+  // A finished or failed save, on rank 0's stderr and in the events.
+  void Report(const absl::StatusOr<std::string>& saved);
+  absl::Status Log(const StepRecord& r);
+  absl::Status Event(int64_t step, const std::string& kind, const std::string& detail);
+  // Rank 0 (re)opens metrics.jsonl, keeping the records through the current
+  // step (all of them for a fresh run).
+  absl::Status OpenMetrics(bool fresh);
+  absl::Status SummarizeBubble();
+  bool lead() const { return parts_.grid->rank() == 0; }
+
+  RunPolicy policy_;
+  RunParts parts_;
+  std::string resume_from_;
+  CheckpointContext ckpt_;
+  CheckpointWriter writer_;
+  std::optional<MetricsWriter> metrics_;
+  std::optional<EventLog> events_;
+  Timer run_timer_, since_save_;
+  double bubble_seconds_ = 0, schedule_seconds_ = 0;  // this rank's, over the run
+};
+
+}  // namespace ladder
