@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "src/core/crc32.h"
 
 namespace ladder::report {

@@ -5,7 +5,6 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
-#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -497,13 +496,13 @@ absl::StatusOr<std::string> WriteRunReport(const std::string& run_dir, const std
   const std::string path = out_path.empty() ? run_dir + "/report.html" : out_path;
   ASSIGN_OR_RETURN(const report::RunData run, report::ReadRunData(run_dir));
   const std::filesystem::path p(path);
-  ASSIGN_OR_RETURN(const report::RenderedReport rendered,
-                   report::RenderRunReport(run, p.stem().string()));
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
   if (!std::filesystem::is_directory(dir)) {
     return absl::NotFoundError(
         absl::StrCat("the report's directory '", dir.string(), "' does not exist"));
   }
+  ASSIGN_OR_RETURN(const report::RenderedReport rendered,
+                   report::RenderRunReport(run, p.stem().string()));
   // The pictures first and the page last: a page on disk always has its PNGs.
   for (const auto& [name, bytes] : rendered.pngs) {
     RETURN_IF_ERROR(WriteFileAtomically((dir / name).string(), bytes));
