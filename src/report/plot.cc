@@ -142,6 +142,31 @@ double LeftMargin(const Axis& y, const std::vector<std::string>& extra_labels) {
   return std::max(40.0, w + 12);
 }
 
+// Which pixel column each x falls in, for thinning thousands of steps down
+// to the few hundred columns a plot has.
+int Column(double px) { return static_cast<int>(std::floor(px)); }
+
+// Keeps, of the points in each pixel column, the first, lowest, highest and
+// last (in order): the line drawn through them is the same picture, and a
+// long run's page stays small.
+std::vector<Point> ThinLine(const std::vector<Point>& points) {
+  std::vector<Point> out;
+  size_t last = points.size();  // index of the last point kept
+  for (size_t i = 0; i < points.size();) {
+    size_t end = i, low = i, high = i;
+    for (; end < points.size() && Column(points[end].x) == Column(points[i].x); ++end) {
+      if (points[end].y < points[low].y) low = end;
+      if (points[end].y > points[high].y) high = end;
+    }
+    for (size_t k : {i, std::min(low, high), std::max(low, high), end - 1}) {
+      if (k != last) out.push_back(points[k]);
+      last = k;
+    }
+    i = end;
+  }
+  return out;
+}
+
 // A series as polylines broken at NaN; a lone point becomes a small square.
 void LayoutSeries(const Series& s, const Frame& f, Color color, Scene* scene) {
   std::vector<Point> run;
@@ -149,7 +174,7 @@ void LayoutSeries(const Series& s, const Frame& f, Color color, Scene* scene) {
     if (run.size() == 1) {
       scene->shapes.push_back(Rect(run[0].x - 2, run[0].y - 2, run[0].x + 2, run[0].y + 2, color));
     } else if (run.size() > 1) {
-      scene->shapes.push_back(Line(run, color, 1.5, s.dashed));
+      scene->shapes.push_back(Line(ThinLine(run), color, 1.5, s.dashed));
     }
     run.clear();
   };
@@ -235,14 +260,34 @@ void LayoutStackedArea(const Plot& plot, int width, int height, Scene* scene) {
   Frame f{0, top, width - 16.0, height - 36.0, NiceAxis(AllX(plot)), NiceAxis(ys)};
   f.left = LeftMargin(f.y, {});
   LayoutAxes(plot, f, true, scene);
+  // One vertex per pixel column: the mean of the steps in it (the mean of
+  // running totals is the running total of the means, so layers still stack).
+  std::vector<double> px;
+  std::vector<std::vector<double>> level(base.size());
+  std::vector<int> members;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const double x = f.X(xs[k]);
+    if (px.empty() || Column(x) != Column(px.back() / members.back())) {
+      px.push_back(0);
+      members.push_back(0);
+      for (auto& l : level) l.push_back(0);
+    }
+    px.back() += x;
+    ++members.back();
+    for (size_t i = 0; i < base.size(); ++i) level[i].back() += base[i][k];
+  }
+  for (size_t c = 0; c < px.size(); ++c) {
+    px[c] /= members[c];
+    for (auto& l : level) l[c] /= members[c];
+  }
   for (size_t i = 0; i < plot.series.size(); ++i) {
     Shape area;
     area.kind = Shape::Kind::kPolygon;
     area.color = SeriesColor(static_cast<int>(i));
-    for (size_t k = 0; k < xs.size(); ++k) area.points.push_back({f.X(xs[k]), f.Y(base[i + 1][k])});
-    for (size_t k = xs.size(); k-- > 0;) area.points.push_back({f.X(xs[k]), f.Y(base[i][k])});
+    for (size_t c = 0; c < px.size(); ++c) area.points.push_back({px[c], f.Y(level[i + 1][c])});
+    for (size_t c = px.size(); c-- > 0;) area.points.push_back({px[c], f.Y(level[i][c])});
     // A single step has no width to fill: widen it to a visible band.
-    if (xs.size() == 1) {
+    if (px.size() == 1) {
       const double x = area.points[0].x;
       scene->shapes.push_back(Rect(x - 3, area.points[0].y, x + 3, area.points[1].y, area.color));
       continue;
@@ -334,12 +379,20 @@ void LayoutHeatmap(const Plot& plot, int width, int height, Scene* scene) {
   const size_t label_every = std::max<size_t>(1, static_cast<size_t>(std::ceil(kLineHeight / row_h)));
   for (size_t r = 0; r < rows; ++r) {
     const double y0 = f.top + row_h * r;
-    for (size_t c = 0; c < cols && c < plot.cells[r].size(); ++c) {
-      const double v = plot.cells[r][c];
-      if (!std::isfinite(v)) continue;
-      const double cx = cols > 1 ? f.X(plot.x_values[c]) : (f.left + f.right) / 2;
-      scene->shapes.push_back(Rect(cx - col_w / 2, y0, cx + col_w / 2, y0 + row_h,
-                                   HeatColor(hi > lo ? (v - lo) / (hi - lo) : 0.5)));
+    // Columns that share a pixel column become one cell holding the largest
+    // value: a slow step stays visible however long the run.
+    for (size_t c = 0; c < cols && c < plot.cells[r].size();) {
+      auto centre = [&](size_t i) { return cols > 1 ? f.X(plot.x_values[i]) : (f.left + f.right) / 2; };
+      size_t end = c;
+      double v = -std::numeric_limits<double>::infinity();
+      for (; end < cols && end < plot.cells[r].size() && Column(centre(end)) == Column(centre(c)); ++end) {
+        if (std::isfinite(plot.cells[r][end])) v = std::max(v, plot.cells[r][end]);
+      }
+      if (std::isfinite(v)) {
+        scene->shapes.push_back(Rect(centre(c) - col_w / 2, y0, centre(end - 1) + col_w / 2,
+                                     y0 + row_h, HeatColor(hi > lo ? (v - lo) / (hi - lo) : 0.5)));
+      }
+      c = end;
     }
     if (r % label_every == 0 && r < plot.row_labels.size()) {
       scene->shapes.push_back(

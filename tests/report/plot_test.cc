@@ -142,6 +142,51 @@ TEST(LayoutPlotTest, EveryKindLaysOutInsideThePicture) {
   EXPECT_EQ(Count(LayoutPlot(heat, 500, 250), Shape::Kind::kRect), 1 + 5 + 5);
 }
 
+TEST(LayoutPlotTest, LongRunsAreThinnedToThePixelColumnsButKeepTheirPeaks) {
+  Plot lines;
+  Series s;
+  s.name = "loss";
+  for (int i = 0; i < 20000; ++i) {
+    s.x.push_back(i);
+    s.y.push_back(i == 12345 ? 10.0 : 1.0);  // one spike among flat steps
+  }
+  lines.series.push_back(s);
+  const Scene scene = LayoutPlot(lines, 400, 200);
+  const Shape* line = nullptr;
+  for (const Shape& shape : scene.shapes) {
+    if (shape.kind == Shape::Kind::kPolyline && shape.color == SeriesColor(0)) line = &shape;
+  }
+  ASSERT_NE(line, nullptr);
+  EXPECT_LE(line->points.size(), 4u * 400);
+  double top = 1e9;
+  for (const Point& p : line->points) top = std::min(top, p.y);
+  // The spike is the highest value, so it reaches the top of the axis range (10).
+  double axis_top = 1e9;
+  for (const Shape& shape : scene.shapes) {
+    if (shape.kind == Shape::Kind::kText && shape.text == "10") axis_top = shape.points[0].y;
+  }
+  EXPECT_NEAR(top, axis_top, 0.5) << "the spike survives thinning";
+
+  Plot heat;
+  heat.kind = Plot::Kind::kHeatmap;
+  heat.row_labels = {"rank 0"};
+  heat.cells.assign(1, {});
+  for (int i = 0; i < 20000; ++i) {
+    heat.x_values.push_back(i);
+    heat.cells[0].push_back(i == 777 ? 5.0 : 1.0);
+  }
+  const Scene map = LayoutPlot(heat, 400, 200);
+  int cells = 0;
+  bool darkest = false;
+  for (const Shape& shape : map.shapes) {
+    if (shape.kind != Shape::Kind::kRect || shape.points[0].y < 40) continue;  // legend swatches
+    ++cells;
+    darkest = darkest || shape.color == Color(153, 52, 4);
+  }
+  EXPECT_LE(cells, 400);
+  EXPECT_TRUE(darkest) << "the slow step keeps its colour after merging";
+}
+
 TEST(SvgTest, EscapesTextAndDrawsEveryShape) {
   Plot plot;
   plot.title = "a <b> & \"c\"";
