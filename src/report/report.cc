@@ -493,7 +493,8 @@ namespace ladder {
 
 absl::StatusOr<std::string> WriteRunReport(const std::string& run_dir, const std::string& out_path,
                                            std::vector<std::string>* warnings) {
-  const std::string path = out_path.empty() ? run_dir + "/report.html" : out_path;
+  const std::string path =
+      out_path.empty() ? (std::filesystem::path(run_dir) / "report.html").string() : out_path;
   ASSIGN_OR_RETURN(const report::RunData run, report::ReadRunData(run_dir));
   const std::filesystem::path p(path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
