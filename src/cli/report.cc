@@ -16,15 +16,16 @@ int ReportCommand(int argc, char** argv) {
                 "Write an HTML report of a training run (loss, throughput, time split, memory, "
                 "communication, per-rank times, events, GPU telemetry) and its plots as PNGs.",
                 "RUN_DIR");
-  flags.String("out", &out, "the HTML file to write; the PNGs go beside it",
-               "RUN_DIR/report.html");
+  flags.String("out", &out, "the HTML file to write; the PNGs go beside it", "RUN_DIR/report.html");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     if (flags.positional().size() != 1) {
-      return absl::InvalidArgumentError("expected one argument: RUN_DIR (a `ladder train --out` directory)");
+      return absl::InvalidArgumentError(
+          "expected one argument: RUN_DIR (a `ladder train --out` directory)");
     }
     std::vector<std::string> warnings;
     ASSIGN_OR_RETURN(const std::string path, WriteRunReport(flags.positional()[0], out, &warnings));
-    for (const std::string& w : warnings) std::fprintf(stderr, "ladder report: warning: %s\n", w.c_str());
+    for (const std::string& w : warnings)
+      std::fprintf(stderr, "ladder report: warning: %s\n", w.c_str());
     std::printf("report: %s\n", path.c_str());
     return absl::OkStatus();
   });

@@ -125,13 +125,14 @@ void LayoutAxes(const Plot& plot, const Frame& f, bool x_ticks, Scene* scene) {
           Text(px, f.bottom + 12, TickLabel(t, f.x.step), kMuted, Shape::Align::kCenter));
     }
   }
-  scene->shapes.push_back(Line({{f.left, f.top}, {f.left, f.bottom}, {f.right, f.bottom}}, kInk, 1));
+  scene->shapes.push_back(
+      Line({{f.left, f.top}, {f.left, f.bottom}, {f.right, f.bottom}}, kInk, 1));
   if (!plot.y_label.empty()) {
     scene->shapes.push_back(Text(f.left, f.top - 8, plot.y_label, kMuted, Shape::Align::kLeft));
   }
   if (!plot.x_label.empty()) {
-    scene->shapes.push_back(Text((f.left + f.right) / 2, f.bottom + 26, plot.x_label, kMuted,
-                                 Shape::Align::kCenter));
+    scene->shapes.push_back(
+        Text((f.left + f.right) / 2, f.bottom + 26, plot.x_label, kMuted, Shape::Align::kCenter));
   }
 }
 
@@ -253,7 +254,8 @@ void LayoutStackedArea(const Plot& plot, int width, int height, Scene* scene) {
   // Overlay lines take dark palette entries (from 10 on) that read against the filled areas.
   const int first_overlay = 10;
   for (size_t i = 0; i < plot.overlay.size(); ++i) {
-    legend.push_back(LegendEntry{plot.overlay[i].name, SeriesColor(first_overlay + static_cast<int>(i))});
+    legend.push_back(
+        LegendEntry{plot.overlay[i].name, SeriesColor(first_overlay + static_cast<int>(i))});
   }
   for (const LegendEntry& e : MarkerLegend(plot)) legend.push_back(e);
   const double top = LayoutHeader(plot, legend, width, scene) + 16;
@@ -325,20 +327,21 @@ void LayoutStackedBars(const Plot& plot, int width, int height, Scene* scene) {
   // Label every k-th category so the labels do not overlap.
   size_t widest = 1;
   for (const std::string& c : plot.categories) widest = std::max(widest, c.size());
-  const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(
-                                               (widest * kCharWidth + 8) / std::max(slot, 1.0))));
+  const size_t every = std::max<size_t>(
+      1, static_cast<size_t>(std::ceil((widest * kCharWidth + 8) / std::max(slot, 1.0))));
   for (size_t c = 0; c < n; ++c) {
     const double x0 = f.left + slot * (c + 0.2), x1 = f.left + slot * (c + 0.8);
     double level = 0;
     for (size_t i = 0; i < plot.series.size(); ++i) {
       const double v = c < plot.series[i].y.size() ? plot.series[i].y[c] : 0.0;
       if (!std::isfinite(v) || v <= 0) continue;
-      scene->shapes.push_back(Rect(x0, f.Y(level + v), x1, f.Y(level), SeriesColor(static_cast<int>(i))));
+      scene->shapes.push_back(
+          Rect(x0, f.Y(level + v), x1, f.Y(level), SeriesColor(static_cast<int>(i))));
       level += v;
     }
     if (c % every == 0) {
-      scene->shapes.push_back(Text((x0 + x1) / 2, f.bottom + 12, plot.categories[c], kMuted,
-                                   Shape::Align::kCenter));
+      scene->shapes.push_back(
+          Text((x0 + x1) / 2, f.bottom + 12, plot.categories[c], kMuted, Shape::Align::kCenter));
     }
   }
 }
@@ -376,16 +379,20 @@ void LayoutHeatmap(const Plot& plot, int width, int height, Scene* scene) {
   LayoutAxes(plot, f, true, scene);
   const double row_h = (f.bottom - f.top) / static_cast<double>(rows);
   const double col_w = cols > 1 ? f.X(plot.x_values[1]) - f.X(plot.x_values[0]) : f.right - f.left;
-  const size_t label_every = std::max<size_t>(1, static_cast<size_t>(std::ceil(kLineHeight / row_h)));
+  const size_t label_every =
+      std::max<size_t>(1, static_cast<size_t>(std::ceil(kLineHeight / row_h)));
   for (size_t r = 0; r < rows; ++r) {
     const double y0 = f.top + row_h * r;
     // Columns that share a pixel column become one cell holding the largest
     // value: a slow step stays visible however long the run.
     for (size_t c = 0; c < cols && c < plot.cells[r].size();) {
-      auto centre = [&](size_t i) { return cols > 1 ? f.X(plot.x_values[i]) : (f.left + f.right) / 2; };
+      auto centre = [&](size_t i) {
+        return cols > 1 ? f.X(plot.x_values[i]) : (f.left + f.right) / 2;
+      };
       size_t end = c;
       double v = -std::numeric_limits<double>::infinity();
-      for (; end < cols && end < plot.cells[r].size() && Column(centre(end)) == Column(centre(c)); ++end) {
+      for (; end < cols && end < plot.cells[r].size() && Column(centre(end)) == Column(centre(c));
+           ++end) {
         if (std::isfinite(plot.cells[r][end])) v = std::max(v, plot.cells[r][end]);
       }
       if (std::isfinite(v)) {
@@ -406,9 +413,9 @@ void LayoutHeatmap(const Plot& plot, int width, int height, Scene* scene) {
 Color SeriesColor(int index) {
   // Distinct on white and for most colour-blind readers (Okabe-Ito order, then extras).
   static const Color kPalette[] = {
-      Color(0, 114, 178),   Color(230, 159, 0),  Color(0, 158, 115),   Color(204, 121, 167),
-      Color(86, 180, 233),  Color(213, 94, 0),   Color(240, 228, 66),  Color(120, 120, 120),
-      Color(120, 60, 160),  Color(160, 100, 40), Color(20, 60, 120),   Color(200, 40, 60),
+      Color(0, 114, 178),  Color(230, 159, 0),  Color(0, 158, 115),  Color(204, 121, 167),
+      Color(86, 180, 233), Color(213, 94, 0),   Color(240, 228, 66), Color(120, 120, 120),
+      Color(120, 60, 160), Color(160, 100, 40), Color(20, 60, 120),  Color(200, 40, 60),
   };
   constexpr int n = sizeof(kPalette) / sizeof(kPalette[0]);
   return kPalette[((index % n) + n) % n];
@@ -485,7 +492,8 @@ Scene LayoutPlot(const Plot& plot, int width, int height) {
   scene.shapes.push_back(Rect(0, 0, width, height, Color(255, 255, 255)));
   if (!HasData(plot)) {
     scene.shapes.push_back(Text(10, 14, plot.title, kInk, Shape::Align::kLeft, 2));
-    scene.shapes.push_back(Text(width / 2.0, height / 2.0, "no data", kMuted, Shape::Align::kCenter));
+    scene.shapes.push_back(
+        Text(width / 2.0, height / 2.0, "no data", kMuted, Shape::Align::kCenter));
     return scene;
   }
   switch (plot.kind) {

@@ -49,11 +49,11 @@ struct Plot {
   std::string title;
   std::string x_label, y_label;  // units, e.g. "step", "seconds"
   std::vector<Series> series;
-  std::vector<Series> overlay;            // kStackedArea: lines drawn over the stack
-  std::vector<std::string> categories;    // kStackedBars
-  std::vector<std::string> row_labels;    // kHeatmap
-  std::vector<double> x_values;           // kHeatmap columns
-  std::vector<std::vector<double>> cells; // kHeatmap, NaN = no value
+  std::vector<Series> overlay;             // kStackedArea: lines drawn over the stack
+  std::vector<std::string> categories;     // kStackedBars
+  std::vector<std::string> row_labels;     // kHeatmap
+  std::vector<double> x_values;            // kHeatmap columns
+  std::vector<std::vector<double>> cells;  // kHeatmap, NaN = no value
   std::vector<Marker> markers;
 };
 
@@ -78,12 +78,13 @@ struct Point {
 struct Shape {
   enum class Kind { kPolyline, kPolygon, kRect, kText };
   Kind kind = Kind::kPolyline;
-  std::vector<Point> points;  // polyline/polygon vertices; rect: top-left, bottom-right; text: anchor
-  Color color;                // stroke of a polyline, fill otherwise
-  double width = 1;           // polyline stroke width
+  std::vector<Point>
+      points;        // polyline/polygon vertices; rect: top-left, bottom-right; text: anchor
+  Color color;       // stroke of a polyline, fill otherwise
+  double width = 1;  // polyline stroke width
   bool dashed = false;
   std::string text;
-  int text_size = 1;          // 1 = labels, 2 = titles
+  int text_size = 1;  // 1 = labels, 2 = titles
   enum class Align { kLeft, kCenter, kRight } align = Align::kLeft;
 };
 struct Scene {

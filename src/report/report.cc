@@ -25,7 +25,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // One section of the page: a plot (absent when the run lacks its data) and
 // a note under it, or instead of it, saying what it shows or what is missing.
 struct Figure {
-  Figure(std::string id_, std::string heading_) : id(std::move(id_)), heading(std::move(heading_)) {}
+  Figure(std::string id_, std::string heading_)
+      : id(std::move(id_)), heading(std::move(heading_)) {}
   std::string id;  // the PNG's name suffix and the section's anchor
   std::string heading;
   std::optional<Plot> plot;
@@ -105,7 +106,8 @@ std::string EventsTable(const RunData& run) {
     return "<p class=\"note\">No events.jsonl: no checkpoints, restores or restarts were "
            "recorded.</p>\n";
   }
-  std::string out = "<table><tr><th>time (UTC)</th><th>step</th><th>event</th><th>detail</th></tr>\n";
+  std::string out =
+      "<table><tr><th>time (UTC)</th><th>step</th><th>event</th><th>detail</th></tr>\n";
   for (const RunEvent& e : run.events) {
     absl::StrAppend(&out, "<tr><td>", UtcTime(e.time), "</td><td>", e.step, "</td><td>",
                     EscapeXml(e.kind), "</td><td>", EscapeXml(e.detail), "</td></tr>\n");
@@ -190,7 +192,8 @@ Figure TimeFigure(const RunData& run) {
       {"bubble", [](const StepRecord& r) { return r.t_bubble; }},
       {"checkpoint", [](const StepRecord& r) { return r.t_checkpoint; }},
       // What the step's wall time holds beyond the measured phases.
-      {"other", [](const StepRecord& r) {
+      {"other",
+       [](const StepRecord& r) {
          return r.t_step - (r.t_data + r.t_forward + r.t_backward + r.t_optimizer + r.t_bubble);
        }},
   };
@@ -254,10 +257,12 @@ Figure MemoryFigure(const RunData& run) {
     return f;
   }
   double most = 0;
-  for (const Row& r : rows) most = std::max(most, r.weights + r.grads + r.optimizer + r.activations + r.other);
+  for (const Row& r : rows)
+    most = std::max(most, r.weights + r.grads + r.optimizer + r.activations + r.other);
   const bool gib = most >= 1024.0 * 1024 * 1024;
   const double unit = gib ? 1024.0 * 1024 * 1024 : 1024.0 * 1024;
-  Plot p = MakePlot(Plot::Kind::kStackedBars, "Memory by category per rank", "", gib ? "GiB" : "MiB");
+  Plot p =
+      MakePlot(Plot::Kind::kStackedBars, "Memory by category per rank", "", gib ? "GiB" : "MiB");
   Series w = MakeSeries("weights"), g = MakeSeries("grads"), o = MakeSeries("optimizer"),
          a = MakeSeries("activations"), other = MakeSeries("other allocated");
   bool any_other = false;
@@ -290,8 +295,9 @@ Figure CommFigure(const RunData& run) {
   for (const StepRecord& r : run.steps) {
     if (std::isfinite(r.t_step)) total_step += r.t_step;
   }
-  f.table = "<table><tr><th>axis</th><th>seconds</th><th>share of step time</th>"
-            "<th>bytes</th><th>bytes per step</th></tr>\n";
+  f.table =
+      "<table><tr><th>axis</th><th>seconds</th><th>share of step time</th>"
+      "<th>bytes</th><th>bytes per step</th></tr>\n";
   for (const std::string& axis : axes) {
     Series s = MakeSeries(axis);
     double seconds = 0, bytes = 0;
@@ -351,7 +357,8 @@ Figure GpuFigure(const RunData& run, std::string id, std::string heading, std::s
     t0 = std::min(t0, s.time);
     gpus = std::max(gpus, s.gpu + 1);
   }
-  Plot p = MakePlot(Plot::Kind::kLines, heading, "seconds since the first sample", std::move(y_label));
+  Plot p =
+      MakePlot(Plot::Kind::kLines, heading, "seconds since the first sample", std::move(y_label));
   for (int g = 0; g < gpus; ++g) {
     Series s = MakeSeries(absl::StrCat("gpu ", g));
     for (const GpuSample& sample : run.gpu) {

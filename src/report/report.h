@@ -25,7 +25,7 @@ struct RenderedReport {
 // Fails only if PNG encoding does.
 absl::StatusOr<RenderedReport> RenderRunReport(const RunData& run, const std::string& png_prefix);
 
-}  // namespace ladder
+}  // namespace ladder::report
 
 namespace ladder {
 

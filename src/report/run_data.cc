@@ -50,7 +50,8 @@ absl::StatusOr<std::vector<Line>> ReadJsonLines(const std::string& path,
       if (unfinished) {
         warnings->push_back(absl::StrCat(path, ":", number,
                                          ": last line is cut short (the run stopped mid-write); "
-                                         "read the ", out.size(), " lines before it"));
+                                         "read the ",
+                                         out.size(), " lines before it"));
         break;
       }
       return absl::InvalidArgumentError(
@@ -127,7 +128,8 @@ absl::Status ReadEvents(const std::string& path, RunData* run) {
   for (const Line& line : lines) {
     auto kind = line.value.find("kind");
     if (kind == line.value.end() || !kind->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line.number, ": no string \"kind\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line.number, ": no string \"kind\""));
     }
     RunEvent e;
     e.time = Num(line.value, "time");

@@ -10,7 +10,8 @@ std::string Rgb(Color c) { return absl::StrFormat("#%02x%02x%02x", c.r, c.g, c.b
 
 std::string Points(const std::vector<Point>& points) {
   std::string out;
-  for (const Point& p : points) absl::StrAppendFormat(&out, "%s%.1f,%.1f", out.empty() ? "" : " ", p.x, p.y);
+  for (const Point& p : points)
+    absl::StrAppendFormat(&out, "%s%.1f,%.1f", out.empty() ? "" : " ", p.x, p.y);
   return out;
 }
 
@@ -21,12 +22,23 @@ std::string EscapeXml(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -51,9 +63,10 @@ std::string RenderSvg(const Scene& scene, const std::string& title) {
                               Rgb(s.color));
         break;
       case Shape::Kind::kRect:
-        absl::StrAppendFormat(&out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
-                              s.points[0].x, s.points[0].y, s.points[1].x - s.points[0].x,
-                              s.points[1].y - s.points[0].y, Rgb(s.color));
+        absl::StrAppendFormat(
+            &out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
+            s.points[0].x, s.points[0].y, s.points[1].x - s.points[0].x,
+            s.points[1].y - s.points[0].y, Rgb(s.color));
         break;
       case Shape::Kind::kText: {
         // 10px monospace advances 6px a character, the bitmap font's cell (plot.cc).

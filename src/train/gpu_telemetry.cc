@@ -117,7 +117,7 @@ struct GpuTelemetry::State {
 };
 
 absl::StatusOr<std::unique_ptr<GpuTelemetry>> GpuTelemetry::Start(const std::string& out_dir,
-                                                                   int period_ms) {
+                                                                  int period_ms) {
   if (period_ms < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("GPU telemetry period must be at least 1 ms, not ", period_ms));
@@ -131,20 +131,24 @@ absl::StatusOr<std::unique_ptr<GpuTelemetry>> GpuTelemetry::Start(const std::str
   state->library = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (state->library == nullptr) {
     if (!required) return std::unique_ptr<GpuTelemetry>();  // no NVML here: nothing to sample
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LADDER_NVML_LIBRARY: cannot load '", library, "': ", std::string(dlerror())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LADDER_NVML_LIBRARY: cannot load '", library, "': ", std::string(dlerror())));
   }
   NvmlApi& api = state->nvml;
   for (const auto& [name, ok] : {
-           std::pair<const char*, bool>{"nvmlInit_v2", Bind(state->library, "nvmlInit_v2", &api.init)},
+           std::pair<const char*, bool>{"nvmlInit_v2",
+                                        Bind(state->library, "nvmlInit_v2", &api.init)},
            {"nvmlShutdown", Bind(state->library, "nvmlShutdown", &api.shutdown)},
-           {"nvmlDeviceGetCount_v2", Bind(state->library, "nvmlDeviceGetCount_v2", &api.device_count)},
+           {"nvmlDeviceGetCount_v2",
+            Bind(state->library, "nvmlDeviceGetCount_v2", &api.device_count)},
            {"nvmlDeviceGetHandleByIndex_v2",
             Bind(state->library, "nvmlDeviceGetHandleByIndex_v2", &api.device_handle)},
            {"nvmlDeviceGetUtilizationRates",
             Bind(state->library, "nvmlDeviceGetUtilizationRates", &api.utilization)},
-           {"nvmlDeviceGetMemoryInfo", Bind(state->library, "nvmlDeviceGetMemoryInfo", &api.memory)},
-           {"nvmlDeviceGetPowerUsage", Bind(state->library, "nvmlDeviceGetPowerUsage", &api.power_mw)},
+           {"nvmlDeviceGetMemoryInfo",
+            Bind(state->library, "nvmlDeviceGetMemoryInfo", &api.memory)},
+           {"nvmlDeviceGetPowerUsage",
+            Bind(state->library, "nvmlDeviceGetPowerUsage", &api.power_mw)},
        }) {
     if (!ok) {
       return absl::InvalidArgumentError(

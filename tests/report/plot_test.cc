@@ -202,8 +202,10 @@ TEST(SvgTest, EscapesTextAndDrawsEveryShape) {
   EXPECT_NE(svg.find(">x&lt;y</text>"), std::string::npos);
   EXPECT_EQ(svg.find("<b>"), std::string::npos);
   int elements = 0;
-  for (size_t at = svg.find("\n<"); at != std::string::npos; at = svg.find("\n<", at + 1)) ++elements;
-  EXPECT_EQ(elements, static_cast<int>(scene.shapes.size()) + 1) << "one element per shape, then </svg>";
+  for (size_t at = svg.find("\n<"); at != std::string::npos; at = svg.find("\n<", at + 1))
+    ++elements;
+  EXPECT_EQ(elements, static_cast<int>(scene.shapes.size()) + 1)
+      << "one element per shape, then </svg>";
 }
 
 }  // namespace

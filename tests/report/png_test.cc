@@ -15,7 +15,8 @@ namespace {
 uint32_t U32(const std::string& s, size_t at) {
   return (uint32_t{static_cast<uint8_t>(s[at])} << 24) |
          (uint32_t{static_cast<uint8_t>(s[at + 1])} << 16) |
-         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) | uint32_t{static_cast<uint8_t>(s[at + 3])};
+         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) |
+         uint32_t{static_cast<uint8_t>(s[at + 3])};
 }
 
 TEST(PngTest, DecodesBackToTheSamePixels) {
@@ -55,8 +56,9 @@ TEST(PngTest, DecodesBackToTheSamePixels) {
 
   std::vector<uint8_t> raw(5 * (1 + 7 * 3));
   uLongf raw_size = raw.size();
-  ASSERT_EQ(uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()),
-            Z_OK);
+  ASSERT_EQ(
+      uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()),
+      Z_OK);
   ASSERT_EQ(raw_size, raw.size());
   for (int y = 0; y < 5; ++y) {
     EXPECT_EQ(raw[y * 22], 0) << "filter byte of row " << y;

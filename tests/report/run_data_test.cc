@@ -26,7 +26,9 @@ constexpr char kStep2[] =
 class RunDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / ("run_data_test_" + std::to_string(::getpid()))).string();
+    dir_ =
+        (std::filesystem::temp_directory_path() / ("run_data_test_" + std::to_string(::getpid())))
+            .string();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
@@ -39,10 +41,12 @@ class RunDataTest : public ::testing::Test {
 
 TEST_F(RunDataTest, ReadsEveryFile) {
   Write("metrics.jsonl", std::string(kStep1) + "\n" + kStep2 + "\n");
-  Write("events.jsonl", R"({"time":1764820000,"step":2,"kind":"save","detail":"step-00000002"})" "\n");
+  Write("events.jsonl", R"({"time":1764820000,"step":2,"kind":"save","detail":"step-00000002"})"
+                        "\n");
   Write("ranks.json", R"([{"rank":0,"pp":0,"dp":0,"tp":0,"memory":{"weights":10,"allocated":50},)"
                       R"("comm_bytes":{"data":7}},{"rank":1,"pp":0,"dp":1,"tp":0}])");
-  Write("gpu.jsonl", R"({"time":1.5,"gpu":1,"util":80,"mem_used":3,"mem_total":9,"power_w":null})" "\n");
+  Write("gpu.jsonl", R"({"time":1.5,"gpu":1,"util":80,"mem_used":3,"mem_total":9,"power_w":null})"
+                     "\n");
   auto run = ReadRunData(dir_);
   ASSERT_TRUE(run.ok()) << run.status();
   ASSERT_EQ(run->steps.size(), 2u);
@@ -75,8 +79,9 @@ TEST_F(RunDataTest, ATornLastLineIsDroppedWithAWarning) {
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->steps.size(), 1u);
   ASSERT_EQ(run->warnings.size(), 1u);
-  EXPECT_EQ(run->warnings[0], dir_ + "/metrics.jsonl:2: last line is cut short (the run stopped "
-                                     "mid-write); read the 1 lines before it");
+  EXPECT_EQ(run->warnings[0], dir_ +
+                                  "/metrics.jsonl:2: last line is cut short (the run stopped "
+                                  "mid-write); read the 1 lines before it");
 }
 
 TEST_F(RunDataTest, AMalformedLineNamesFileAndLine) {
@@ -136,8 +141,10 @@ TEST_F(RunDataTest, ReportWritesPageAndPicturesOrNothing) {
 }
 
 TEST_F(RunDataTest, APlotWithNothingFiniteBecomesANote) {
-  Write("metrics.jsonl", R"({"step":1,"loss":null,"tokens_per_s":null,"mfu":0.1})" "\n"
-                         R"({"step":2,"loss":null,"tokens_per_s":null,"mfu":0.2})" "\n");
+  Write("metrics.jsonl", R"({"step":1,"loss":null,"tokens_per_s":null,"mfu":0.1})"
+                         "\n"
+                         R"({"step":2,"loss":null,"tokens_per_s":null,"mfu":0.2})"
+                         "\n");
   auto path = WriteRunReport(dir_, dir_ + "/page.html");
   ASSERT_TRUE(path.ok()) << path.status();
   std::ifstream in(*path);

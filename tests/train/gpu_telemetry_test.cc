@@ -104,9 +104,9 @@ TEST_F(GpuTelemetryTest, ANamedLibraryThatIsNotNvmlIsAnError) {
   auto missing = GpuTelemetry::Start(dir_.string(), 5);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(missing.status().message().find(
-                "LADDER_NVML_LIBRARY: cannot load '/nonexistent/libnvml.so'"),
-            std::string::npos)
+  EXPECT_NE(
+      missing.status().message().find("LADDER_NVML_LIBRARY: cannot load '/nonexistent/libnvml.so'"),
+      std::string::npos)
       << missing.status();
 
   setenv("LADDER_NVML_LIBRARY", "libz.so.1", 1);
