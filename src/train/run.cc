@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "src/core/file_util.h"
 #include "src/core/status.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
+#include "src/report/report.h"
+#include "src/train/gpu_telemetry.h"
 
 namespace ladder {
 namespace {
@@ -89,12 +92,33 @@ absl::Status TrainingRun::Run() {
                                         trainer.config().steps)));
   if (resuming()) RETURN_IF_ERROR(Restore());
   RETURN_IF_ERROR(OpenMetrics(!resuming()));
+  // GPU utilization, memory and power beside the metrics, where NVML exists.
+  std::unique_ptr<GpuTelemetry> telemetry;
+  if (lead()) {
+    ASSIGN_OR_RETURN(telemetry, GpuTelemetry::Start(policy_.out, kTelemetryPeriodMs));
+  }
   run_timer_.Reset();
   since_save_.Reset();
   RETURN_IF_ERROR(trainer.Run([this](const StepRecord& r) { return OnStep(r); }));
   Report(writer_.Finish());
   RETURN_IF_ERROR(SummarizeBubble());
-  return Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds()));
+  telemetry.reset();
+  RETURN_IF_ERROR(Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds())));
+  return WriteReport();
+}
+
+// The run's report (src/report/report.h) from what it wrote. A report that
+// fails is a warning: the training it describes succeeded.
+absl::Status TrainingRun::WriteReport() {
+  if (!lead()) return absl::OkStatus();
+  std::vector<std::string> warnings;
+  absl::StatusOr<std::string> page = WriteRunReport(policy_.out, "", &warnings);
+  if (!page.ok()) {
+    std::fprintf(stderr, "warning: no report: %s\n", std::string(page.status().message()).c_str());
+  } else {
+    std::fprintf(stderr, "report: %s\n", page->c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TrainingRun::Restore() {

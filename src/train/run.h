@@ -10,7 +10,9 @@
 //      that is due (by steps or by minutes, agreed by all ranks), record the
 //      first step's memory and traffic per rank (ranks.json), write the
 //      metrics line and the progress line;
-//   3. end: the last checkpoint committed, the pipeline bubble summarized.
+//   3. end: the last checkpoint committed, the pipeline bubble summarized,
+//      OUT/report.html written (src/report/report.h).
+// Where NVML exists, GPU telemetry is sampled into OUT/gpu.jsonl meanwhile.
 // Everything that happens to the run as a whole goes to OUT/events.jsonl
 // (src/train/events.h); faults come only through the Env (src/train/env.h).
 //
@@ -95,6 +97,8 @@ class TrainingRun {
   // step (all of them for a fresh run).
   absl::Status OpenMetrics(bool fresh);
   absl::Status SummarizeBubble();
+  absl::Status WriteReport();
+  static constexpr int kTelemetryPeriodMs = 1000;
   bool lead() const { return parts_.grid->rank() == 0; }
 
   RunPolicy policy_;
