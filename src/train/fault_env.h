@@ -12,6 +12,15 @@
 //                            as on a full disk
 //   slow:RANK:MS             rank RANK sleeps MS milliseconds after computing
 //                            every step (a straggler: the others wait for it)
+//   kill-node:NODE@STEP      every rank of node NODE (src/parallel/nodes.h)
+//                            kills itself once done with step STEP, and the
+//                            node is gone for good: its first rank first
+//                            deletes the node's line (line NODE, 0-based)
+//                            from the supervisor's nodes file, named by
+//                            LADDER_NODES_FILE (scripts/train_resilient.sh).
+//                            The line goes before any rank of the step
+//                            dies: the run's all-gather of compute times
+//                            lies between AfterStep and StepDone.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +45,11 @@ class FaultEnv : public Env {
 
  private:
   FaultEnv() = default;
+  // kill-node: deletes the node's line from LADDER_NODES_FILE, if set.
+  void MarkNodeGone() const;
   int kill_rank_ = -1;
   int64_t kill_step_ = -1, nan_step_ = -1, crash_save_step_ = -1, enospc_step_ = -1;
+  int kill_node_ = -1, ranks_per_node_ = 1;
   int slow_rank_ = -1;
   int64_t slow_ms_ = 0;
   bool nan_done_ = false;  // the training thread's only

@@ -1,5 +1,6 @@
 #include "src/train/run.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "src/core/file_util.h"
 #include "src/core/status.h"
+#include "src/parallel/nodes.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 
 namespace ladder {
@@ -60,11 +62,15 @@ absl::Status RunPolicy::Validate() const {
     return absl::InvalidArgumentError(
         "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
   }
-  return absl::OkStatus();
+  if (straggler_action != "warn" && straggler_action != "restart-without") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--straggler-action must be warn or restart-without, got '", straggler_action, "'"));
+  }
+  return straggler.Validate();
 }
 
 TrainingRun::TrainingRun(RunPolicy policy, RunParts parts)
-    : policy_(std::move(policy)), parts_(std::move(parts)) {
+    : policy_(std::move(policy)), parts_(std::move(parts)), stragglers_(policy_.straggler) {
   if (policy_.checkpoint_dir.empty()) policy_.checkpoint_dir = policy_.out + "/checkpoints";
   // An explicit --resume, or the run's own checkpoints from an earlier try.
   resume_from_ = !policy_.resume.empty()                 ? policy_.resume
@@ -91,6 +97,7 @@ absl::Status TrainingRun::Run() {
   RETURN_IF_ERROR(OpenMetrics(!resuming()));
   run_timer_.Reset();
   since_save_.Reset();
+  since_step_.Reset();
   RETURN_IF_ERROR(trainer.Run([this](const StepRecord& r) { return OnStep(r); }));
   Report(writer_.Finish());
   RETURN_IF_ERROR(SummarizeBubble());
@@ -112,6 +119,7 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   Trainer& trainer = *parts_.trainer;
   const int rank = parts_.grid->rank();
   parts_.env->AfterStep(rank, r.step);
+  RETURN_IF_ERROR(GatherRankSeconds(&r));
   if (trainer.guard().needs_rollback()) return RollBack(r.step);
   // An asynchronous save commits once every rank has written its shard.
   Report(writer_.Poll());
@@ -122,7 +130,69 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
   RETURN_IF_ERROR(Log(r));
   parts_.env->StepDone(rank, r.step);
+  since_step_.Reset();
   return absl::OkStatus();
+}
+
+absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
+  const int world = parts_.grid->world_size();
+  if (world == 1) return absl::OkStatus();
+  // Waiting is time inside collectives; the pipeline's hand-overs wait
+  // inside the bubble, so that axis counts the larger of the two.
+  double waiting = 0, pipeline = 0;
+  for (const StepRecord::AxisComm& c : r->comm) {
+    if (c.axis == AxisName(Axis::kPipeline)) {
+      pipeline = c.seconds;
+    } else {
+      waiting += c.seconds;
+    }
+  }
+  waiting += std::max(pipeline, r->t_bubble);
+  const double wall = since_step_.Seconds();
+  double mine[2] = {std::max(0.0, wall - waiting), wall};
+  std::vector<double> all(2 * static_cast<size_t>(world));
+  // Moved as bytes: the communicators reduce 32-bit types only.
+  RETURN_IF_ERROR(parts_.world->AllGather(
+      Tensor(mine, DType::kI8, {16}, Device::kCpu),
+      Tensor(all.data(), DType::kI8, {16 * static_cast<int64_t>(world)}, Device::kCpu)));
+  double step_seconds = 0;
+  r->rank_seconds.resize(world);
+  for (int q = 0; q < world; ++q) {
+    r->rank_seconds[q] = all[2 * q];
+    step_seconds = std::max(step_seconds, all[2 * q + 1]);
+  }
+  const StragglerDetector::Verdict v = stragglers_.Observe(r->rank_seconds, step_seconds);
+  r->straggler = v.straggler;
+  if (!v.episode_start) return absl::OkStatus();
+  const std::string what = v.straggler->Describe();
+  if (lead())
+    std::fprintf(stderr, "straggler at step %lld: %s\n", static_cast<long long>(r->step),
+                 what.c_str());
+  RETURN_IF_ERROR(Event(r->step, "straggler", what));
+  if (policy_.straggler_action == "restart-without") return LeaveOut(r);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::LeaveOut(StepRecord* r) {
+  ASSIGN_OR_RETURN(const int per_node, RanksPerNode());
+  const int rank = r->straggler->rank, node = rank / per_node;
+  // The restarted job resumes here: the newest checkpoint is this step's.
+  Report(writer_.Finish());
+  RETURN_IF_ERROR(writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep,
+                                /*async=*/false));
+  const absl::StatusOr<std::string> saved = writer_.Finish();
+  Report(saved);
+  RETURN_IF_ERROR(saved.status());
+  RETURN_IF_ERROR(Log(*r));
+  if (lead()) {
+    RETURN_IF_ERROR(WriteFileAtomically(
+        policy_.out + "/leave_out.json",
+        absl::StrFormat("{\"step\":%d,\"rank\":%d,\"node\":%d,\"ranks_per_node\":%d}\n", r->step,
+                        rank, node, per_node)));
+  }
+  return absl::CancelledError(absl::StrFormat(
+      "straggler %s; stopped at step %d to be restarted without node %d (%s/leave_out.json)",
+      r->straggler->Describe(), r->step, node, policy_.out));
 }
 
 absl::Status TrainingRun::RollBack(int64_t step) {

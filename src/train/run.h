@@ -8,8 +8,9 @@
 //      checkpoint after too many bad steps (src/train/guard.h), commit an
 //      asynchronous save that every rank has written, start the checkpoint
 //      that is due (by steps or by minutes, agreed by all ranks), record the
-//      first step's memory and traffic per rank (ranks.json), write the
-//      metrics line and the progress line;
+//      first step's memory and traffic per rank (ranks.json), gather every
+//      rank's compute time and name a straggler (src/train/straggler.h),
+//      write the metrics line and the progress line;
 //   3. end: the last checkpoint committed, the pipeline bubble summarized.
 // Everything that happens to the run as a whole goes to OUT/events.jsonl
 // (src/train/events.h); faults come only through the Env (src/train/env.h).
@@ -32,6 +33,7 @@
 #include "src/train/env.h"
 #include "src/train/events.h"
 #include "src/train/metrics.h"
+#include "src/train/straggler.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -47,6 +49,13 @@ struct RunPolicy {
   bool async_save = false;  // write shards in the background
   bool strict = false;      // refuse a corrupt checkpoint instead of an earlier one
   int zero = 0;             // ZeRO stage, recorded in manifests
+  StragglerOptions straggler;
+  // What a named straggler triggers: "warn" (the progress line, metrics and
+  // events name it) or "restart-without": the run also writes a checkpoint
+  // at once, names the rank and its node in OUT/leave_out.json
+  // (docs/formats.md) and ends with Cancelled (`ladder train` exits 3), for
+  // the supervisor to restart the job without that node.
+  std::string straggler_action = "warn";
 
   // InvalidArgument naming the first bad value.
   absl::Status Validate() const;
@@ -81,6 +90,11 @@ class TrainingRun {
  private:
   absl::Status Restore();
   absl::Status OnStep(StepRecord r);
+  // Gathers every rank's compute seconds into r->rank_seconds and names a
+  // straggler in r->straggler; collective.
+  absl::Status GatherRankSeconds(StepRecord* r);
+  // --straggler-action restart-without: checkpoint, leave_out.json, Cancelled.
+  absl::Status LeaveOut(StepRecord* r);
   // Back to the last checkpoint after max_bad_steps bad steps.
   absl::Status RollBack(int64_t step);
   // Whether a checkpoint is due after `step`; collective with minutes.
@@ -105,6 +119,8 @@ class TrainingRun {
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
   Timer run_timer_, since_save_;
+  Timer since_step_;  // this rank's time since the end of the last OnStep
+  StragglerDetector stragglers_;
   double bubble_seconds_ = 0, schedule_seconds_ = 0;  // this rank's, over the run
 };
 
