@@ -28,9 +28,10 @@ namespace ladder {
 namespace {
 
 // `train`'s exit status after --straggler-action restart-without stopped the
-// run (scripts/train_resilient.sh restarts the job without the node named
-// in OUT/leave_out.json).
-constexpr int kExitRestartWithout = 3;
+// run: 75, sysexits.h's EX_TEMPFAIL ("try again"), apart from the 1 and 2 of
+// failures. scripts/train_resilient.sh restarts the job without the node
+// named in OUT/leave_out.json.
+constexpr int kExitRestartWithout = 75;
 
 struct TrainFlags {
   std::string config, data, out, tokenizer, init_from, device = "auto";
@@ -256,14 +257,14 @@ int TrainCommand(int argc, char** argv) {
                "a straggler");
   flags.String("straggler-action", &f.policy.straggler_action,
                "warn: name the straggler (progress line, metrics, events); restart-without: also "
-               "checkpoint and exit 3 for the supervisor to restart without its node");
+               "checkpoint and exit 75 for the supervisor to restart without its node");
   absl::Status status;
   const int code = RunParallelCommand(flags, argc, argv, [&] {
     status = Train(f, flags);
     return status;
   });
   // The run stopped itself to be restarted without a straggler's node
-  // (src/train/run.h): exit 3, which the supervisor acts on.
+  // (src/train/run.h): exit 75, which the supervisor acts on.
   return absl::IsCancelled(status) ? kExitRestartWithout : code;
 }
 

@@ -53,7 +53,7 @@ struct RunPolicy {
   // What a named straggler triggers: "warn" (the progress line, metrics and
   // events name it) or "restart-without": the run also writes a checkpoint
   // at once, names the rank and its node in OUT/leave_out.json
-  // (docs/formats.md) and ends with Cancelled (`ladder train` exits 3), for
+  // (docs/formats.md) and ends with Cancelled (`ladder train` exits 75), for
   // the supervisor to restart the job without that node.
   std::string straggler_action = "warn";
 
