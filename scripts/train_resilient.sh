@@ -36,7 +36,9 @@
 # LADDER_RANKS_PER_NODE in its environment. Exit 75 from the job
 # (`train --straggler-action restart-without`) names a node to leave out in
 # OUT/leave_out.json: the supervisor deletes that node's line and restarts at
-# once. Each attempt's layout ("layout") and each restart ("restart") are
+# once. While a smaller layout runs, the supervisor checks the nodes file
+# twice a second; once the live nodes hold a larger layout it sends the job
+# SIGUSR1, and the job checkpoints, exits 75 and is restarted on them. Each attempt's layout ("layout") and each restart ("restart") are
 # appended to OUT/events.jsonl. Without elastic mode, exit 75 is not restarted.
 set -euo pipefail
 
@@ -182,13 +184,17 @@ prepare_attempt() {
   fi
 }
 
-# Exit 75: the job stopped to be restarted without the node OUT/leave_out.json
-# names (its index among the live nodes); deletes that node's line.
+# Exit 75: the job stopped to be restarted in another layout: without the
+# node OUT/leave_out.json names (its index among the live nodes; its line is
+# deleted and $left_out set to its name), or, with no such file, on the
+# nodes now live (it was asked to, by SIGUSR1; $left_out empty).
 leave_out_node() {
   local json="" node
-  [ -f "$out/leave_out.json" ] && json=$(<"$out/leave_out.json")
+  left_out=""
+  [ -f "$out/leave_out.json" ] || return 0
+  json=$(<"$out/leave_out.json")
   if ! [[ $json =~ \"node\":([0-9]+) ]]; then
-    echo "$prog: exit 75 without a node in $out/leave_out.json; not restarting" >&2
+    echo "$prog: $out/leave_out.json names no node; not restarting" >&2
     exit 75
   fi
   node=${BASH_REMATCH[1]}
@@ -215,9 +221,35 @@ trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 trap 'on_signal HUP' HUP
 
+# Elastic mode, while an attempt runs: once the live nodes would hold a
+# larger layout than the attempt's RANKS, SIGUSR1 to the job (mpirun passes
+# it to every rank), which checkpoints and exits 75 to be restarted on them.
+watch_for_nodes() {  # JOB_PID RANKS
+  trap - INT TERM HUP  # the supervisor's traps are not the watcher's
+  local flags
+  local -a f
+  while kill -0 "$1" 2>/dev/null; do
+    sleep 0.5
+    live_nodes
+    flags=$("${job[ladder_at]}" plan --config "$config" "${want[@]}" \
+      --largest-layout $((${#live[@]} * per_node)) 2>/dev/null) || continue
+    read -r -a f <<<"$flags"
+    if [ $((f[1] * f[3] * f[5])) -gt "$2" ]; then
+      echo "$prog: ${#live[@]} live node(s) hold a larger layout; asking the job to stop" >&2
+      kill -USR1 "$1" 2>/dev/null
+      return
+    fi
+  done
+}
+
 run_job() {  # sets $code to the job's exit status
   "$@" <&0 &
   child=$!
+  local watcher=""
+  if [ -n "$nodes_file" ]; then
+    watch_for_nodes "$child" "${command[np_at]}" &
+    watcher=$!
+  fi
   while :; do
     code=0
     wait "$child" || code=$?
@@ -227,6 +259,10 @@ run_job() {  # sets $code to the job's exit status
     break
   done
   child=""
+  if [ -n "$watcher" ]; then
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+  fi
 }
 
 stop_if_signalled() {  # EXIT_CODE
@@ -270,6 +306,7 @@ while :; do
   if [ "$code" -eq 75 ]; then
     leave_out_node
     why="attempt $attempt stopped to leave out straggling node $left_out"
+    [ -n "$left_out" ] || why="attempt $attempt stopped to grow onto the live nodes"
     echo "$prog: $why; restarting at once ($restarts of $max_restarts restarts)" >&2
     continue
   fi

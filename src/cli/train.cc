@@ -27,11 +27,12 @@
 namespace ladder {
 namespace {
 
-// `train`'s exit status after --straggler-action restart-without stopped the
-// run: 75, sysexits.h's EX_TEMPFAIL ("try again"), apart from the 1 and 2 of
-// failures. scripts/train_resilient.sh restarts the job without the node
-// named in OUT/leave_out.json.
-constexpr int kExitRestartWithout = 75;
+// `train`'s exit status when the run stopped itself to be restarted in
+// another layout (src/train/run.h: --straggler-action restart-without, or
+// SIGUSR1): 75, sysexits.h's EX_TEMPFAIL ("try again"), apart from the 1
+// and 2 of failures. scripts/train_resilient.sh restarts the job, without
+// the node named in OUT/leave_out.json if there is one.
+constexpr int kExitRestart = 75;
 
 struct TrainFlags {
   std::string config, data, out, tokenizer, init_from, device = "auto";
@@ -263,9 +264,7 @@ int TrainCommand(int argc, char** argv) {
     status = Train(f, flags);
     return status;
   });
-  // The run stopped itself to be restarted without a straggler's node
-  // (src/train/run.h): exit 75, which the supervisor acts on.
-  return absl::IsCancelled(status) ? kExitRestartWithout : code;
+  return absl::IsCancelled(status) ? kExitRestart : code;
 }
 
 }  // namespace ladder

@@ -1,6 +1,7 @@
 #include "src/train/run.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -15,6 +16,11 @@
 
 namespace ladder {
 namespace {
+
+// Set by SIGUSR1: the supervisor asks the run to checkpoint and stop, to
+// restart it on more ranks.
+volatile std::sig_atomic_t g_stop_requested = 0;
+void OnStopRequest(int) { g_stop_requested = 1; }
 
 // What every rank allocated and passed to its communicators in the first
 // step, gathered to rank 0 and written as JSON (docs/formats.md): the
@@ -98,7 +104,13 @@ absl::Status TrainingRun::Run() {
   run_timer_.Reset();
   since_save_.Reset();
   since_step_.Reset();
-  RETURN_IF_ERROR(trainer.Run([this](const StepRecord& r) { return OnStep(r); }));
+  // SIGUSR1 (mpirun passes it to every rank) asks for a checkpoint and a
+  // stop; at other times it keeps its default action.
+  g_stop_requested = 0;
+  const auto previous = std::signal(SIGUSR1, OnStopRequest);
+  absl::Status trained = trainer.Run([this](const StepRecord& r) { return OnStep(r); });
+  std::signal(SIGUSR1, previous);
+  RETURN_IF_ERROR(trained);
   Report(writer_.Finish());
   RETURN_IF_ERROR(SummarizeBubble());
   return Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds()));
@@ -120,6 +132,11 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   const int rank = parts_.grid->rank();
   parts_.env->AfterStep(rank, r.step);
   RETURN_IF_ERROR(GatherRankSeconds(&r));
+  if (stop_requested_) {
+    RETURN_IF_ERROR(SaveNowAndLog(r));
+    return absl::CancelledError(absl::StrFormat(
+        "stopped at step %d on request (SIGUSR1) to be restarted in a new layout", r.step));
+  }
   if (trainer.guard().needs_rollback()) return RollBack(r.step);
   // An asynchronous save commits once every rank has written its shard.
   Report(writer_.Poll());
@@ -136,7 +153,13 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
 
 absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
   const int world = parts_.grid->world_size();
-  if (world == 1) return absl::OkStatus();
+  // A stop request (SIGUSR1) travels with the times, so every rank stops
+  // after the same step even if the signal reached only some.
+  const double asked = g_stop_requested ? 1 : 0;
+  if (world == 1) {
+    stop_requested_ = asked != 0;
+    return absl::OkStatus();
+  }
   // Waiting is time inside collectives; the pipeline's hand-overs wait
   // inside the bubble, so that axis counts the larger of the two.
   double waiting = 0, pipeline = 0;
@@ -149,17 +172,19 @@ absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
   }
   waiting += std::max(pipeline, r->t_bubble);
   const double wall = since_step_.Seconds();
-  double mine[2] = {std::max(0.0, wall - waiting), wall};
-  std::vector<double> all(2 * static_cast<size_t>(world));
+  constexpr int kFields = 3;
+  double mine[kFields] = {std::max(0.0, wall - waiting), wall, asked};
+  std::vector<double> all(kFields * static_cast<size_t>(world));
   // Moved as bytes: the communicators reduce 32-bit types only.
   RETURN_IF_ERROR(parts_.world->AllGather(
-      Tensor(mine, DType::kI8, {16}, Device::kCpu),
-      Tensor(all.data(), DType::kI8, {16 * static_cast<int64_t>(world)}, Device::kCpu)));
+      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
+      Tensor(all.data(), DType::kI8, {kFields * 8 * int64_t{world}}, Device::kCpu)));
   double step_seconds = 0;
   r->rank_seconds.resize(world);
   for (int q = 0; q < world; ++q) {
-    r->rank_seconds[q] = all[2 * q];
-    step_seconds = std::max(step_seconds, all[2 * q + 1]);
+    r->rank_seconds[q] = all[kFields * q];
+    step_seconds = std::max(step_seconds, all[kFields * q + 1]);
+    stop_requested_ = stop_requested_ || all[kFields * q + 2] != 0;
   }
   const StragglerDetector::Verdict v = stragglers_.Observe(r->rank_seconds, step_seconds);
   r->straggler = v.straggler;
@@ -176,14 +201,7 @@ absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
 absl::Status TrainingRun::LeaveOut(StepRecord* r) {
   ASSIGN_OR_RETURN(const int per_node, RanksPerNode());
   const int rank = r->straggler->rank, node = rank / per_node;
-  // The restarted job resumes here: the newest checkpoint is this step's.
-  Report(writer_.Finish());
-  RETURN_IF_ERROR(writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep,
-                                /*async=*/false));
-  const absl::StatusOr<std::string> saved = writer_.Finish();
-  Report(saved);
-  RETURN_IF_ERROR(saved.status());
-  RETURN_IF_ERROR(Log(*r));
+  RETURN_IF_ERROR(SaveNowAndLog(*r));
   if (lead()) {
     RETURN_IF_ERROR(WriteFileAtomically(
         policy_.out + "/leave_out.json",
@@ -193,6 +211,17 @@ absl::Status TrainingRun::LeaveOut(StepRecord* r) {
   return absl::CancelledError(absl::StrFormat(
       "straggler %s; stopped at step %d to be restarted without node %d (%s/leave_out.json)",
       r->straggler->Describe(), r->step, node, policy_.out));
+}
+
+absl::Status TrainingRun::SaveNowAndLog(const StepRecord& r) {
+  // The restarted job resumes here: the newest checkpoint is this step's.
+  Report(writer_.Finish());
+  RETURN_IF_ERROR(writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep,
+                                /*async=*/false));
+  const absl::StatusOr<std::string> saved = writer_.Finish();
+  Report(saved);
+  RETURN_IF_ERROR(saved.status());
+  return Log(r);
 }
 
 absl::Status TrainingRun::RollBack(int64_t step) {

@@ -84,7 +84,11 @@ class TrainingRun {
 
   // Restores, trains the remaining steps, finishes the last save. An error
   // in a step, a collective or a load ends the run (a failed save does not:
-  // it is reported and the previous checkpoint stays the latest).
+  // it is reported and the previous checkpoint stays the latest). Cancelled
+  // when the run stopped itself to be restarted in another layout, after a
+  // checkpoint of its last step: a straggler with restart-without, or
+  // SIGUSR1 (the elastic supervisor's request to grow onto returned nodes;
+  // Run installs the handler and restores the previous one as it returns).
   absl::Status Run();
 
  private:
@@ -95,6 +99,9 @@ class TrainingRun {
   absl::Status GatherRankSeconds(StepRecord* r);
   // --straggler-action restart-without: checkpoint, leave_out.json, Cancelled.
   absl::Status LeaveOut(StepRecord* r);
+  // Writes the checkpoint of `r.step` at once, then its metrics line: the
+  // state a stopped run is restarted from.
+  absl::Status SaveNowAndLog(const StepRecord& r);
   // Back to the last checkpoint after max_bad_steps bad steps.
   absl::Status RollBack(int64_t step);
   // Whether a checkpoint is due after `step`; collective with minutes.
@@ -121,6 +128,7 @@ class TrainingRun {
   Timer run_timer_, since_save_;
   Timer since_step_;  // this rank's time since the end of the last OnStep
   StragglerDetector stragglers_;
+  bool stop_requested_ = false;  // some rank got SIGUSR1 (agreed by the gather)
   double bubble_seconds_ = 0, schedule_seconds_ = 0;  // this rank's, over the run
 };
 

@@ -12,6 +12,10 @@
 #  - a dp2 x tp2 run on two nodes of 2 ranks whose rank 2 is slow, with
 #    --straggler-action restart-without, checkpoints, exits 75 naming node 1;
 #    the supervisor deletes that node and the run ends on the 2 ranks left
+#  - a job started on one node of two grows back when the other is listed
+#    again: the supervisor sends SIGUSR1, the job checkpoints and exits 75,
+#    and the restart in dp2 x tp2 x pp2 matches that layout resumed from the
+#    same checkpoint within 1e-5
 #  - bad elastic usage is refused with one line, exit 2
 #   elastic_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # shellcheck source=SCRIPTDIR/../parallel/training_run.sh
@@ -80,6 +84,49 @@ assert kinds == [("layout", 0), ("start", 0), ("straggler", 3), ("restart", 3), 
 PY
 [ -f "$tmp/slow/model.bin" ] || fail "the straggler run did not finish"
 
+# ---- nodes that come back --------------------------------------------------
+# The job starts on node-a alone (dp1 x tp2 x pp2); once node-b is listed
+# the supervisor asks it to stop (SIGUSR1), and it grows back to dp2 x tp2 x
+# pp2 from the checkpoint it wrote then. Rank 0 sleeps 100 ms a step so the
+# first attempt outlasts the supervisor's polling.
+printf 'node-a\n' >"$tmp/nodes3"
+bash "$supervisor" --max-restarts 1 --backoff 0 --nodes-file "$tmp/nodes3" --ranks-per-node 4 -- \
+  "$mpirun" "${mpirun_args[@]}" -np 8 "$ladder" "${train[@]}" --steps 30 --dp 2 --tp 2 --pp 2 \
+  --microbatches 2 --save-every 10 --keep 5 --inject-fault slow:0:100 --straggler-factor 1000 \
+  --out "$tmp/grow" >"$tmp/grow.log" 2>&1 &
+sup=$!
+for _ in $(seq 1 600); do
+  [ -f "$tmp/grow/metrics.jsonl" ] && [ "$(wc -l <"$tmp/grow/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+echo node-b >>"$tmp/nodes3"
+wait "$sup" || fail "the growing run exited $?"
+grep -q '^train_resilient: attempt 1 stopped to grow onto the live nodes; restarting at once' \
+  "$tmp/grow.log" || fail "the job was not restarted to grow"
+from=$(grep -o "^resumed from $tmp/grow/checkpoints/step-[0-9]*" "$tmp/grow.log" | head -1)
+from=${from#resumed from }
+if [ -z "$from" ]; then
+  fail "the grown job did not resume"
+else
+  "$mpirun" "${mpirun_args[@]}" -np 8 "$ladder" "${train[@]}" --steps 30 --dp 2 --tp 2 --pp 2 \
+    --microbatches 2 --resume "$from" --out "$tmp/grown" >"$tmp/grown.log" 2>&1 ||
+    fail "the direct dp2 x tp2 x pp2 run failed"
+  python3 - "$tmp/grow" "$tmp/grown" <<'PY' || fail "the grown run differs from the direct one"
+import json, sys
+grow, direct = ({r["step"]: r for r in map(json.loads, open(f"{d}/metrics.jsonl"))}
+                for d in sys.argv[1:])
+assert sorted(grow) == list(range(1, 31)), sorted(grow)
+first = min(direct)
+assert 3 <= first - 1 < 30 and sorted(direct) == list(range(first, 31)), sorted(direct)
+assert len(grow[first - 1]["rank_seconds"]) == 4 and len(grow[30]["rank_seconds"]) == 8
+for s in range(first, 31):
+    assert abs(grow[s]["loss"] - direct[s]["loss"]) <= 1e-5, (s, grow[s]["loss"], direct[s]["loss"])
+layouts = [e["detail"] for e in map(json.loads, open(f"{sys.argv[1]}/events.jsonl"))
+           if e["kind"] == "layout"]
+assert [l.split(",")[0] for l in layouts] == ["dp 1 x tp 2 x pp 2", "dp 2 x tp 2 x pp 2"], layouts
+PY
+fi
+
 # ---- usage -------------------------------------------------------------------
 expect_usage() {  # MESSAGE ARGS...: exit 2 and MESSAGE as the first line
   local message=$1 err code=0
@@ -97,8 +144,8 @@ code=$?
 grep -q "needs --nodes-file; not restarting" <<<"$err" || fail "exit 75 without elastic mode: $err"
 
 if [ "$failures" -ne 0 ]; then
-  for f in lost direct slow; do echo "--- $f.log"; cat "$tmp/$f.log"; done
+  for f in lost direct slow grow grown; do echo "--- $f.log"; cat "$tmp/$f.log"; done
   exit 1
 fi
-echo "elastic: a lost node continued as dp1 x tp2 x pp2 within 1e-5 of the direct run;" \
-  "a straggler's node left out; usage errors refused"
+echo "elastic: a lost node continued as dp1 x tp2 x pp2 and a returned one grew back to dp2," \
+  "both within 1e-5 of the direct runs; a straggler's node left out; usage errors refused"
