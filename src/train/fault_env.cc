@@ -76,14 +76,16 @@ absl::Status FaultEnv::AfterGradients(int64_t step, Backend& backend, const Tens
 
 void FaultEnv::AfterStep(int rank, int64_t step) {
   if (rank == slow_rank_) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
-  if (kill_node_ >= 0 && step == kill_step_ && rank == kill_node_ * ranks_per_node_) {
-    MarkNodeGone();
+  if (kill_node_ >= 0 && step == kill_step_ + 1 && rank / ranks_per_node_ == kill_node_) {
+    std::raise(SIGKILL);
   }
 }
 
 void FaultEnv::StepDone(int rank, int64_t step) {
-  const bool killed = kill_node_ >= 0 ? rank / ranks_per_node_ == kill_node_ : rank == kill_rank_;
-  if (killed && step == kill_step_) std::raise(SIGKILL);
+  if (rank == kill_rank_ && step == kill_step_) std::raise(SIGKILL);
+  if (kill_node_ >= 0 && step == kill_step_ && rank == kill_node_ * ranks_per_node_) {
+    MarkNodeGone();
+  }
 }
 
 void FaultEnv::MarkNodeGone() const {

@@ -12,15 +12,16 @@
 //                            as on a full disk
 //   slow:RANK:MS             rank RANK sleeps MS milliseconds after computing
 //                            every step (a straggler: the others wait for it)
-//   kill-node:NODE@STEP      every rank of node NODE (src/parallel/nodes.h)
-//                            kills itself once done with step STEP, and the
-//                            node is gone for good: its first rank first
+//   kill-node:NODE@STEP      node NODE (src/parallel/nodes.h) is gone for
+//                            good: once done with step STEP its first rank
 //                            deletes the node's line (line NODE, 0-based)
 //                            from the supervisor's nodes file, named by
-//                            LADDER_NODES_FILE (scripts/train_resilient.sh).
-//                            The line goes before any rank of the step
-//                            dies: the run's all-gather of compute times
-//                            lies between AfterStep and StepDone.
+//                            LADDER_NODES_FILE (scripts/train_resilient.sh),
+//                            and every rank of the node kills itself after
+//                            computing step STEP + 1 (which is never
+//                            recorded). The run's all-gather of that step
+//                            lies between: the line is gone before any
+//                            rank dies.
 #pragma once
 
 #include <cstdint>

@@ -130,8 +130,12 @@ absl::Status TrainingRun::Restore() {
 absl::Status TrainingRun::OnStep(StepRecord r) {
   Trainer& trainer = *parts_.trainer;
   const int rank = parts_.grid->rank();
-  parts_.env->AfterStep(rank, r.step);
+  // Gathered before AfterStep: a rank that is slow there makes the others
+  // wait in the next step's collectives, where their waits are counted, and
+  // its own delay counts in its next step's compute time.
   RETURN_IF_ERROR(GatherRankSeconds(&r));
+  since_step_.Reset();
+  parts_.env->AfterStep(rank, r.step);
   if (stop_requested_) {
     RETURN_IF_ERROR(SaveNowAndLog(r));
     return absl::CancelledError(absl::StrFormat(
@@ -147,7 +151,6 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
   RETURN_IF_ERROR(Log(r));
   parts_.env->StepDone(rank, r.step);
-  since_step_.Reset();
   return absl::OkStatus();
 }
 

@@ -126,7 +126,7 @@ class TrainingRun {
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
   Timer run_timer_, since_save_;
-  Timer since_step_;  // this rank's time since the end of the last OnStep
+  Timer since_step_;  // this rank's time since the last step's gather
   StragglerDetector stragglers_;
   bool stop_requested_ = false;  // some rank got SIGUSR1 (agreed by the gather)
   double bubble_seconds_ = 0, schedule_seconds_ = 0;  // this rank's, over the run

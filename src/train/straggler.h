@@ -3,16 +3,16 @@
 // A step of a synchronous job ends when its slowest rank arrives, so one
 // slow rank (a throttled GPU, a busy host) costs every rank its lateness.
 // Each step the run (src/train/run.h) gathers every rank's compute seconds:
-// the rank's time from the end of the previous step's bookkeeping to the
-// end of this step's work (the trainer's step and the Env's AfterStep),
-// less the time it spent inside collectives of the tensor, data and
-// embedding axes and less its pipeline bubble or pipeline-call seconds,
-// whichever is larger (the bubble holds the hand-overs' waits). A rank
-// that is slow computes longer; the ranks waiting for it sit in the next
-// collective, which is not compute. The detector keeps the last `window`
-// steps of those times and, once it holds that many, compares each rank's
-// mean with the median of the ranks' means: the slowest rank is named when
-// its mean exceeds the median by `factor`. Its record says
+// the rank's time since the previous step's gather (the rest of that
+// step's bookkeeping, the Env's AfterStep, and this step's work), less the
+// time it spent inside collectives of the tensor, data and embedding axes
+// and less its pipeline bubble or pipeline-call seconds, whichever is
+// larger (the bubble holds the hand-overs' waits). A rank that is slow
+// computes longer; the ranks waiting for it sit in the step's collectives,
+// which are not compute. (A delay in AfterStep counts in the next step.) The detector keeps the
+// last `window` steps of those times and, once it holds that many, compares each rank's mean with
+// the median of the ranks' means: the slowest rank is named when its mean exceeds the median by
+// `factor`. Its record says
 //   ratio       its mean / the median of the means
 //   wait_share  (its mean - the median) / the mean step time (the slowest
 //               rank's step, compute and waits): the share of each step
