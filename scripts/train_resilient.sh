@@ -151,9 +151,11 @@ checkpoint_step() {  # the step of the job's latest checkpoint, 0 if none
 
 event() {  # KIND DETAIL: one line of OUT/events.jsonl (docs/formats.md); elastic mode only
   [ -n "$out" ] || return 0
+  local detail=${2//\\/\\\\}  # JSON: backslashes and quotes escaped (node names are free text)
+  detail=${detail//\"/\\\"}
   mkdir -p "$out"
   printf '{"time":%s,"step":%d,"kind":"%s","detail":"%s"}\n' "$(date +%s.%3N)" \
-    "$(checkpoint_step)" "$1" "$2" >>"$out/events.jsonl"
+    "$(checkpoint_step)" "$1" "$detail" >>"$out/events.jsonl"
 }
 
 layout=""  # the last attempt's train flags
