@@ -193,9 +193,10 @@ absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
   r->straggler = v.straggler;
   if (!v.episode_start) return absl::OkStatus();
   const std::string what = v.straggler->Describe();
-  if (lead())
+  if (lead()) {
     std::fprintf(stderr, "straggler at step %lld: %s\n", static_cast<long long>(r->step),
                  what.c_str());
+  }
   RETURN_IF_ERROR(Event(r->step, "straggler", what));
   if (policy_.straggler_action == "restart-without") return LeaveOut(r);
   return absl::OkStatus();

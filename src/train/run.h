@@ -4,13 +4,14 @@
 // happens between them, and reads as one story (Run):
 //   1. restore: from --resume, or from the run's own checkpoints when an
 //      earlier attempt left some (the supervisor's rerun), in any layout;
-//   2. each step: let the Env see it (faults), roll back to the last
-//      checkpoint after too many bad steps (src/train/guard.h), commit an
-//      asynchronous save that every rank has written, start the checkpoint
-//      that is due (by steps or by minutes, agreed by all ranks), record the
-//      first step's memory and traffic per rank (ranks.json), gather every
-//      rank's compute time and name a straggler (src/train/straggler.h),
-//      write the metrics line and the progress line;
+//   2. each step: gather every rank's compute time, naming a straggler
+//      (src/train/straggler.h), and any request to stop (SIGUSR1); let the
+//      Env see the step (faults); roll back to the last checkpoint after
+//      too many bad steps (src/train/guard.h), commit an asynchronous save
+//      that every rank has written, start the checkpoint that is due (by
+//      steps or by minutes, agreed by all ranks), record the first step's
+//      memory and traffic per rank (ranks.json), write the metrics line and
+//      the progress line;
 //   3. end: the last checkpoint committed, the pipeline bubble summarized.
 // Everything that happens to the run as a whole goes to OUT/events.jsonl
 // (src/train/events.h); faults come only through the Env (src/train/env.h).
@@ -94,8 +95,9 @@ class TrainingRun {
  private:
   absl::Status Restore();
   absl::Status OnStep(StepRecord r);
-  // Gathers every rank's compute seconds into r->rank_seconds and names a
-  // straggler in r->straggler; collective.
+  // Gathers every rank's compute seconds into r->rank_seconds, names a
+  // straggler in r->straggler (acting on it as the policy says) and sets
+  // stop_requested_ when any rank got SIGUSR1; collective.
   absl::Status GatherRankSeconds(StepRecord* r);
   // --straggler-action restart-without: checkpoint, leave_out.json, Cancelled.
   absl::Status LeaveOut(StepRecord* r);
