@@ -63,7 +63,7 @@ PY
 printf 'node-a\nnode-b\n' >"$tmp/nodes2"
 bash "$supervisor" --max-restarts 1 --backoff 0 --nodes-file "$tmp/nodes2" --ranks-per-node 2 -- \
   "$mpirun" "${mpirun_args[@]}" -np 4 "$ladder" "${train[@]}" --steps 8 --dp 2 --tp 2 \
-  --microbatches 1 --inject-fault slow:2:300 --straggler-window 3 --straggler-factor 3 \
+  --microbatches 1 --inject-fault slow:2:300 --straggler-window 3 --straggler-factor 4 \
   --straggler-action restart-without --out "$tmp/slow" >"$tmp/slow.log" 2>&1 ||
   fail "the supervised straggler run exited $?"
 [ "$(cat "$tmp/nodes2")" = node-a ] || fail "node-b was not left out: $(cat "$tmp/nodes2")"
