@@ -112,6 +112,31 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
   return absl::OkStatus();
 }
 
+absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world) {
+  const int64_t global = int64_t{rc.batch_size} * rc.AccumulationSteps();
+  const int64_t micro = want.microbatches > 0 ? want.microbatches : rc.AccumulationSteps();
+  // The wanted microbatch size, in sequences (0 when the wanted layout does
+  // not split the batch evenly: then only the count is kept).
+  const int64_t rows = global % (want.dp * micro) == 0 ? global / (want.dp * micro) : 0;
+  // (tp, pp) pairs: the wanted one first, then smaller pipelines, then
+  // smaller tensor groups.
+  for (int64_t tp = want.tp; tp >= 1; --tp) {
+    for (int64_t pp = want.pp; pp >= 1; --pp) {
+      for (int64_t dp = std::min<int64_t>(want.dp, world / (tp * pp)); dp >= 1; --dp) {
+        LayoutFlags l = want;
+        l.dp = dp;
+        l.tp = tp;
+        l.pp = pp;
+        l.microbatches = rows > 0 && global % (dp * rows) == 0 ? global / (dp * rows) : micro;
+        if (CheckLayout(rc, l, static_cast<int>(dp * tp * pp)).ok()) return l;
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("no layout of dp x tp x pp at most dp ", want.dp,
+                                                 " x tp ", want.tp, " x pp ", want.pp, " fits ",
+                                                 world, " rank(s) and the config"));
+}
+
 TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   TrainerOptions g;
   g.tp = &comms[Axis::kTensor];

@@ -44,6 +44,20 @@ absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend
 // 0) and exit code 2 on all of them. `world_size`: the job's ranks.
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size);
 
+// The layout a job that asked for `want` runs on when only `world` ranks
+// are left (or come back), as the elastic supervisor needs it
+// (scripts/train_resilient.sh, through `ladder plan --largest-layout`):
+// data-parallel replicas go first, tp and pp stay while tp x pp fits, then
+// pp shrinks before tp. The first layout in that order that passes
+// CheckLayout is returned: dp at most want.dp (a job grows back to its own
+// layout, never beyond), dp x tp x pp <= world (spare ranks stay idle).
+// The global batch is the config's in every layout; each DP rank takes
+// global / dp sequences in microbatches of the size `want` had where that
+// divides (so activation memory stays the same), else in the wanted count
+// of microbatches. The other fields are want's. InvalidArgument when no
+// layout fits, naming the world and the wanted layout.
+absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world);
+
 struct ParallelRun {
   Grid grid;
   Communicators comms;

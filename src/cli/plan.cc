@@ -20,6 +20,7 @@ struct PlanFlags {
   std::string config, precision = "fp32";
   bool json = false;
   double mtbf_hours = 0, checkpoint_seconds = 0;
+  int64_t largest_for = 0;  // --largest-layout's rank count; 0: plan the layout given
   LayoutFlags layout;
 };
 
@@ -69,6 +70,18 @@ absl::Status RunPlan(const PlanFlags& f) {
         "checkpoint` measures it)");
   }
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
+  if (f.largest_for != 0) {
+    // One line of flags for `ladder train`, read by the elastic supervisor.
+    if (f.largest_for < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--largest-layout must be a positive rank count, got ", f.largest_for));
+    }
+    ASSIGN_OR_RETURN(LayoutFlags l, LargestLayout(rc, f.layout, static_cast<int>(f.largest_for)));
+    std::printf("--dp %lld --tp %lld --pp %lld --microbatches %lld\n", static_cast<long long>(l.dp),
+                static_cast<long long>(l.tp), static_cast<long long>(l.pp),
+                static_cast<long long>(l.microbatches));
+    return absl::OkStatus();
+  }
   const LayoutFlags& lf = f.layout;
   RETURN_IF_ERROR(CheckLayout(rc, lf, static_cast<int>(lf.dp * lf.tp * lf.pp)));
   PlanLayout l;
@@ -167,6 +180,10 @@ int PlanCommand(int argc, char** argv) {
                "mean time between failures of the job: prints the Young/Daly checkpoint interval");
   flags.Double("checkpoint-seconds", &f.checkpoint_seconds,
                "the cost C of one checkpoint, as `ladder bench checkpoint` measures it");
+  flags.Int("largest-layout", &f.largest_for,
+            "print only the train flags (--dp --tp --pp --microbatches) of the largest layout "
+            "of at most this many ranks that keeps the global batch: fewer DP replicas first, "
+            "then a shorter pipeline, then smaller TP groups (the elastic supervisor's choice)");
   return RunCommand(flags, argc, argv, [&] { return RunPlan(f); });
 }
 

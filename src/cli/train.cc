@@ -27,6 +27,13 @@
 namespace ladder {
 namespace {
 
+// `train`'s exit status when the run stopped itself to be restarted in
+// another layout (src/train/run.h: --straggler-action restart-without, or
+// SIGUSR1): 75, sysexits.h's EX_TEMPFAIL ("try again"), apart from the 1
+// and 2 of failures. scripts/train_resilient.sh restarts the job, without
+// the node named in OUT/leave_out.json if there is one.
+constexpr int kExitRestart = 75;
+
 struct TrainFlags {
   std::string config, data, out, tokenizer, init_from, device = "auto";
   int64_t steps = 0, seed = 0, log_every = 0, eval_every = -1;
@@ -37,6 +44,7 @@ struct TrainFlags {
   std::string inject_fault;
   double spike_z = 0;
   int64_t max_bad_steps = 3;
+  int64_t straggler_window = 5;
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -93,6 +101,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RunPolicy policy = f.policy;
   policy.keep = static_cast<int>(f.keep);
   policy.zero = static_cast<int>(f.layout.zero);
+  policy.straggler.window = static_cast<int>(f.straggler_window);
   RETURN_IF_ERROR(policy.Validate());
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
@@ -240,9 +249,22 @@ int TrainCommand(int argc, char** argv) {
   flags.Bool("strict", &f.policy.strict,
              "refuse a corrupt checkpoint instead of using an earlier one");
   flags.String("inject-fault", &f.inject_fault,
-               "kill:RANK@STEP, nan@STEP, crash-during-save@STEP, enospc@STEP or slow:RANK:MS "
-               "(src/train/fault_env.h), for recovery tests");
-  return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
+               "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
+               "enospc@STEP or slow:RANK:MS (src/train/fault_env.h), for recovery tests");
+  flags.Int("straggler-window", &f.straggler_window,
+            "steps over which each rank's compute time is averaged to find a straggler");
+  flags.Double("straggler-factor", &f.policy.straggler.factor,
+               "a rank whose mean compute time exceeds the median rank's by this factor is named "
+               "a straggler");
+  flags.String("straggler-action", &f.policy.straggler_action,
+               "warn: name the straggler (progress line, metrics, events); restart-without: also "
+               "checkpoint and exit 75 for the supervisor to restart without its node");
+  absl::Status status;
+  const int code = RunParallelCommand(flags, argc, argv, [&] {
+    status = Train(f, flags);
+    return status;
+  });
+  return absl::IsCancelled(status) ? kExitRestart : code;
 }
 
 }  // namespace ladder

@@ -12,6 +12,16 @@
 //                            as on a full disk
 //   slow:RANK:MS             rank RANK sleeps MS milliseconds after computing
 //                            every step (a straggler: the others wait for it)
+//   kill-node:NODE@STEP      node NODE (src/parallel/nodes.h) is gone for
+//                            good: once done with step STEP its first rank
+//                            deletes the node's line (line NODE, 0-based)
+//                            from the supervisor's nodes file, named by
+//                            LADDER_NODES_FILE (scripts/train_resilient.sh),
+//                            and every rank of the node kills itself after
+//                            computing step STEP + 1 (which is never
+//                            recorded). The run's all-gather of that step
+//                            lies between: the line is gone before any
+//                            rank dies.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +46,11 @@ class FaultEnv : public Env {
 
  private:
   FaultEnv() = default;
+  // kill-node: deletes the node's line from LADDER_NODES_FILE, if set.
+  void MarkNodeGone() const;
   int kill_rank_ = -1;
   int64_t kill_step_ = -1, nan_step_ = -1, crash_save_step_ = -1, enospc_step_ = -1;
+  int kill_node_ = -1, ranks_per_node_ = 1;
   int slow_rank_ = -1;
   int64_t slow_ms_ = 0;
   bool nan_done_ = false;  // the training thread's only

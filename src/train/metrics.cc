@@ -44,6 +44,18 @@ std::string StepRecord::ToJson() const {
   absl::StrAppend(&out, ",\"memory\":{\"weights\":", memory.weights, ",\"grads\":", memory.grads,
                   ",\"optimizer\":", memory.optimizer, ",\"activations\":", memory.activations,
                   "}");
+  if (!rank_seconds.empty()) {
+    out += ",\"rank_seconds\":[";
+    for (size_t q = 0; q < rank_seconds.size(); ++q) {
+      absl::StrAppend(&out, q ? "," : "", Num(rank_seconds[q]));
+    }
+    out += "]";
+  }
+  if (straggler) {
+    absl::StrAppend(&out, ",\"straggler\":{\"rank\":", straggler->rank,
+                    ",\"ratio\":", Num(straggler->ratio),
+                    ",\"wait_share\":", Num(straggler->wait_share), "}");
+  }
   if (skipped) out += ",\"skipped\":true";
   if (val_loss) absl::StrAppend(&out, ",\"val_loss\":", Num(*val_loss));
   out += "}";
@@ -56,8 +68,14 @@ std::string StepRecord::ProgressLine(int64_t total_steps, double eta_seconds) co
                       total_steps, loss, lr, tokens_per_s / 1000.0, 100.0 * mfu);
   if (val_loss) absl::StrAppendFormat(&line, " | val %.4f", *val_loss);
   if (skipped) line += " | update skipped";
+  if (straggler) absl::StrAppend(&line, " | straggler ", straggler->Describe());
   absl::StrAppend(&line, " | ETA ", Duration(eta_seconds));
   return line;
+}
+
+std::string StepRecord::Straggler::Describe() const {
+  return absl::StrFormat("rank %d: %.1fx median, waiting cost %.0f%% of the step", rank, ratio,
+                         100.0 * wait_share);
 }
 
 absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path, int64_t keep_through) {

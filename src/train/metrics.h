@@ -40,11 +40,24 @@ struct StepRecord {
     int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
   };
   Memory memory;
+  // Every rank's compute seconds this step, in rank order (multi-rank runs;
+  // src/train/straggler.h says what counts).
+  std::vector<double> rank_seconds;
+  // The rank the others waited for, when one is named (src/train/straggler.h).
+  struct Straggler {
+    int rank = 0;
+    double ratio = 0;       // its compute time / the median rank's
+    double wait_share = 0;  // the share of the step the others spent waiting for it
+    // "rank 5: 2.3x median, waiting cost 41% of the step"
+    std::string Describe() const;
+  };
+  std::optional<Straggler> straggler;
   bool skipped = false;  // the guard refused the update (src/train/guard.h)
   std::optional<double> val_loss;
 
   std::string ToJson() const;
-  // "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 12.3k tok/s | MFU 23.1% | ETA 1m23s"
+  // "step 100/2000 | loss 2.1234 | lr 1.00e-03 | 12.3k tok/s | MFU 23.1% | ETA 1m23s",
+  // with " | straggler rank 5: ..." before the ETA when one is named.
   std::string ProgressLine(int64_t total_steps, double eta_seconds) const;
 };
 

@@ -1,5 +1,7 @@
 #include "src/train/run.h"
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,12 +12,18 @@
 #include "absl/strings/str_format.h"
 #include "src/core/file_util.h"
 #include "src/core/status.h"
+#include "src/parallel/nodes.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/report/report.h"
 #include "src/train/gpu_telemetry.h"
 
 namespace ladder {
 namespace {
+
+// Set by SIGUSR1: the supervisor asks the run to checkpoint and stop, to
+// restart it on more ranks.
+volatile std::sig_atomic_t g_stop_requested = 0;
+void OnStopRequest(int) { g_stop_requested = 1; }
 
 // What every rank allocated and passed to its communicators in the first
 // step, gathered to rank 0 and written as JSON (docs/formats.md): the
@@ -63,11 +71,15 @@ absl::Status RunPolicy::Validate() const {
     return absl::InvalidArgumentError(
         "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
   }
-  return absl::OkStatus();
+  if (straggler_action != "warn" && straggler_action != "restart-without") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--straggler-action must be warn or restart-without, got '", straggler_action, "'"));
+  }
+  return straggler.Validate();
 }
 
 TrainingRun::TrainingRun(RunPolicy policy, RunParts parts)
-    : policy_(std::move(policy)), parts_(std::move(parts)) {
+    : policy_(std::move(policy)), parts_(std::move(parts)), stragglers_(policy_.straggler) {
   if (policy_.checkpoint_dir.empty()) policy_.checkpoint_dir = policy_.out + "/checkpoints";
   // An explicit --resume, or the run's own checkpoints from an earlier try.
   resume_from_ = !policy_.resume.empty()                 ? policy_.resume
@@ -99,7 +111,14 @@ absl::Status TrainingRun::Run() {
   }
   run_timer_.Reset();
   since_save_.Reset();
-  RETURN_IF_ERROR(trainer.Run([this](const StepRecord& r) { return OnStep(r); }));
+  since_step_.Reset();
+  // SIGUSR1 (mpirun passes it to every rank) asks for a checkpoint and a
+  // stop; at other times it keeps its default action.
+  g_stop_requested = 0;
+  const auto previous = std::signal(SIGUSR1, OnStopRequest);
+  absl::Status trained = trainer.Run([this](const StepRecord& r) { return OnStep(r); });
+  std::signal(SIGUSR1, previous);
+  RETURN_IF_ERROR(trained);
   Report(writer_.Finish());
   RETURN_IF_ERROR(SummarizeBubble());
   telemetry.reset();
@@ -135,7 +154,17 @@ absl::Status TrainingRun::Restore() {
 absl::Status TrainingRun::OnStep(StepRecord r) {
   Trainer& trainer = *parts_.trainer;
   const int rank = parts_.grid->rank();
+  // Gathered before AfterStep: a rank that is slow there makes the others
+  // wait in the next step's collectives, where their waits are counted, and
+  // its own delay counts in its next step's compute time.
+  RETURN_IF_ERROR(GatherRankSeconds(&r));
+  since_step_.Reset();
   parts_.env->AfterStep(rank, r.step);
+  if (stop_requested_) {
+    RETURN_IF_ERROR(SaveNowAndLog(r));
+    return absl::CancelledError(absl::StrFormat(
+        "stopped at step %d on request (SIGUSR1) to be restarted in a new layout", r.step));
+  }
   if (trainer.guard().needs_rollback()) return RollBack(r.step);
   // An asynchronous save commits once every rank has written its shard.
   Report(writer_.Poll());
@@ -147,6 +176,80 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   RETURN_IF_ERROR(Log(r));
   parts_.env->StepDone(rank, r.step);
   return absl::OkStatus();
+}
+
+absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
+  const int world = parts_.grid->world_size();
+  // A stop request (SIGUSR1) travels with the times, so every rank stops
+  // after the same step even if the signal reached only some.
+  const double asked = g_stop_requested ? 1 : 0;
+  if (world == 1) {
+    stop_requested_ = asked != 0;
+    return absl::OkStatus();
+  }
+  // Waiting is time inside collectives; the pipeline's hand-overs wait
+  // inside the bubble, so that axis counts the larger of the two.
+  double waiting = 0, pipeline = 0;
+  for (const StepRecord::AxisComm& c : r->comm) {
+    if (c.axis == AxisName(Axis::kPipeline)) {
+      pipeline = c.seconds;
+    } else {
+      waiting += c.seconds;
+    }
+  }
+  waiting += std::max(pipeline, r->t_bubble);
+  const double wall = since_step_.Seconds();
+  constexpr int kFields = 3;
+  double mine[kFields] = {std::max(0.0, wall - waiting), wall, asked};
+  std::vector<double> all(kFields * static_cast<size_t>(world));
+  // Moved as bytes: the communicators reduce 32-bit types only.
+  RETURN_IF_ERROR(parts_.world->AllGather(
+      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
+      Tensor(all.data(), DType::kI8, {kFields * 8 * int64_t{world}}, Device::kCpu)));
+  double step_seconds = 0;
+  r->rank_seconds.resize(world);
+  for (int q = 0; q < world; ++q) {
+    r->rank_seconds[q] = all[kFields * q];
+    step_seconds = std::max(step_seconds, all[kFields * q + 1]);
+    stop_requested_ = stop_requested_ || all[kFields * q + 2] != 0;
+  }
+  const StragglerDetector::Verdict v = stragglers_.Observe(r->rank_seconds, step_seconds);
+  r->straggler = v.straggler;
+  if (!v.episode_start) return absl::OkStatus();
+  const std::string what = v.straggler->Describe();
+  if (lead()) {
+    std::fprintf(stderr, "straggler at step %lld: %s\n", static_cast<long long>(r->step),
+                 what.c_str());
+  }
+  RETURN_IF_ERROR(Event(r->step, "straggler", what));
+  if (policy_.straggler_action == "restart-without") return LeaveOut(r);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::LeaveOut(StepRecord* r) {
+  ASSIGN_OR_RETURN(const int per_node, RanksPerNode());
+  const int rank = r->straggler->rank, node = rank / per_node;
+  RETURN_IF_ERROR(SaveNowAndLog(*r));
+  if (lead()) {
+    RETURN_IF_ERROR(WriteFileAtomically(
+        policy_.out + "/leave_out.json",
+        absl::StrFormat("{\"step\":%d,\"rank\":%d,\"node\":%d,\"ranks_per_node\":%d}\n", r->step,
+                        rank, node, per_node)));
+  }
+  return absl::CancelledError(absl::StrFormat(
+      "straggler %s; stopped at step %d to be restarted without node %d (%s/leave_out.json)",
+      r->straggler->Describe(), r->step, node, policy_.out));
+}
+
+absl::Status TrainingRun::SaveNowAndLog(const StepRecord& r) {
+  // The restarted job resumes here: the newest checkpoint is this step's.
+  Report(writer_.Finish());
+  RETURN_IF_ERROR(writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep,
+                                /*async=*/false));
+  const absl::StatusOr<std::string> saved = writer_.Finish();
+  Report(saved);
+  RETURN_IF_ERROR(saved.status());
+  return Log(r);
 }
 
 absl::Status TrainingRun::RollBack(int64_t step) {

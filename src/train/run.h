@@ -4,12 +4,14 @@
 // happens between them, and reads as one story (Run):
 //   1. restore: from --resume, or from the run's own checkpoints when an
 //      earlier attempt left some (the supervisor's rerun), in any layout;
-//   2. each step: let the Env see it (faults), roll back to the last
-//      checkpoint after too many bad steps (src/train/guard.h), commit an
-//      asynchronous save that every rank has written, start the checkpoint
-//      that is due (by steps or by minutes, agreed by all ranks), record the
-//      first step's memory and traffic per rank (ranks.json), write the
-//      metrics line and the progress line;
+//   2. each step: gather every rank's compute time, naming a straggler
+//      (src/train/straggler.h), and any request to stop (SIGUSR1); let the
+//      Env see the step (faults); roll back to the last checkpoint after
+//      too many bad steps (src/train/guard.h), commit an asynchronous save
+//      that every rank has written, start the checkpoint that is due (by
+//      steps or by minutes, agreed by all ranks), record the first step's
+//      memory and traffic per rank (ranks.json), write the metrics line and
+//      the progress line;
 //   3. end: the last checkpoint committed, the pipeline bubble summarized,
 //      OUT/report.html written (src/report/report.h).
 // Where NVML exists, GPU telemetry is sampled into OUT/gpu.jsonl meanwhile.
@@ -34,6 +36,7 @@
 #include "src/train/env.h"
 #include "src/train/events.h"
 #include "src/train/metrics.h"
+#include "src/train/straggler.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -49,6 +52,13 @@ struct RunPolicy {
   bool async_save = false;  // write shards in the background
   bool strict = false;      // refuse a corrupt checkpoint instead of an earlier one
   int zero = 0;             // ZeRO stage, recorded in manifests
+  StragglerOptions straggler;
+  // What a named straggler triggers: "warn" (the progress line, metrics and
+  // events name it) or "restart-without": the run also writes a checkpoint
+  // at once, names the rank and its node in OUT/leave_out.json
+  // (docs/formats.md) and ends with Cancelled (`ladder train` exits 75), for
+  // the supervisor to restart the job without that node.
+  std::string straggler_action = "warn";
 
   // InvalidArgument naming the first bad value.
   absl::Status Validate() const;
@@ -77,12 +87,25 @@ class TrainingRun {
 
   // Restores, trains the remaining steps, finishes the last save. An error
   // in a step, a collective or a load ends the run (a failed save does not:
-  // it is reported and the previous checkpoint stays the latest).
+  // it is reported and the previous checkpoint stays the latest). Cancelled
+  // when the run stopped itself to be restarted in another layout, after a
+  // checkpoint of its last step: a straggler with restart-without, or
+  // SIGUSR1 (the elastic supervisor's request to grow onto returned nodes;
+  // Run installs the handler and restores the previous one as it returns).
   absl::Status Run();
 
  private:
   absl::Status Restore();
   absl::Status OnStep(StepRecord r);
+  // Gathers every rank's compute seconds into r->rank_seconds, names a
+  // straggler in r->straggler (acting on it as the policy says) and sets
+  // stop_requested_ when any rank got SIGUSR1; collective.
+  absl::Status GatherRankSeconds(StepRecord* r);
+  // --straggler-action restart-without: checkpoint, leave_out.json, Cancelled.
+  absl::Status LeaveOut(StepRecord* r);
+  // Writes the checkpoint of `r.step` at once, then its metrics line: the
+  // state a stopped run is restarted from.
+  absl::Status SaveNowAndLog(const StepRecord& r);
   // Back to the last checkpoint after max_bad_steps bad steps.
   absl::Status RollBack(int64_t step);
   // Whether a checkpoint is due after `step`; collective with minutes.
@@ -109,6 +132,9 @@ class TrainingRun {
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
   Timer run_timer_, since_save_;
+  Timer since_step_;  // this rank's time since the last step's gather
+  StragglerDetector stragglers_;
+  bool stop_requested_ = false;  // some rank got SIGUSR1 (agreed by the gather)
   double bubble_seconds_ = 0, schedule_seconds_ = 0;  // this rank's, over the run
 };
 
