@@ -1,9 +1,9 @@
 #include "src/checkpoint/memory_checkpoint.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -120,7 +120,17 @@ absl::StatusOr<int64_t> MemoryStore::Latest() const {
 }
 
 absl::StatusOr<std::string> MemoryStore::Get(int64_t step, const std::string& name) const {
-  return ReadFile(dir_ + "/" + CheckpointStepName(step) + "/" + name);
+  // One copy out of shared memory into a buffer of the file's size (a
+  // stream into a growing string would copy a shard several times).
+  const std::string path = dir_ + "/" + CheckpointStepName(step) + "/" + name;
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (!in) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  return bytes;
 }
 
 // ---- the collective protocol --------------------------------------------
