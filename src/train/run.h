@@ -75,8 +75,9 @@ class TrainingRun {
   // The policy must be valid (RunPolicy::Validate).
   TrainingRun(RunPolicy policy, RunParts parts);
 
-  // True when Run will start from a checkpoint (then it replaces any
-  // weights set before, such as --init-from's).
+  // True when Run will start from a disk checkpoint (then it replaces any
+  // weights set before, such as --init-from's; so does a memory checkpoint
+  // that Run finds newer).
   bool resuming() const { return !resume_from_.empty(); }
 
   // Restores, trains the remaining steps, finishes the last save. An error
