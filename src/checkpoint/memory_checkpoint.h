@@ -102,7 +102,8 @@ class MemoryCheckpointer {
   // rank, and the trainer untouched.
   absl::StatusOr<std::string> Restore(Trainer& trainer, int64_t disk_step);
 
-  // Deletes this job's areas (each node's local rank 0 its own node's).
+  // Deletes this job's areas (each node's local rank 0 its own node's); not
+  // collective. A later Save starts them afresh.
   void Remove();
 
   const NodeMap& nodes() const { return nodes_; }

@@ -172,6 +172,8 @@ absl::Status TrainingRun::RollBack(int64_t step) {
   Report(writer_.Finish());  // a save in flight is the newest one
   ASSIGN_OR_RETURN(std::string back,
                    LoadCheckpoint(policy_.checkpoint_dir, trainer, ckpt_, policy_.strict));
+  // Memory checkpoints newer than `back` hold the abandoned steps.
+  if (memory_.has_value()) memory_->Remove();
   if (lead()) {
     std::fprintf(stderr, "rolled back to %s after %d consecutive bad steps\n", back.c_str(), bad);
   }
