@@ -79,6 +79,11 @@ TrainingRun::TrainingRun(RunPolicy policy, RunParts parts)
 
 absl::Status TrainingRun::Run() {
   Trainer& trainer = *parts_.trainer;
+  if (policy_.mem_save_every > 0) {
+    ASSIGN_OR_RETURN(MemoryCheckpointer m,
+                     MemoryCheckpointer::Create(policy_.checkpoint_dir, ckpt_));
+    memory_.emplace(std::move(m));
+  }
   if (lead()) {
     ASSIGN_OR_RETURN(EventLog log, EventLog::Open(policy_.out + "/events.jsonl"));
     events_.emplace(std::move(log));
@@ -87,11 +92,6 @@ absl::Status TrainingRun::Run() {
   RETURN_IF_ERROR(Event(trainer.step(), "start",
                         absl::StrFormat("dp %d x tp %d x pp %d, %d steps", g.dp, g.tp, g.pp,
                                         trainer.config().steps)));
-  if (policy_.mem_save_every > 0) {
-    ASSIGN_OR_RETURN(MemoryCheckpointer m,
-                     MemoryCheckpointer::Create(policy_.checkpoint_dir, ckpt_));
-    memory_.emplace(std::move(m));
-  }
   const int64_t fresh_step = trainer.step();
   RETURN_IF_ERROR(Restore());
   RETURN_IF_ERROR(OpenMetrics(trainer.step() == fresh_step && !resuming()));
