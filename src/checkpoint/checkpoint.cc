@@ -24,11 +24,12 @@ namespace ladder {
 
 std::string CheckpointStepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
 
+std::string ShardFileName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
+
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ShardName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
 
 // A rename or a new file is durable only once its directory is synced.
 absl::Status SyncDir(const std::string& dir) {
@@ -132,7 +133,7 @@ std::vector<int64_t> Encode(const Shard& s) {
 }
 
 void Decode(const int64_t* e, int file, Manifest* m) {
-  m->files.push_back({ShardName(file), e[0]});
+  m->files.push_back({ShardFileName(file), e[0]});
   const int64_t n = e[1];
   e += 2;
   for (int64_t i = 0; i < n; ++i) {
@@ -447,7 +448,6 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
   return out;
 }
 
-std::string ShardFileName(int rank) { return ShardName(rank); }
 
 absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const CheckpointContext& ctx) {
   const Grid& grid = *ctx.grid;
@@ -519,7 +519,7 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   p.keep = keep;
   p.manifest = std::move(snap.manifest);
   // The shard file: now, or by a thread while training goes on.
-  const std::string path = tmp + "/" + ShardName(grid.rank());
+  const std::string path = tmp + "/" + ShardFileName(grid.rank());
   auto write = [this, shard, path, env = ctx.env] {
     pending_->wrote = env->WriteFileAtomically(path, *shard);
     pending_->written.store(true);
