@@ -24,11 +24,12 @@ namespace ladder {
 
 std::string CheckpointStepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
 
+std::string ShardFileName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
+
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ShardName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
 
 // A rename or a new file is durable only once its directory is synced.
 absl::Status SyncDir(const std::string& dir) {
@@ -40,8 +41,8 @@ absl::Status SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// All ranks learn whether any rank failed; the first failing rank's status
-// is kept locally, the others report which rank it was.
+}  // namespace
+
 absl::Status Agree(Communicator* world, const absl::Status& mine, const char* what) {
   int32_t failed = mine.ok() ? -1 : world->rank();
   int32_t any = failed;
@@ -50,6 +51,8 @@ absl::Status Agree(Communicator* world, const absl::Status& mine, const char* wh
   if (!mine.ok()) return mine;
   return absl::Status(absl::StatusCode::kAborted, absl::StrCat(what, ": rank ", any, " failed"));
 }
+
+namespace {
 
 // ---- what this rank writes ---------------------------------------------
 
@@ -130,7 +133,7 @@ std::vector<int64_t> Encode(const Shard& s) {
 }
 
 void Decode(const int64_t* e, int file, Manifest* m) {
-  m->files.push_back({ShardName(file), e[0]});
+  m->files.push_back({ShardFileName(file), e[0]});
   const int64_t n = e[1];
   e += 2;
   for (int64_t i = 0; i < n; ++i) {
@@ -252,31 +255,68 @@ absl::StatusOr<std::ifstream> OpenShard(const std::string& path, int64_t bytes) 
   return in;
 }
 
+// The shard files of a step directory, opened (and checked) on first use.
+class DiskShards : public ShardSource {
+ public:
+  DiskShards(std::string step_dir, const Manifest& m) : dir_(std::move(step_dir)), m_(m) {}
+  std::string Name(int file) const override { return dir_ + "/" + m_.files[file].name; }
+  absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) override {
+    if (!files_.count(file)) {
+      ASSIGN_OR_RETURN(std::ifstream in, OpenShard(Name(file), m_.files[file].bytes));
+      files_.emplace(file, std::move(in));
+    }
+    std::ifstream& in = files_.at(file);
+    in.seekg(offset);
+    in.read(out, static_cast<std::streamsize>(bytes));
+    if (!in) return absl::DataLossError(absl::StrCat("cannot read shard '", Name(file), "'"));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string dir_;
+  const Manifest& m_;
+  std::map<int, std::ifstream> files_;
+};
+
+// Shard files held in memory, whole, in the manifest's file order.
+class MemoryShards : public ShardSource {
+ public:
+  MemoryShards(std::string where, const Manifest& m, const std::vector<std::string>& shards)
+      : where_(std::move(where)), m_(m), shards_(shards) {}
+  std::string Name(int file) const override { return where_ + "/" + m_.files[file].name; }
+  absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) override {
+    if (static_cast<size_t>(file) >= shards_.size()) {
+      return absl::DataLossError(absl::StrCat("shard '", Name(file), "' is missing"));
+    }
+    RETURN_IF_ERROR(CheckShardBytes(shards_[file], m_.files[file].bytes, Name(file)));
+    std::memcpy(out, shards_[file].data() + offset, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string where_;
+  const Manifest& m_;
+  const std::vector<std::string>& shards_;
+};
+
 // Fills the tensors already present in `out[kind]` (sized to their logical
-// shape) from the pieces, checking each shard's size and magic and each
-// piece's checksum before its values are used.
-absl::Status ReadPieces(const std::string& step_dir, const Manifest& m,
+// shape) from the pieces, checking each piece's checksum before its values
+// are used (the source checks each file's size and magic).
+absl::Status ReadPieces(ShardSource& source, const Manifest& m,
                         LogicalTensors out[kNumPieceKinds]) {
   const std::vector<ParamSpec> specs = GptParameterSpecs(m.model);
-  std::map<int, std::ifstream> files;
   for (const Piece& p : m.pieces) {
     LogicalTensors& of_kind = out[static_cast<int>(p.kind)];
     auto it = of_kind.find(p.tensor);
     if (it == of_kind.end()) continue;
-    const ShardFile& sf = m.files[p.file];
-    const std::string path = step_dir + "/" + sf.name;
-    if (!files.count(p.file)) {
-      ASSIGN_OR_RETURN(std::ifstream in, OpenShard(path, sf.bytes));
-      files.emplace(p.file, std::move(in));
-    }
-    std::ifstream& in = files.at(p.file);
     std::vector<float> data(static_cast<size_t>(p.numel()));
-    in.seekg(p.offset);
-    in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
-    if (!in || Crc32(0, data.data(), data.size() * 4) != p.crc) {
-      return absl::DataLossError(absl::StrCat("shard '", path, "': checksum mismatch in ",
-                                              specs[p.tensor].name, " (", PieceKindName(p.kind),
-                                              "): the file is corrupt"));
+    const absl::Status read = source.Read(p.file, p.offset, static_cast<int64_t>(data.size() * 4),
+                                          reinterpret_cast<char*>(data.data()));
+    if (!read.ok()) return read;
+    if (Crc32(0, data.data(), data.size() * 4) != p.crc) {
+      return absl::DataLossError(absl::StrCat("shard '", source.Name(p.file),
+                                              "': checksum mismatch in ", specs[p.tensor].name,
+                                              " (", PieceKindName(p.kind), "): the file is corrupt"));
     }
     const int64_t dim1 = specs[p.tensor].shape.size() == 2 ? specs[p.tensor].shape[1] : 1;
     const float* src = data.data();
@@ -289,12 +329,14 @@ absl::Status ReadPieces(const std::string& step_dir, const Manifest& m,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Loaded> ReadCheckpoint(const std::string& step_dir, Trainer& trainer) {
-  ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
+// This rank's part of the checkpoint `m` describes, read from `source` and
+// verified; `where` names it in errors.
+absl::StatusOr<Loaded> ReadCheckpoint(const Manifest& m, ShardSource& source,
+                                      const std::string& where, Trainer& trainer) {
   const GptConfig& cfg = trainer.config().model;
   if (m.model.ToText() != cfg.ToText()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        step_dir, ": the checkpoint's model differs from the config's (", m.model.n_layer,
+        where, ": the checkpoint's model differs from the config's (", m.model.n_layer,
         " layers, width ", m.model.n_embd, ", vocab ", m.model.vocab_size, ")"));
   }
   const ParameterTable& t = trainer.model().table();
@@ -306,7 +348,7 @@ absl::StatusOr<Loaded> ReadCheckpoint(const std::string& step_dir, Trainer& trai
       kind[t.logical_index(i)].assign(specs[t.logical_index(i)].numel(), 0.0f);
     }
   }
-  RETURN_IF_ERROR(ReadPieces(step_dir, m, logical));
+  RETURN_IF_ERROR(ReadPieces(source, m, logical));
   // Slice this rank's shards out of the logical tensors.
   Loaded out;
   std::vector<float>* local[] = {&out.w, &out.m, &out.v};
@@ -331,7 +373,55 @@ absl::StatusOr<Loaded> ReadCheckpoint(const std::string& step_dir, Trainer& trai
   return out;
 }
 
+absl::StatusOr<Loaded> ReadStepDir(const std::string& step_dir, Trainer& trainer) {
+  ASSIGN_OR_RETURN(Manifest m, ReadManifest(step_dir));
+  DiskShards disk(step_dir, m);
+  return ReadCheckpoint(m, disk, step_dir, trainer);
+}
+
+// Sets what every rank has read and verified.
+absl::Status Install(const Loaded& loaded, Trainer& trainer) {
+  RETURN_IF_ERROR(trainer.model().SetWeights(loaded.w.data()));
+  RETURN_IF_ERROR(trainer.SetOptimizerState(loaded.m, loaded.v));
+  return trainer.Restore(loaded.position);
+}
+
 }  // namespace
+
+absl::Status CheckShardBytes(const std::string& bytes, int64_t expected, const std::string& name) {
+  if (static_cast<int64_t>(bytes.size()) != expected) {
+    return absl::DataLossError(absl::StrCat("shard '", name, "' has ", bytes.size(),
+                                            " bytes, the manifest says ", expected));
+  }
+  if (bytes.size() < 8 || std::memcmp(bytes.data(), kShardMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat("'", name, "' is not a ladder shard file"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShardPieces(const std::string& bytes, const Manifest& m, int file,
+                              const std::string& name) {
+  RETURN_IF_ERROR(CheckShardBytes(bytes, m.files[file].bytes, name));
+  for (const Piece& p : m.pieces) {
+    if (p.file != file) continue;
+    if (Crc32(0, bytes.data() + p.offset, static_cast<size_t>(p.numel()) * 4) != p.crc) {
+      return absl::DataLossError(absl::StrCat("shard '", name, "': checksum mismatch in tensor ",
+                                              p.tensor, " (", PieceKindName(p.kind), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LatestCheckpointStep(const std::string& dir) {
+  absl::StatusOr<std::string> latest = ReadFile(dir + "/latest");
+  if (!latest.ok()) return absl::NotFoundError(absl::StrCat("no checkpoint in '", dir, "'"));
+  absl::string_view name = absl::StripAsciiWhitespace(*latest);
+  int64_t step = 0;
+  if (!absl::ConsumePrefix(&name, "step-") || !absl::SimpleAtoi(name, &step) || step < 0) {
+    return absl::DataLossError(absl::StrCat("'", dir, "/latest' does not name a step"));
+  }
+  return step;
+}
 
 bool HasCheckpoint(const std::string& dir) { return fs::exists(dir + "/latest"); }
 
@@ -349,12 +439,51 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
   for (LogicalTensors& kind : all) {
     for (size_t i = 0; i < specs.size(); ++i) kind[static_cast<int>(i)].assign(specs[i].numel(), 0);
   }
-  RETURN_IF_ERROR(ReadPieces(out.step_dir, out.manifest, all));
+  DiskShards disk(out.step_dir, out.manifest);
+  RETURN_IF_ERROR(ReadPieces(disk, out.manifest, all));
   for (size_t i = 0; i < specs.size(); ++i) {
     const std::vector<float>& w = all[0][static_cast<int>(i)];
     out.weights.insert(out.weights.end(), w.begin(), w.end());
   }
   return out;
+}
+
+
+absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const CheckpointContext& ctx) {
+  const Grid& grid = *ctx.grid;
+  const Trainer::Position pos = trainer.position();
+  // The state at this step in host memory, gathered where it is sharded
+  // (collective over DP), with every piece's checksum.
+  const ParameterTable& t = trainer.model().table();
+  std::vector<float> w(t.total_floats()), m, v;
+  RETURN_IF_ERROR(trainer.model().GetWeights(w.data()));
+  RETURN_IF_ERROR(trainer.GetOptimizerState(&m, &v));
+  Shard shard = BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data());
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(ctx.world, Encode(shard)));
+  CheckpointSnapshot out;
+  out.shard = std::move(shard.bytes);
+  Manifest& man = out.manifest;
+  man.step = pos.step;
+  man.tokens = pos.step * trainer.tokens_per_step();
+  man.seed = trainer.config().seed;
+  man.model = trainer.config().model;
+  man.dp = grid.dp_size();
+  man.tp = grid.tp_size();
+  man.pp = grid.pp_size();
+  man.zero = ctx.zero;
+  man.loader_epoch = pos.loader.epoch;
+  man.loader_index = pos.loader.index;
+  man.guard = pos.guard;
+  for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
+  return out;
+}
+
+absl::Status LoadShards(const Manifest& m, const std::vector<std::string>& shards,
+                        const std::string& where, Trainer& trainer, const CheckpointContext& ctx) {
+  MemoryShards source(where, m, shards);
+  absl::StatusOr<Loaded> loaded = ReadCheckpoint(m, source, where, trainer);
+  RETURN_IF_ERROR(Agree(ctx.world, loaded.status(), absl::StrCat("loading ", where).c_str()));
+  return Install(*loaded, trainer);
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -366,8 +495,7 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   RETURN_IF_ERROR(Finish().status());  // one save at a time
   Communicator* world = ctx.world;
   const Grid& grid = *ctx.grid;
-  const Trainer::Position pos = trainer.position();
-  const std::string name = CheckpointStepName(pos.step);
+  const std::string name = CheckpointStepName(trainer.step());
   const std::string tmp = dir + "/" + name + ".tmp";
   absl::Status made = absl::OkStatus();
   if (world->rank() == 0) {
@@ -380,16 +508,8 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   }
   RETURN_IF_ERROR(Agree(world, made, "creating the checkpoint directory"));
 
-  // The snapshot: the state at this step in host memory, gathered where it
-  // is sharded (collective over DP), with every piece's checksum.
-  const ParameterTable& t = trainer.model().table();
-  std::vector<float> w(t.total_floats()), m, v;
-  RETURN_IF_ERROR(trainer.model().GetWeights(w.data()));
-  RETURN_IF_ERROR(trainer.GetOptimizerState(&m, &v));
-  auto shard = std::make_shared<Shard>(
-      BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data()));
-  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(world, Encode(*shard)));
-
+  ASSIGN_OR_RETURN(CheckpointSnapshot snap, TakeSnapshot(trainer, ctx));
+  auto shard = std::make_shared<std::string>(std::move(snap.shard));
   pending_ = std::make_unique<Pending>();
   Pending& p = *pending_;
   p.ctx = ctx;
@@ -397,25 +517,11 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
   p.tmp = tmp;
   p.final_dir = dir + "/" + name;
   p.keep = keep;
-  if (world->rank() == 0) {
-    Manifest& man = p.manifest;
-    man.step = pos.step;
-    man.tokens = pos.step * trainer.tokens_per_step();
-    man.seed = trainer.config().seed;
-    man.model = trainer.config().model;
-    man.dp = grid.dp_size();
-    man.tp = grid.tp_size();
-    man.pp = grid.pp_size();
-    man.zero = ctx.zero;
-    man.loader_epoch = pos.loader.epoch;
-    man.loader_index = pos.loader.index;
-    man.guard = pos.guard;
-    for (int r = 0; r < grid.world_size(); ++r) Decode(entries[r].data(), r, &man);
-  }
+  p.manifest = std::move(snap.manifest);
   // The shard file: now, or by a thread while training goes on.
-  const std::string path = tmp + "/" + ShardName(grid.rank());
+  const std::string path = tmp + "/" + ShardFileName(grid.rank());
   auto write = [this, shard, path, env = ctx.env] {
-    pending_->wrote = env->WriteFileAtomically(path, shard->bytes);
+    pending_->wrote = env->WriteFileAtomically(path, *shard);
     pending_->written.store(true);
   };
   if (async) {
@@ -483,12 +589,10 @@ absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& tra
   }
   absl::Status last = absl::NotFoundError(absl::StrCat("no checkpoint in '", path, "'"));
   for (const std::string& dir : candidates) {
-    absl::StatusOr<Loaded> loaded = ReadCheckpoint(dir, trainer);
+    absl::StatusOr<Loaded> loaded = ReadStepDir(dir, trainer);
     last = Agree(ctx.world, loaded.status(), absl::StrCat("loading ", dir).c_str());
     if (last.ok()) {
-      RETURN_IF_ERROR(trainer.model().SetWeights(loaded->w.data()));
-      RETURN_IF_ERROR(trainer.SetOptimizerState(loaded->m, loaded->v));
-      RETURN_IF_ERROR(trainer.Restore(loaded->position));
+      RETURN_IF_ERROR(Install(*loaded, trainer));
       return dir;
     }
     // A different model is a mistake, not damage: never fall back past it.

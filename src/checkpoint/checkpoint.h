@@ -47,6 +47,30 @@ struct CheckpointContext {
   Env* env = Env::Default();
 };
 
+// One rank's part of a checkpoint, in host memory: its shard file's bytes
+// (docs/formats.md) and the whole manifest (every rank's pieces).
+struct CheckpointSnapshot {
+  Manifest manifest;
+  std::string shard;
+};
+// Copies the trainer's state at its current step into host memory and
+// checksums every piece. Collective over the world (gathers ZeRO shards and
+// every rank's piece list), so every rank gets the same manifest. Disk
+// checkpoints (CheckpointWriter) and memory ones (src/checkpoint/
+// memory_checkpoint.h) are both made of it.
+absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const CheckpointContext& ctx);
+
+// Where a checkpoint's shard files are read from while loading: a step
+// directory, or the files themselves in memory. Read copies `bytes` bytes at
+// `offset` of file `file` (an index into Manifest::files), checking the
+// file's size and magic first; Name names the file in errors.
+class ShardSource {
+ public:
+  virtual ~ShardSource() = default;
+  virtual std::string Name(int file) const = 0;
+  virtual absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) = 0;
+};
+
 // Saves checkpoints, one at a time. Start takes a snapshot of the trainer's
 // state at its current step into host memory (collective: gathers ZeRO
 // shards and every rank's piece list); the shard files are then written
@@ -93,9 +117,37 @@ class CheckpointWriter {
 absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& trainer,
                                            const CheckpointContext& ctx, bool strict);
 
+// Loads the checkpoint `m` describes from its shard files held in memory
+// (`shards[i]` is the file Manifest::files[i]; the layout may differ, as
+// with LoadCheckpoint). Verifies sizes, magic and every piece's checksum
+// before any weight is set; `where` names the copy in errors. Collective
+// over the world: every rank succeeds or all return an error.
+absl::Status LoadShards(const Manifest& m, const std::vector<std::string>& shards,
+                        const std::string& where, Trainer& trainer, const CheckpointContext& ctx);
+
+// OK if `bytes` is a shard file of the size `expected` with the shard magic;
+// else DataLoss naming `name`.
+absl::Status CheckShardBytes(const std::string& bytes, int64_t expected, const std::string& name);
+// CheckShardBytes, then every checksum of the pieces `m` places in file
+// `file`: whether a copy of that shard is intact.
+absl::Status CheckShardPieces(const std::string& bytes, const Manifest& m, int file,
+                              const std::string& name);
+
+// All ranks learn whether any rank failed (collective over `world`): OK if
+// none did; else the failing rank's own status on that rank, and on the
+// others Aborted "<what>: rank R failed" (R the highest failing rank).
+absl::Status Agree(Communicator* world, const absl::Status& mine, const char* what);
+
+// The file name of world rank `rank`'s shard ("rank-00003.bin").
+std::string ShardFileName(int rank);
+
 // The name of step `step`'s directory inside a checkpoint directory
 // ("step-00000042"; "step-00000042.tmp" while it is being written).
 std::string CheckpointStepName(int64_t step);
+
+// The step of the checkpoint `dir`'s `latest` names; NotFound when there is
+// none, DataLoss when `latest` does not name a step directory.
+absl::StatusOr<int64_t> LatestCheckpointStep(const std::string& dir);
 
 // True if `dir` holds a committed checkpoint (a `latest` file).
 bool HasCheckpoint(const std::string& dir);

@@ -1,9 +1,14 @@
 // ladder bench checkpoint: what a checkpoint of a config costs, against this
 // disk's fsync'ed write rate measured in the same run: the stall of a
 // synchronous save, the stall of an asynchronous one (the snapshot only),
-// and the Young/Daly interval sqrt(2 C MTBF) that cost implies. The state is
+// and the Young/Daly interval sqrt(2 C MTBF) that cost implies; then the
+// memory checkpoint (src/checkpoint/memory_checkpoint.h): its save stall, and
+// a restore from memory against one from the disk checkpoint. The state is
 // the freshly initialized model and zero moments (a save's cost does not
 // depend on the values).
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/backend_factory.h"
 #include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/memory_checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/cli/parallel_layout.h"
 #include "src/core/file_util.h"
@@ -33,6 +39,18 @@ int64_t DirectoryBytes(const std::string& dir) {
     if (e.is_regular_file()) bytes += static_cast<int64_t>(e.file_size());
   }
   return bytes;
+}
+
+// Drops the files' clean pages from the page cache (they were fsync'ed),
+// so the next read of them comes from the disk.
+void EvictFromPageCache(const std::string& dir) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
 }
 
 absl::Status Run(const Flags& f) {
@@ -75,6 +93,24 @@ absl::Status Run(const Flags& f) {
   const double async_stall = t.Seconds();
   RETURN_IF_ERROR(writer.Finish().status());
   const double async_total = t.Seconds();
+
+  // Restores: from the synchronous checkpoint just written, its files first
+  // evicted from the page cache so that they come from the disk, and from
+  // node memory.
+  EvictFromPageCache(f.dir + "/sync");
+  t.Reset();
+  RETURN_IF_ERROR(LoadCheckpoint(f.dir + "/sync", *trainer, ctx, /*strict=*/true).status());
+  const double disk_restore = t.Seconds();
+  ASSIGN_OR_RETURN(MemoryCheckpointer memory, MemoryCheckpointer::Create(f.dir + "/memory", ctx));
+  t.Reset();
+  absl::StatusOr<std::string> mem_saved = memory.Save(*trainer);
+  const double mem_save = t.Seconds();
+  t.Reset();
+  absl::StatusOr<std::string> mem_restored =
+      mem_saved.ok() ? memory.Restore(*trainer, /*disk_step=*/-1) : mem_saved;
+  const double mem_restore = t.Seconds();
+  memory.Remove();
+  RETURN_IF_ERROR(mem_restored.status());
   std::filesystem::remove_all(f.dir, ec);
 
   const double mtbf = f.mtbf_hours * 3600;
@@ -91,13 +127,19 @@ absl::Status Run(const Flags& f) {
       "Young/Daly interval sqrt(2 C MTBF) at MTBF %.0f h: every %.0f s synchronous, every %.0f "
       "s asynchronous\n",
       f.mtbf_hours, interval(sync_seconds), interval(async_stall));
+  std::printf("memory save: %.2f s stall (%s)\n", mem_save, MemoryCheckpointArea(f.dir + "/memory").c_str());
+  std::printf(
+      "restore: %.2f s from memory, %.2f s from disk (page cache dropped) = %.2fx the disk's "
+      "time\n",
+      mem_restore, disk_restore, mem_restore / disk_restore);
   std::printf("(ladder plan --config %s --mtbf-hours %.0f --checkpoint-seconds %.2f)\n",
               f.config.c_str(), f.mtbf_hours, sync_seconds);
   std::printf(
       "{\"bytes\":%lld,\"disk_bytes_per_s\":%.0f,\"sync_s\":%.4f,\"async_stall_s\":%.4f,"
-      "\"async_total_s\":%.4f,\"fraction\":%.4f}\n",
+      "\"async_total_s\":%.4f,\"fraction\":%.4f,\"mem_save_s\":%.4f,\"mem_restore_s\":%.4f,"
+      "\"disk_restore_s\":%.4f}\n",
       static_cast<long long>(bytes), disk_rate, sync_seconds, async_stall, async_total,
-      bytes / sync_seconds / disk_rate);
+      bytes / sync_seconds / disk_rate, mem_save, mem_restore, disk_restore);
   return absl::OkStatus();
 }
 
@@ -106,8 +148,9 @@ absl::Status Run(const Flags& f) {
 int BenchCheckpointCommand(int argc, char** argv) {
   Flags f;
   FlagSet flags("ladder bench checkpoint",
-                "Time a checkpoint of a config (synchronous and asynchronous) against this "
-                "disk's write rate. The last line is JSON.");
+                "Time a checkpoint of a config (synchronous, asynchronous and in memory) against "
+                "this disk's write rate, and a restore from memory against one from disk. The "
+                "last line is JSON.");
   flags.String("config", &f.config, "model config (required)");
   flags.String("dir", &f.dir, "scratch directory (removed afterwards)");
   flags.Double("mtbf-hours", &f.mtbf_hours, "mean time between failures for the interval");

@@ -234,6 +234,10 @@ int TrainCommand(int argc, char** argv) {
                "minutes between checkpoints (and at the end); 0 = by steps only");
   flags.Bool("async-save", &f.policy.async_save,
              "write checkpoints in a background thread; training stalls only for the snapshot");
+  flags.Int("mem-save-every", &f.policy.mem_save_every,
+            "steps between in-memory checkpoints (node shared memory plus a copy on the next "
+            "node, src/checkpoint/memory_checkpoint.h); a rerun restores from them when newer "
+            "than the disk's; 0 = none");
   flags.Int("keep", &f.keep, "committed checkpoints to keep");
   flags.String("checkpoint-dir", &f.policy.checkpoint_dir,
                "where checkpoints go; a run whose directory has one resumes from it",

@@ -23,7 +23,8 @@ struct StepRecord {
   // Of the microbatch schedule's wall time, what was not forward or backward:
   // the pipeline bubble (waiting for the neighbouring stages), seconds.
   double t_bubble = 0;
-  // Writing a checkpoint after the step (the training stall it caused).
+  // Writing a checkpoint after the step, on disk or in memory (the training
+  // stall it caused).
   double t_checkpoint = 0;
   // Communication of this rank during the step, per parallel axis (seconds
   // inside calls and payload bytes, src/parallel/comm.h); empty for a group of one.

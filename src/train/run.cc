@@ -67,9 +67,9 @@ absl::Status WriteRankReport(const std::string& path, const RunParts& parts, con
 
 absl::Status RunPolicy::Validate() const {
   if (out.empty()) return absl::InvalidArgumentError("missing --out DIR");
-  if (save_every < 0 || keep < 1 || save_every_minutes < 0) {
+  if (save_every < 0 || keep < 1 || save_every_minutes < 0 || mem_save_every < 0) {
     return absl::InvalidArgumentError(
-        "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
+        "--save-every, --save-every-minutes and --mem-save-every must be >= 0 and --keep >= 1");
   }
   if (straggler_action != "warn" && straggler_action != "restart-without") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -94,6 +94,11 @@ TrainingRun::TrainingRun(RunPolicy policy, RunParts parts)
 
 absl::Status TrainingRun::Run() {
   Trainer& trainer = *parts_.trainer;
+  if (policy_.mem_save_every > 0) {
+    ASSIGN_OR_RETURN(MemoryCheckpointer m,
+                     MemoryCheckpointer::Create(policy_.checkpoint_dir, ckpt_));
+    memory_.emplace(std::move(m));
+  }
   if (lead()) {
     ASSIGN_OR_RETURN(EventLog log, EventLog::Open(policy_.out + "/events.jsonl"));
     events_.emplace(std::move(log));
@@ -102,8 +107,9 @@ absl::Status TrainingRun::Run() {
   RETURN_IF_ERROR(Event(trainer.step(), "start",
                         absl::StrFormat("dp %d x tp %d x pp %d, %d steps", g.dp, g.tp, g.pp,
                                         trainer.config().steps)));
-  if (resuming()) RETURN_IF_ERROR(Restore());
-  RETURN_IF_ERROR(OpenMetrics(!resuming()));
+  const int64_t fresh_step = trainer.step();
+  RETURN_IF_ERROR(Restore());
+  RETURN_IF_ERROR(OpenMetrics(trainer.step() == fresh_step && !resuming()));
   // GPU utilization, memory and power beside the metrics, where NVML exists.
   std::unique_ptr<GpuTelemetry> telemetry;
   if (lead()) {
@@ -120,6 +126,7 @@ absl::Status TrainingRun::Run() {
   std::signal(SIGUSR1, previous);
   RETURN_IF_ERROR(trained);
   Report(writer_.Finish());
+  if (memory_.has_value()) memory_->Remove();
   RETURN_IF_ERROR(SummarizeBubble());
   telemetry.reset();
   RETURN_IF_ERROR(Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds())));
@@ -142,6 +149,8 @@ absl::Status TrainingRun::WriteReport() {
 
 absl::Status TrainingRun::Restore() {
   Trainer& trainer = *parts_.trainer;
+  ASSIGN_OR_RETURN(const bool from_memory, RestoreFromMemory());
+  if (from_memory || !resuming()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string loaded,
                    LoadCheckpoint(resume_from_, trainer, ckpt_, policy_.strict));
   if (lead()) {
@@ -149,6 +158,28 @@ absl::Status TrainingRun::Restore() {
                  static_cast<long long>(trainer.step()));
   }
   return Event(trainer.step(), "restore", loaded);
+}
+
+absl::StatusOr<bool> TrainingRun::RestoreFromMemory() {
+  // An explicit --resume names the checkpoint to start from.
+  if (!memory_.has_value() || !policy_.resume.empty()) return false;
+  Trainer& trainer = *parts_.trainer;
+  const int64_t disk_step = LatestCheckpointStep(policy_.checkpoint_dir).value_or(-1);
+  absl::StatusOr<std::string> from = memory_->Restore(trainer, disk_step);
+  if (!from.ok()) {
+    if (lead()) {
+      std::fprintf(stderr, "not restoring from memory: %s; %s\n",
+                   std::string(from.status().message()).c_str(),
+                   resuming() ? "restoring from disk" : "starting afresh");
+    }
+    return false;
+  }
+  if (lead()) {
+    std::fprintf(stderr, "resumed from %s at step %lld\n", from->c_str(),
+                 static_cast<long long>(trainer.step()));
+  }
+  RETURN_IF_ERROR(Event(trainer.step(), "restore", *from));
+  return true;
 }
 
 absl::Status TrainingRun::OnStep(StepRecord r) {
@@ -169,7 +200,11 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   // An asynchronous save commits once every rank has written its shard.
   Report(writer_.Poll());
   ASSIGN_OR_RETURN(const bool due, SaveDue(r.step));
-  if (due) RETURN_IF_ERROR(Save(&r));
+  if (due) {
+    RETURN_IF_ERROR(Save(&r));
+  } else if (memory_.has_value() && r.step % policy_.mem_save_every == 0) {
+    RETURN_IF_ERROR(SaveToMemory(&r));
+  }
   if (r.step == 1) RETURN_IF_ERROR(WriteRankReport(policy_.out + "/ranks.json", parts_, r));
   bubble_seconds_ += r.t_bubble;
   schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
@@ -264,6 +299,8 @@ absl::Status TrainingRun::RollBack(int64_t step) {
   Report(writer_.Finish());  // a save in flight is the newest one
   ASSIGN_OR_RETURN(std::string back,
                    LoadCheckpoint(policy_.checkpoint_dir, trainer, ckpt_, policy_.strict));
+  // Memory checkpoints newer than `back` hold the abandoned steps.
+  if (memory_.has_value()) memory_->Remove();
   if (lead()) {
     std::fprintf(stderr, "rolled back to %s after %d consecutive bad steps\n", back.c_str(), bad);
   }
@@ -302,6 +339,21 @@ absl::Status TrainingRun::Save(StepRecord* r) {
                  static_cast<long long>(r->step), r->t_checkpoint);
   }
   return absl::OkStatus();
+}
+
+absl::Status TrainingRun::SaveToMemory(StepRecord* r) {
+  Timer timer;
+  absl::StatusOr<std::string> saved = memory_->Save(*parts_.trainer);
+  const double seconds = timer.Seconds();
+  r->t_checkpoint += seconds;
+  if (!lead()) return absl::OkStatus();
+  if (!saved.ok()) {
+    const std::string message(saved.status().message());
+    std::fprintf(stderr, "warning: memory checkpoint of step %lld failed: %s\n",
+                 static_cast<long long>(r->step), message.c_str());
+    return Event(r->step, "mem_save", absl::StrCat("failed: ", message));
+  }
+  return Event(r->step, "mem_save", absl::StrFormat("%s, %.3fs", *saved, seconds));
 }
 
 // A failed save is reported, not fatal: the previous checkpoint is intact

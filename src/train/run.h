@@ -4,15 +4,19 @@
 // happens between them, and reads as one story (Run):
 //   1. restore: from --resume, or from the run's own checkpoints when an
 //      earlier attempt left some (the supervisor's rerun), in any layout;
+//      with --mem-save-every, first from the memory checkpoints of the
+//      nodes (src/checkpoint/memory_checkpoint.h) when they are newer;
 //   2. each step: gather every rank's compute time, naming a straggler
 //      (src/train/straggler.h), and any request to stop (SIGUSR1); let the
 //      Env see the step (faults); roll back to the last checkpoint after
 //      too many bad steps (src/train/guard.h), commit an asynchronous save
 //      that every rank has written, start the checkpoint that is due (by
-//      steps or by minutes, agreed by all ranks), record the first step's
-//      memory and traffic per rank (ranks.json), write the metrics line and
+//      steps or by minutes, agreed by all ranks) or else the memory
+//      checkpoint that is due, record the first step's memory and traffic
+//      per rank (ranks.json), write the metrics line and
 //      the progress line;
-//   3. end: the last checkpoint committed, the pipeline bubble summarized,
+//   3. end: the last checkpoint committed, the memory checkpoints removed
+//      (the run is complete), the pipeline bubble summarized,
 //      OUT/report.html written (src/report/report.h).
 // Where NVML exists, GPU telemetry is sampled into OUT/gpu.jsonl meanwhile.
 // Everything that happens to the run as a whole goes to OUT/events.jsonl
@@ -31,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "src/checkpoint/checkpoint.h"
+#include "src/checkpoint/memory_checkpoint.h"
 #include "src/core/timer.h"
 #include "src/parallel/grid.h"
 #include "src/train/env.h"
@@ -48,6 +53,7 @@ struct RunPolicy {
   std::string resume;          // a checkpoint to start from; "": the run's own, if any
   int64_t save_every = 0;      // steps between checkpoints (and one at the end); 0: none
   double save_every_minutes = 0;
+  int64_t mem_save_every = 0;  // steps between in-memory checkpoints; 0: none
   int keep = 3;             // committed checkpoints kept
   bool async_save = false;  // write shards in the background
   bool strict = false;      // refuse a corrupt checkpoint instead of an earlier one
@@ -81,8 +87,9 @@ class TrainingRun {
   // The policy must be valid (RunPolicy::Validate).
   TrainingRun(RunPolicy policy, RunParts parts);
 
-  // True when Run will start from a checkpoint (then it replaces any
-  // weights set before, such as --init-from's).
+  // True when Run will start from a disk checkpoint (then it replaces any
+  // weights set before, such as --init-from's; so does a memory checkpoint
+  // that Run finds newer).
   bool resuming() const { return !resume_from_.empty(); }
 
   // Restores, trains the remaining steps, finishes the last save. An error
@@ -95,7 +102,11 @@ class TrainingRun {
   absl::Status Run();
 
  private:
+  // From memory if it can, else from disk if there is a checkpoint.
   absl::Status Restore();
+  // Whether the memory checkpoints restored the run (a line on stderr says
+  // why not when they did not).
+  absl::StatusOr<bool> RestoreFromMemory();
   absl::Status OnStep(StepRecord r);
   // Gathers every rank's compute seconds into r->rank_seconds, names a
   // straggler in r->straggler (acting on it as the policy says) and sets
@@ -112,6 +123,9 @@ class TrainingRun {
   absl::StatusOr<bool> SaveDue(int64_t step);
   // Starts the checkpoint of `r.step`; sets r.t_checkpoint (the stall).
   absl::Status Save(StepRecord* r);
+  // The memory checkpoint of `r.step`; adds its stall to r.t_checkpoint.
+  // A failure is reported, not fatal.
+  absl::Status SaveToMemory(StepRecord* r);
   // A finished or failed save, on rank 0's stderr and in the events.
   void Report(const absl::StatusOr<std::string>& saved);
   absl::Status Log(const StepRecord& r);
@@ -129,6 +143,7 @@ class TrainingRun {
   std::string resume_from_;
   CheckpointContext ckpt_;
   CheckpointWriter writer_;
+  std::optional<MemoryCheckpointer> memory_;  // with --mem-save-every
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
   Timer run_timer_, since_save_;

@@ -160,10 +160,11 @@ waits = [json.loads(l)["comm"]["data"]["seconds"] for l in open(sys.argv[1])][2:
 sys.exit(0 if len(waits) == 2 and min(waits) > 0.08 else 1)
 PY
 
-# The checkpoint benchmark: both stalls and the ratio to the disk rate.
-bench=$("$ladder" bench checkpoint --config "$src/tests/parallel/equivalence.conf" --dir "$tmp/bench")
-tail -1 <<<"$bench" | grep -qE '^\{"bytes":[0-9]+,"disk_bytes_per_s":[0-9]+,"sync_s":[0-9.]+,"async_stall_s":[0-9.]+,"async_total_s":[0-9.]+,"fraction":[0-9.]+\}$' ||
+# The checkpoint benchmark: both stalls, the ratio to the disk rate, and the
+# memory checkpoint's save and restore against a disk restore.
+bench=$(LADDER_MEM_CHECKPOINT_ROOT="$tmp/shm" "$ladder" bench checkpoint --config "$src/tests/parallel/equivalence.conf" --dir "$tmp/bench")
+tail -1 <<<"$bench" | grep -qE '^\{"bytes":[0-9]+,"disk_bytes_per_s":[0-9]+,"sync_s":[0-9.]+,"async_stall_s":[0-9.]+,"async_total_s":[0-9.]+,"fraction":[0-9.]+,"mem_save_s":[0-9.]+,"mem_restore_s":[0-9.]+,"disk_restore_s":[0-9.]+\}$' ||
   fail "bench checkpoint: $bench"
-[ ! -e "$tmp/bench" ] || fail "bench checkpoint left its scratch directory"
+[ ! -e "$tmp/bench" ] && [ -z "$(ls -A "$tmp/shm")" ] || fail "bench checkpoint left its scratch directory or memory area"
 
 [ "$failures" -eq 0 ] && echo "checkpoints: exact resume, resharding, torn saves and corruption all pass" || exit 1

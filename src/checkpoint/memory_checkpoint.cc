@@ -1,0 +1,270 @@
+#include "src/checkpoint/memory_checkpoint.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/checkpoint/manifest.h"
+#include "src/core/crc32.h"
+#include "src/core/file_util.h"
+#include "src/core/status.h"
+
+namespace ladder {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kKeepInMemory = 2;  // the newest step and the one before
+
+std::string ReplicaName(int rank) { return "replica-" + ShardFileName(rank); }
+
+// Every rank's `n` int64s, on every rank, in rank order.
+absl::StatusOr<std::vector<int64_t>> GatherI64(Communicator* world, std::vector<int64_t> mine) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(static_cast<size_t>(world->size() * n));
+  RETURN_IF_ERROR(world->AllGather(Tensor(mine.data(), DType::kI8, {n * 8}, Device::kCpu),
+                                   Tensor(all.data(), DType::kI8, {world->size() * n * 8},
+                                          Device::kCpu)));
+  return all;
+}
+
+Tensor Bytes(std::string* s) {
+  return Tensor(s->data(), DType::kI8, {static_cast<int64_t>(s->size())}, Device::kCpu);
+}
+
+absl::Status Refuse(const std::string& why) { return absl::FailedPreconditionError(why); }
+
+}  // namespace
+
+std::string MemoryCheckpointArea(const std::string& checkpoint_dir) {
+  const char* root = std::getenv("LADDER_MEM_CHECKPOINT_ROOT");
+  std::error_code ec;
+  const std::string path = fs::weakly_canonical(fs::absolute(checkpoint_dir), ec).string();
+  return absl::StrFormat("%s/ladder-%08x", root != nullptr && *root ? root : "/dev/shm",
+                         Crc32(0, path.data(), path.size()));
+}
+
+// ---- one node's area ----------------------------------------------------
+
+absl::Status MemoryStore::Begin(int64_t step) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  // A step still .tmp was never committed: its writer died or gave up.
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ec);
+  }
+  const std::string tmp = dir_ + "/" + CheckpointStepName(step) + ".tmp";
+  if (!fs::create_directory(tmp, ec) || ec) {
+    return absl::InternalError(absl::StrCat("cannot create '", tmp, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::Put(int64_t step, const std::string& name,
+                              const std::string& bytes) const {
+  return WriteFileAtomically(dir_ + "/" + CheckpointStepName(step) + ".tmp/" + name, bytes);
+}
+
+absl::Status MemoryStore::Commit(int64_t step, const std::string& manifest, int keep) {
+  const std::string name = CheckpointStepName(step);
+  const std::string tmp = dir_ + "/" + name + ".tmp", final_dir = dir_ + "/" + name;
+  RETURN_IF_ERROR(WriteFileAtomically(tmp + "/manifest", manifest));
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);  // the same step from an earlier attempt
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
+  RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/latest", name + "\n"));
+  std::vector<std::string> steps;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && absl::StartsWith(n, "step-") && e.path().extension() != ".tmp") {
+      steps.push_back(n);
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());  // fixed-width names: newest first
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
+    fs::remove_all(dir_ + "/" + steps[i], ec);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MemoryStore::Latest() const {
+  // The same marker as a disk checkpoint directory's.
+  return LatestCheckpointStep(dir_);
+}
+
+absl::StatusOr<std::string> MemoryStore::Get(int64_t step, const std::string& name) const {
+  // One copy out of shared memory into a buffer of the file's size (a
+  // stream into a growing string would copy a shard several times).
+  const std::string path = dir_ + "/" + CheckpointStepName(step) + "/" + name;
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (!in) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  return bytes;
+}
+
+// ---- the collective protocol --------------------------------------------
+
+absl::StatusOr<MemoryCheckpointer> MemoryCheckpointer::Create(const std::string& checkpoint_dir,
+                                                              const CheckpointContext& ctx) {
+  ASSIGN_OR_RETURN(NodeMap nodes, NodeMapFromEnv(ctx.world->size()));
+  return MemoryCheckpointer(MemoryCheckpointArea(checkpoint_dir), nodes, ctx);
+}
+
+MemoryStore MemoryCheckpointer::Store(int rank) const {
+  return MemoryStore(absl::StrCat(area_, "/node-", nodes_.node(rank)));
+}
+
+absl::StatusOr<std::string> MemoryCheckpointer::Save(Trainer& trainer) {
+  Communicator* world = ctx_->world;
+  const int rank = world->rank();
+  const bool leader = rank % nodes_.ranks_per_node == 0;  // the node's local rank 0
+  MemoryStore store = Store(rank);
+  const int64_t step = trainer.step();
+  ASSIGN_OR_RETURN(CheckpointSnapshot snap, TakeSnapshot(trainer, *ctx_));
+  RETURN_IF_ERROR(Agree(world, leader ? store.Begin(step) : absl::OkStatus(),
+                        "starting the memory checkpoint"));
+  absl::Status wrote = store.Put(step, ShardFileName(rank), snap.shard);
+  if (nodes_.nodes() > 1) {
+    // The ring: my shard to the next node, the previous node's to me.
+    const int next = nodes_.successor(rank), prev = nodes_.predecessor(rank);
+    int64_t size = static_cast<int64_t>(snap.shard.size()), prev_size = 0;
+    RETURN_IF_ERROR(world->SendRecv(Tensor(&size, DType::kI8, {8}, Device::kCpu), next,
+                                    Tensor(&prev_size, DType::kI8, {8}, Device::kCpu), prev));
+    std::string replica(static_cast<size_t>(prev_size), '\0');
+    RETURN_IF_ERROR(world->SendRecv(Bytes(&snap.shard), next, Bytes(&replica), prev));
+    if (wrote.ok()) wrote = store.Put(step, ReplicaName(prev), replica);
+  }
+  RETURN_IF_ERROR(Agree(world, wrote, "writing the memory checkpoint"));
+  RETURN_IF_ERROR(Agree(world,
+                        leader ? store.Commit(step, SerializeManifest(snap.manifest), kKeepInMemory)
+                               : absl::OkStatus(),
+                        "committing the memory checkpoint"));
+  return absl::StrFormat("%s in memory on %d node%s%s", CheckpointStepName(step), nodes_.nodes(),
+                         nodes_.nodes() > 1 ? "s" : "",
+                         nodes_.nodes() > 1 ? ", replicas on the next node" : "");
+}
+
+absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_t disk_step) {
+  Communicator* world = ctx_->world;
+  const int rank = world->rank(), n = world->size();
+  const MemoryStore store = Store(rank);
+
+  // 1. The step: the newest every node's `latest` reaches (a save that died
+  //    mid-commit leaves some nodes one step ahead; kept steps cover it).
+  absl::StatusOr<int64_t> latest = store.Latest();
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, GatherI64(world, {latest.ok() ? *latest : -1}));
+  int64_t step = -1;
+  for (int64_t s : steps) {
+    if (s >= 0) step = step < 0 ? s : std::min(step, s);
+  }
+  if (step < 0) return Refuse("no memory checkpoint");
+  const std::string name = CheckpointStepName(step);
+  if (step <= disk_step) {
+    return Refuse(absl::StrCat("memory checkpoint ", name, " is not newer than the disk's ",
+                               CheckpointStepName(disk_step)));
+  }
+
+  // 2. The manifest: every node that has one must hold the same text; a
+  //    wiped node's ranks receive it.
+  absl::StatusOr<std::string> text = store.Get(step, "manifest");
+  const int64_t crc = text.ok() ? static_cast<int64_t>(Crc32(0, text->data(), text->size())) : -1;
+  ASSIGN_OR_RETURN(std::vector<int64_t> crcs,
+                   GatherI64(world, {crc, text.ok() ? static_cast<int64_t>(text->size()) : 0}));
+  int source = -1;
+  for (int r = 0; r < n; ++r) {
+    if (crcs[2 * r] < 0) continue;
+    if (source < 0) source = r;
+    if (crcs[2 * r] != crcs[2 * source]) {
+      return Refuse(absl::StrCat("the memory manifests of ", name, " differ between node ",
+                                 nodes_.node(source), " and node ", nodes_.node(r)));
+    }
+  }
+  if (source < 0) return Refuse(absl::StrCat("no node holds the manifest of memory ", name));
+  std::string manifest_text = text.ok() ? *text : std::string(crcs[2 * source + 1], '\0');
+  RETURN_IF_ERROR(world->Broadcast(Bytes(&manifest_text), source));
+  absl::StatusOr<Manifest> parsed = ParseManifest(manifest_text, "memory " + name);
+  RETURN_IF_ERROR(Agree(world, parsed.status(), "reading the memory manifest"));
+  const Manifest& m = *parsed;
+  const Grid& grid = *ctx_->grid;
+  if (m.dp != grid.dp_size() || m.tp != grid.tp_size() || m.pp != grid.pp_size() ||
+      static_cast<int>(m.files.size()) != n) {
+    return Refuse(absl::StrFormat(
+        "memory %s was written by dp %d x tp %d x pp %d, this run is dp %d x tp %d x pp %d", name,
+        m.dp, m.tp, m.pp, grid.dp_size(), grid.tp_size(), grid.pp_size()));
+  }
+
+  // 3. Each shard's copies: its own node's, and the replica on the next
+  //    node. A copy counts only when its size, magic and checksums match.
+  auto intact = [&](const absl::StatusOr<std::string>& copy, int file) {
+    return copy.ok() && CheckShardPieces(*copy, m, file, name).ok();
+  };
+  std::string shard;
+  absl::StatusOr<std::string> own = store.Get(step, ShardFileName(rank));
+  const bool own_ok = intact(own, rank);
+  if (own_ok) shard = std::move(*own);
+  const int prev = nodes_.predecessor(rank), next = nodes_.successor(rank);
+  absl::StatusOr<std::string> replica = nodes_.nodes() > 1
+                                            ? store.Get(step, ReplicaName(prev))
+                                            : absl::StatusOr<std::string>(absl::NotFoundError(""));
+  const bool replica_ok = intact(replica, prev);
+  ASSIGN_OR_RETURN(std::vector<int64_t> ok, GatherI64(world, {own_ok, replica_ok}));
+  int from_neighbour = 0;
+  for (int r = 0; r < n; ++r) {
+    if (ok[2 * r]) continue;
+    if (nodes_.nodes() == 1 || !ok[2 * nodes_.successor(r) + 1]) {
+      return Refuse(absl::StrFormat("rank %d's shard of memory %s has no intact copy (%s)", r,
+                                    name,
+                                    nodes_.nodes() > 1 ? "its node's and the next node's are "
+                                                         "missing or corrupt"
+                                                       : "missing or corrupt, no other node"));
+    }
+    ++from_neighbour;
+  }
+  // Replicas travel back to the ranks whose own copy is gone.
+  const bool send = !ok[2 * prev], receive = !own_ok;
+  if (receive) shard.assign(static_cast<size_t>(m.files[rank].bytes), '\0');
+  if (send && receive) {
+    RETURN_IF_ERROR(world->SendRecv(Bytes(&*replica), prev, Bytes(&shard), next));
+  } else if (send) {
+    RETURN_IF_ERROR(world->Send(Bytes(&*replica), prev));
+  } else if (receive) {
+    RETURN_IF_ERROR(world->Recv(Bytes(&shard), next));
+  }
+
+  // 4. Every rank gets every shard (a rank's tensors may span several
+  //    files, as on disk), then loads them as a disk checkpoint would be.
+  std::vector<std::string> shards(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (r == rank) {
+      shards[r] = std::move(shard);
+    } else {
+      shards[r].assign(static_cast<size_t>(m.files[r].bytes), '\0');
+    }
+    RETURN_IF_ERROR(world->Broadcast(Bytes(&shards[r]), r));
+  }
+  RETURN_IF_ERROR(LoadShards(m, shards, "memory " + name, trainer, *ctx_));
+  return from_neighbour == 0
+             ? absl::StrCat("memory ", name, " (own node's copies)")
+             : absl::StrFormat("memory %s (%d shard%s from the next node's replicas)", name,
+                               from_neighbour, from_neighbour > 1 ? "s" : "");
+}
+
+void MemoryCheckpointer::Remove() {
+  const int rank = ctx_->world->rank();
+  if (rank % nodes_.ranks_per_node != 0) return;
+  std::error_code ec;
+  fs::remove_all(Store(rank).dir(), ec);
+  fs::remove(area_, ec);  // once the last node's area is gone
+}
+
+}  // namespace ladder
