@@ -20,10 +20,12 @@
 #include "src/core/flags.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/core/trace.h"
 #include "src/data/dataset.h"
 #include "src/parallel/mpi_comm.h"
 #include "src/tokenizer/tokenizer_dir.h"
 #include "src/tools/ceiling.h"
+#include "src/train/step_trace.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -39,6 +41,8 @@ struct TrainFlags {
   double save_every_minutes = 0, spike_z = 0;
   int64_t max_bad_steps = 3;
   bool strict = false, async_save = false;
+  // The step timeline (src/train/step_trace.h).
+  std::string trace, trace_steps = "2:3";
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -143,6 +147,17 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   ASSIGN_OR_RETURN(FaultPlan fault, ParseFault(f.inject_fault));
+  if (flags.IsSet("trace-steps") && f.trace.empty()) {
+    return absl::InvalidArgumentError("--trace-steps needs --trace FILE");
+  }
+  ASSIGN_OR_RETURN(const StepWindow trace_window, ParseStepWindow(f.trace_steps));
+  if (!f.trace.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(f.trace).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return absl::NotFoundError(
+          absl::StrCat("--trace ", f.trace, ": directory '", dir.string(), "' does not exist"));
+    }
+  }
   if (f.save_every < 0 || f.keep < 1 || f.save_every_minutes < 0) {
     return absl::InvalidArgumentError(
         "--save-every and --save-every-minutes must be >= 0 and --keep >= 1");
@@ -246,6 +261,13 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_bytes() * mib,
         std::string(backend->name()).c_str(), peak);
 
+  std::optional<StepTrace> trace;
+  if (!f.trace.empty()) {
+    ASSIGN_OR_RETURN(const StepWindow window, FitStepWindow(trace_window, flags.IsSet("trace-steps"),
+                                                            trainer->step() + 1, rc.steps));
+    trace.emplace(f.trace, window, grid);
+    RETURN_IF_ERROR(trace->AtStep(trainer->step(), par.comms[Axis::kWorld]).status());
+  }
   Timer run_timer, since_save;
   CheckpointWriter writer;
   const bool saving = f.save_every > 0 || f.save_every_minutes > 0;
@@ -286,14 +308,24 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
       due = due || late != 0;
     }
     if (due || (saving && r.step == rc.steps)) {
-      Timer save_timer;
+      const int64_t save_begin = NowNanos();
       ckpt.crash_before_commit = r.step == fault.crash_save_step;
       ckpt.fail_writes = r.step == fault.enospc_step;
       const bool async = f.async_save && r.step != rc.steps;
       RETURN_IF_ERROR(
           writer.Start(checkpoint_dir, *trainer, ckpt, static_cast<int>(f.keep), async));
       if (!async) ReportSave(writer.Finish(), lead);
-      r.t_checkpoint = save_timer.Seconds();
+      const int64_t save_end = NowNanos();
+      r.t_checkpoint = static_cast<double>(save_end - save_begin) * 1e-9;
+      if (TraceRecorder* recorder = TraceRecorder::active(); recorder != nullptr) {
+        TraceEvent e;  // the stall, beside the step it follows
+        e.begin_ns = save_begin;
+        e.end_ns = save_end;
+        e.category = "checkpoint";
+        e.SetName("checkpoint");
+        e.AddArg("step", r.step);
+        recorder->Add(e);
+      }
       since_save.Reset();
       if (lead && async) {
         std::fprintf(stderr,
@@ -302,6 +334,15 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
       }
     }
     if (r.step == fault.kill_step && grid.rank() == fault.kill_rank) std::raise(SIGKILL);
+    if (trace.has_value()) {
+      ASSIGN_OR_RETURN(const bool wrote, trace->AtStep(r.step, par.comms[Axis::kWorld]));
+      if (wrote) {
+        std::fprintf(stderr, "trace of steps %lld to %lld: %s (open it in https://ui.perfetto.dev "
+                     "or chrome://tracing)\n",
+                     static_cast<long long>(trace->window().first),
+                     static_cast<long long>(trace->window().last), trace->path().c_str());
+      }
+    }
     if (r.step == 1) {
       RETURN_IF_ERROR(WriteRankReport(f.out + "/ranks.json", par, *trainer, *backend, r));
     }
@@ -388,6 +429,11 @@ int TrainCommand(int argc, char** argv) {
   flags.String("inject-fault", &f.inject_fault,
                "kill:RANK@STEP, nan@STEP, crash-during-save@STEP, enospc@STEP or slow:RANK:MS "
                "(src/cli/fault_injection.h), for recovery tests");
+  flags.String("trace", &f.trace,
+               "write the step timeline of --trace-steps to this file (Chrome trace JSON: open "
+               "it in https://ui.perfetto.dev or chrome://tracing)");
+  flags.String("trace-steps", &f.trace_steps,
+               "A:B, the first and last step --trace records (cut to the run)");
   return RunParallelCommand(flags, argc, argv, [&] { return Train(f, flags); });
 }
 

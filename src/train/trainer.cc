@@ -2,15 +2,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/core/trace.h"
 #include "src/train/lr_schedule.h"
 
 namespace ladder {
 namespace {
 
 bool Parallel(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
+// The seconds from `begin` to `end` (NowNanos readings), recorded as a span
+// of the step track while a trace records; the "step" span is named
+// "step N" and carries N as its "step" argument.
+double StepSpan(const char* name, int64_t begin, int64_t end, int64_t step = -1) {
+  if (TraceRecorder* recorder = TraceRecorder::active(); recorder != nullptr) {
+    TraceEvent e;
+    e.begin_ns = begin;
+    e.end_ns = end;
+    e.track = TraceTrack::kStep;
+    e.category = name;
+    if (step >= 0) {
+      std::snprintf(e.name, sizeof e.name, "step %lld", static_cast<long long>(step));
+      e.AddArg("step", step);
+    } else {
+      e.SetName(name);
+    }
+    recorder->Add(e);
+  }
+  return static_cast<double>(end - begin) * 1e-9;
+}
 
 }  // namespace
 
@@ -83,25 +106,17 @@ int64_t Trainer::tokens_per_step() const {
 }
 
 pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32_t* targets,
-                                              int rows, int slots, float dloss, double* loss_sum,
-                                              StepRecord* record) {
+                                              int rows, int slots, float dloss, double* loss_sum) {
   const int T = cfg_.model.context;
   Gpt* m = model_.get();
   pp::StageFunctions f;
   f.forward = [=](int micro) -> absl::Status {
     const size_t at = static_cast<size_t>(micro) * rows * T;
-    Timer t;
     ASSIGN_OR_RETURN(double loss, m->Forward(inputs + at, targets + at, rows, T, micro % slots));
     *loss_sum += loss;
-    record->t_forward += t.Seconds();
     return absl::OkStatus();
   };
-  f.backward = [=](int micro) -> absl::Status {
-    Timer t;
-    RETURN_IF_ERROR(m->Backward(dloss, micro % slots));
-    record->t_backward += t.Seconds();
-    return absl::OkStatus();
-  };
+  f.backward = [=](int micro) -> absl::Status { return m->Backward(dloss, micro % slots); };
   f.input = [=](int micro) { return m->StageInput(micro % slots); };
   f.output = [m] { return m->StageOutput(); };
   f.output_grad = [m] { return m->OutputGrad(); };
@@ -133,15 +148,19 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   const int T = cfg_.model.context, D = dp_size(), M = microbatches_;
   const int64_t G = int64_t{cfg_.batch_size} * cfg_.AccumulationSteps();
   StepRecord r;
-  Timer step_timer;
+  // The time split reads one chain of clock readings: each part starts where
+  // the one before ended, so data + forward + backward + bubble + optimizer
+  // is the step (bar the schedule's own few microseconds on a single
+  // stage), and the trace's spans (src/core/trace.h) are the same intervals.
+  const int64_t step_begin = NowNanos();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (c != nullptr) c->ResetStats();
   }
   RETURN_IF_ERROR(model_->ZeroGrads());
-  Timer t;
   train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
-  r.t_data = t.Seconds();
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
+  const int64_t schedule_begin = NowNanos();
+  r.t_data = StepSpan("data", step_begin, schedule_begin);
 
   // The microbatches, in this stage's schedule. Only the last stage sees
   // losses; it hands their mean to the other stages afterwards.
@@ -151,14 +170,24 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   pp::StageTiming timing;
   RETURN_IF_ERROR(pp::RunStage(
       pp::StageOps(groups_.schedule, P, stage, M), groups_.pp,
-      StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum, &r),
+      StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum),
       &timing));
-  if (P > 1) r.t_bubble = timing.wall_seconds - timing.compute_seconds;
+  r.t_forward = timing.forward_seconds;
+  r.t_backward = timing.backward_seconds;
   float loss = static_cast<float>(loss_sum / M);
   // The loss is a host value (Forward returns it): it travels as host memory.
   const Tensor host_loss = Tensor::F32(&loss, {1}, Device::kCpu);
-  if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
-  t.Reset();
+  if (P > 1) {
+    // Waiting for the last stage's loss is waiting for a neighbour too.
+    const int64_t wait_begin = NowNanos();
+    RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
+    StepSpan("bubble", wait_begin, NowNanos());
+  }
+  const int64_t optimizer_begin = NowNanos();
+  if (P > 1) {
+    r.t_bubble = static_cast<double>(optimizer_begin - schedule_begin) * 1e-9 - r.t_forward -
+                 r.t_backward;
+  }
 
   // The tied embedding: the first stage's lookup and the last stage's head
   // each hold part of its gradient; both need the sum.
@@ -181,7 +210,10 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     const float nan = std::nanf("");
     RETURN_IF_ERROR(model_->backend()->CopyFromHost(grads.Slice(0, {1}), &nan));
   }
-  ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
+  {
+    TraceSpan span(TraceTrack::kCompute, "optimizer", "grad norm");
+    ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
+  }
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
   // The loss and norm are the same on every rank, so is the verdict.
   const StepGuard::Verdict verdict = guard_.Check(r.loss, r.grad_norm);
@@ -198,6 +230,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
                                         : copy.Slice(0, {model_->table().total_floats()});
   }
   if (!r.skipped) {
+    TraceSpan span(TraceTrack::kCompute, "optimizer", "adamw");
     RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr,
                                        static_cast<int>(step_ + 1), copy_range, cfg_.seed));
   } else if (!copy.empty()) {
@@ -210,8 +243,9 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
     if (!copy.empty()) RETURN_IF_ERROR(groups_.dp->AllGather(copy_range, copy));
   }
-  r.t_optimizer = t.Seconds();
-  r.t_step = step_timer.Seconds();
+  const int64_t step_end = NowNanos();
+  r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
+  r.t_step = StepSpan("step", step_begin, step_end, step_ + 1);
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
               model_->activation_sizes().total_bytes()};
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
@@ -326,6 +360,7 @@ absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& 
     const bool eval_now =
         (cfg_.eval_every > 0 && r.step % cfg_.eval_every == 0) || r.step == cfg_.steps;
     if (eval_now) {
+      TraceSpan span(TraceTrack::kStep, "validation", "validation");
       ASSIGN_OR_RETURN(double v, ValidationLoss());
       r.val_loss = v;
     }

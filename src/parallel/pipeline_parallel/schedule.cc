@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/core/trace.h"
 
 namespace ladder::pp {
 
@@ -50,6 +51,25 @@ double TextbookBubble(int stages, int microbatches) {
   return static_cast<double>(stages - 1) / (microbatches + stages - 1);
 }
 
+namespace {
+
+// A span on the step track over [begin, end] (none if empty), with the
+// microbatch as argument when it is one.
+void Span(const char* category, const char* name, int64_t begin, int64_t end, int micro) {
+  TraceRecorder* recorder = TraceRecorder::active();
+  if (recorder == nullptr || end <= begin) return;
+  TraceEvent e;
+  e.begin_ns = begin;
+  e.end_ns = end;
+  e.track = TraceTrack::kStep;
+  e.category = category;
+  e.SetName(name);
+  if (micro >= 0) e.AddArg("microbatch", micro);
+  recorder->Add(e);
+}
+
+}  // namespace
+
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
                       StageTiming* timing) {
   const int stage = group ? group->rank() : 0, stages = group ? group->size() : 1;
@@ -58,8 +78,22 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
   // The microbatch whose input / output gradient a combined SendRecv has
   // already received (-1: none).
   int input_ready = -1, grad_ready = -1;
-  Timer wall;
-  double compute = 0;
+  // One chain of clock readings: each pass starts where the stretch before
+  // it ends, so passes and bubbles tile the wall time.
+  const int64_t start = NowNanos();
+  int64_t mark = start;
+  int64_t forward_ns = 0, backward_ns = 0;
+  // Runs one pass (F or B of `micro`) from the mark on, and traces it and
+  // the bubble before it.
+  auto pass = [&](bool forward, int micro) -> absl::Status {
+    const int64_t begin = NowNanos();
+    if (stages > 1) Span("bubble", "bubble", mark, begin, -1);
+    RETURN_IF_ERROR(forward ? f.forward(micro) : f.backward(micro));
+    mark = NowNanos();
+    (forward ? forward_ns : backward_ns) += mark - begin;
+    Span(forward ? "forward" : "backward", forward ? "forward" : "backward", begin, mark, micro);
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const Op* following = i + 1 < ops.size() ? &ops[i + 1] : nullptr;
@@ -67,9 +101,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       if (!first && input_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.input(op.microbatch), prev));
       }
-      Timer t;
-      RETURN_IF_ERROR(f.forward(op.microbatch));
-      compute += t.Seconds();
+      RETURN_IF_ERROR(pass(true, op.microbatch));
       if (last) continue;
       if (following != nullptr && !following->forward) {
         RETURN_IF_ERROR(group->SendRecv(f.output(), next, f.output_grad(), next));
@@ -81,9 +113,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       if (!last && grad_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.output_grad(), next));
       }
-      Timer t;
-      RETURN_IF_ERROR(f.backward(op.microbatch));
-      compute += t.Seconds();
+      RETURN_IF_ERROR(pass(false, op.microbatch));
       if (first) continue;
       if (following != nullptr && following->forward) {
         RETURN_IF_ERROR(
@@ -94,9 +124,13 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       }
     }
   }
+  const int64_t end = NowNanos();
+  if (stages > 1) Span("bubble", "bubble", mark, end, -1);
   if (timing != nullptr) {
-    timing->wall_seconds = wall.Seconds();
-    timing->compute_seconds = compute;
+    timing->wall_seconds = static_cast<double>(end - start) * 1e-9;
+    timing->forward_seconds = static_cast<double>(forward_ns) * 1e-9;
+    timing->backward_seconds = static_cast<double>(backward_ns) * 1e-9;
+    timing->compute_seconds = timing->forward_seconds + timing->backward_seconds;
   }
   return absl::OkStatus();
 }

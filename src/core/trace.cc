@@ -1,0 +1,104 @@
+// The trace recorder and its Chrome trace JSON (trace.h).
+#include "src/core/trace.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "src/core/timer.h"
+
+namespace ladder {
+namespace {
+
+// A JSON string literal, quotes included (escapes from nlohmann::json).
+std::string Quoted(const char* s) { return nlohmann::json(std::string(s)).dump(); }
+
+// Nanoseconds as microseconds with three decimals, exactly.
+std::string Micros(int64_t ns) {
+  const char* sign = ns < 0 ? "-" : "";
+  const int64_t a = ns < 0 ? -ns : ns;
+  return absl::StrFormat("%s%d.%03d", sign, a / 1000, a % 1000);
+}
+
+}  // namespace
+
+const char* TraceTrackName(TraceTrack track) {
+  switch (track) {
+    case TraceTrack::kStep:
+      return "step";
+    case TraceTrack::kCompute:
+      return "compute";
+    case TraceTrack::kComm:
+      return "comm";
+  }
+  return "?";
+}
+
+void TraceEvent::SetName(const char* n) {
+  std::strncpy(name, n, sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+}
+
+void TraceEvent::AddArg(const char* key, int64_t value) {
+  if (num_args == kMaxArgs) return;
+  arg_keys[num_args] = key;
+  arg_values[num_args] = value;
+  ++num_args;
+}
+
+// A traced window of a few steps of a small model holds thousands of spans;
+// reserving them keeps reallocation out of the first traced step.
+TraceRecorder::TraceRecorder() { events_.reserve(1 << 14); }
+
+TraceRecorder::~TraceRecorder() {
+  if (active_ == this) Deactivate();
+}
+
+size_t TraceRecorder::Add(const TraceEvent& e) {
+  events_.push_back(e);
+  return events_.size() - 1;
+}
+
+std::string TraceRecorder::ToJson(int pid, const std::string& process_name,
+                                  int64_t zero_ns) const {
+  std::string out = absl::StrCat(
+      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":0,\"args\":{\"name\":",
+      nlohmann::json(process_name).dump(), "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\","
+      "\"pid\":", pid, ",\"tid\":0,\"args\":{\"sort_index\":", pid, "}}");
+  for (int t = 0; t < kNumTraceTracks; ++t) {
+    absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid,
+                    ",\"tid\":", t, ",\"args\":{\"name\":\"",
+                    TraceTrackName(static_cast<TraceTrack>(t)),
+                    "\"}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":", pid,
+                    ",\"tid\":", t, ",\"args\":{\"sort_index\":", t, "}}");
+  }
+  for (const TraceEvent& e : events_) {
+    absl::StrAppend(&out, ",\n{\"name\":", Quoted(e.name), ",\"cat\":", Quoted(e.category),
+                    ",\"ph\":\"X\",\"ts\":", Micros(e.begin_ns - zero_ns),
+                    ",\"dur\":", Micros(e.end_ns - e.begin_ns), ",\"pid\":", pid,
+                    ",\"tid\":", static_cast<int>(e.track), ",\"args\":{");
+    for (int i = 0; i < e.num_args; ++i) {
+      absl::StrAppend(&out, i ? "," : "", Quoted(e.arg_keys[i]), ":", e.arg_values[i]);
+    }
+    if (e.text_key != nullptr) {
+      absl::StrAppend(&out, e.num_args ? "," : "", Quoted(e.text_key), ":", Quoted(e.text));
+    }
+    out += "}}";
+  }
+  return out;
+}
+
+TraceEvent* TraceSpan::Open(TraceTrack track, const char* category) {
+  recorder_ = TraceRecorder::active();
+  TraceEvent e;
+  e.track = track;
+  e.category = category;
+  e.begin_ns = NowNanos();
+  index_ = recorder_->Add(e);
+  return &recorder_->event(index_);
+}
+
+void TraceSpan::Close() { recorder_->event(index_).end_ns = NowNanos(); }
+
+}  // namespace ladder
