@@ -151,6 +151,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
     return absl::InvalidArgumentError("--trace-steps needs --trace FILE");
   }
   ASSIGN_OR_RETURN(const StepWindow trace_window, ParseStepWindow(f.trace_steps));
+  // Against the whole run now; against the steps left once resumed.
+  RETURN_IF_ERROR(FitStepWindow(trace_window, flags.IsSet("trace-steps"), 1, rc.steps).status());
   if (!f.trace.empty()) {
     const std::filesystem::path dir = std::filesystem::path(f.trace).parent_path();
     if (!dir.empty() && !std::filesystem::is_directory(dir)) {
@@ -230,6 +232,12 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                    static_cast<long long>(trainer->step()));
     }
   }
+  std::optional<StepTrace> trace;
+  if (!f.trace.empty()) {
+    ASSIGN_OR_RETURN(const StepWindow window, FitStepWindow(trace_window, flags.IsSet("trace-steps"),
+                                                            trainer->step() + 1, rc.steps));
+    trace.emplace(f.trace, window, grid);
+  }
   std::optional<MetricsWriter> metrics;
   if (lead) {
     ASSIGN_OR_RETURN(
@@ -261,16 +269,12 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_bytes() * mib,
         std::string(backend->name()).c_str(), peak);
 
-  std::optional<StepTrace> trace;
-  if (!f.trace.empty()) {
-    ASSIGN_OR_RETURN(const StepWindow window, FitStepWindow(trace_window, flags.IsSet("trace-steps"),
-                                                            trainer->step() + 1, rc.steps));
-    trace.emplace(f.trace, window, grid);
-    RETURN_IF_ERROR(trace->AtStep(trainer->step(), par.comms[Axis::kWorld]).status());
-  }
   Timer run_timer, since_save;
   CheckpointWriter writer;
   const bool saving = f.save_every > 0 || f.save_every_minutes > 0;
+  if (trace.has_value()) {
+    RETURN_IF_ERROR(trace->AtStep(trainer->step(), par.comms[Axis::kWorld]).status());
+  }
   double bubble_seconds = 0, schedule_seconds = 0;  // this rank's, over the run
   RETURN_IF_ERROR(trainer->Run([&](const StepRecord& step_record) -> absl::Status {
     StepRecord r = step_record;

@@ -150,8 +150,9 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   StepRecord r;
   // The time split reads one chain of clock readings: each part starts where
   // the one before ended, so data + forward + backward + bubble + optimizer
-  // is the step (bar the schedule's own few microseconds on a single
-  // stage), and the trace's spans (src/core/trace.h) are the same intervals.
+  // is the step (bar a few microseconds of setting up the schedule, and on a
+  // single stage its own bookkeeping), and the trace's spans
+  // (src/core/trace.h) are the same intervals.
   const int64_t step_begin = NowNanos();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (c != nullptr) c->ResetStats();
@@ -159,8 +160,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   RETURN_IF_ERROR(model_->ZeroGrads());
   train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
-  const int64_t schedule_begin = NowNanos();
-  r.t_data = StepSpan("data", step_begin, schedule_begin);
+  const int64_t data_end = NowNanos();
+  r.t_data = StepSpan("data", step_begin, data_end);
 
   // The microbatches, in this stage's schedule. Only the last stage sees
   // losses; it hands their mean to the other stages afterwards.
@@ -177,15 +178,13 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   float loss = static_cast<float>(loss_sum / M);
   // The loss is a host value (Forward returns it): it travels as host memory.
   const Tensor host_loss = Tensor::F32(&loss, {1}, Device::kCpu);
-  if (P > 1) {
-    // Waiting for the last stage's loss is waiting for a neighbour too.
-    const int64_t wait_begin = NowNanos();
-    RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
-    StepSpan("bubble", wait_begin, NowNanos());
-  }
+  if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
   const int64_t optimizer_begin = NowNanos();
   if (P > 1) {
-    r.t_bubble = static_cast<double>(optimizer_begin - schedule_begin) * 1e-9 - r.t_forward -
+    // Waiting for the last stage's loss is waiting for a neighbour too: the
+    // bubble runs on from the schedule's end to here.
+    StepSpan("bubble", timing.end_ns, optimizer_begin);
+    r.t_bubble = static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward -
                  r.t_backward;
   }
 

@@ -131,6 +131,8 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
     timing->forward_seconds = static_cast<double>(forward_ns) * 1e-9;
     timing->backward_seconds = static_cast<double>(backward_ns) * 1e-9;
     timing->compute_seconds = timing->forward_seconds + timing->backward_seconds;
+    timing->begin_ns = start;
+    timing->end_ns = end;
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 // 1F1B stages would each wait for the other to receive.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,8 @@ struct StageTiming {
   // Inside forward and inside backward; compute_seconds is their sum.
   double forward_seconds = 0, backward_seconds = 0;
   double compute_seconds = 0;
+  // The schedule's first and last clock readings (NowNanos, src/core/timer.h).
+  int64_t begin_ns = 0, end_ns = 0;
   // The stage's idle share: (wall - compute) / wall.
   double bubble() const {
     return wall_seconds > 0 ? (wall_seconds - compute_seconds) / wall_seconds : 0.0;
