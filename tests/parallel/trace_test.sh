@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 while IFS='|' read -r np flags kinds; do
   out="$tmp/run_np${np}_$(echo "$flags" | tr -d ' -')"
   if ! "$mpirun" "${mpirun_args[@]}" -np $np "$ladder" "${train[@]}" $flags --save-every 3 \
-      --trace "$out.json" --trace-steps 2:3 --out "$out" >"$out.log" 2>&1; then
+      --trace "$out.json" --trace-steps 2:3 --out "$out" </dev/null >"$out.log" 2>&1; then
     fail "np $np $flags"; cat "$out.log"; continue
   fi
   grep -q "^trace of steps 2 to 3: $out.json (open it in https://ui.perfetto.dev" "$out.log" ||
