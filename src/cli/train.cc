@@ -236,7 +236,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   if (!f.trace.empty()) {
     ASSIGN_OR_RETURN(const StepWindow window, FitStepWindow(trace_window, flags.IsSet("trace-steps"),
                                                             trainer->step() + 1, rc.steps));
-    trace.emplace(f.trace, window, grid);
+    trace.emplace(f.trace, window, grid, backend->timer());
   }
   std::optional<MetricsWriter> metrics;
   if (lead) {

@@ -1,11 +1,13 @@
 // The trace recorder and its Chrome trace JSON (trace.h).
 #include "src/core/trace.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "src/core/status.h"
 #include "src/core/timer.h"
 
 namespace ladder {
@@ -31,6 +33,8 @@ const char* TraceTrackName(TraceTrack track) {
       return "compute";
     case TraceTrack::kComm:
       return "comm";
+    case TraceTrack::kDevice:
+      return "device";
   }
   return "?";
 }
@@ -60,6 +64,23 @@ size_t TraceRecorder::Add(const TraceEvent& e) {
   return events_.size() - 1;
 }
 
+absl::Status TraceRecorder::ResolveDeviceSpans() {
+  if (device_ == nullptr) return absl::OkStatus();
+  const size_t n = events_.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (events_[i].device_begin < 0 || events_[i].device_end < 0) continue;
+    TraceEvent e = events_[i];
+    ASSIGN_OR_RETURN(const int64_t begin, device_->SinceAnchor(e.device_begin));
+    ASSIGN_OR_RETURN(const int64_t end, device_->SinceAnchor(e.device_end));
+    e.begin_ns = anchor_ns_ + begin;
+    e.end_ns = anchor_ns_ + std::max(begin, end);
+    e.track = TraceTrack::kDevice;
+    e.device_begin = e.device_end = -1;
+    events_.push_back(e);
+  }
+  return absl::OkStatus();
+}
+
 std::string TraceRecorder::ToJson(int pid, const std::string& process_name,
                                   int64_t zero_ns) const {
   std::string out = absl::StrCat(
@@ -67,6 +88,7 @@ std::string TraceRecorder::ToJson(int pid, const std::string& process_name,
       nlohmann::json(process_name).dump(), "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\","
       "\"pid\":", pid, ",\"tid\":0,\"args\":{\"sort_index\":", pid, "}}");
   for (int t = 0; t < kNumTraceTracks; ++t) {
+    if (static_cast<TraceTrack>(t) == TraceTrack::kDevice && device_ == nullptr) continue;
     absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid,
                     ",\"tid\":", t, ",\"args\":{\"name\":\"",
                     TraceTrackName(static_cast<TraceTrack>(t)),
@@ -94,11 +116,18 @@ TraceEvent* TraceSpan::Open(TraceTrack track, const char* category) {
   TraceEvent e;
   e.track = track;
   e.category = category;
+  if (track == TraceTrack::kCompute && recorder_->device_timer() != nullptr) {
+    e.device_begin = recorder_->device_timer()->Mark();
+  }
   e.begin_ns = NowNanos();
   index_ = recorder_->Add(e);
   return &recorder_->event(index_);
 }
 
-void TraceSpan::Close() { recorder_->event(index_).end_ns = NowNanos(); }
+void TraceSpan::Close() {
+  TraceEvent& e = recorder_->event(index_);
+  e.end_ns = NowNanos();
+  if (e.device_begin >= 0) e.device_end = recorder_->device_timer()->Mark();
+}
 
 }  // namespace ladder

@@ -18,6 +18,12 @@
 // the step's time split is measured with, so a span built from a Timer's
 // readings (Add) covers exactly the interval that timer measured.
 //
+// On a device whose work runs after the host queues it (a GPU), host spans
+// measure the queueing. A recorder given the device's DeviceTimer also marks
+// each compute span's start and end on the device's stream, and
+// ResolveDeviceSpans turns the marks into the same spans on the "device"
+// track, in device time.
+//
 // Threads: only the thread that activated the recorder (the training
 // thread) may open spans or add events while it is active; other threads
 // (the asynchronous checkpoint writer) must not record. The recorder is not
@@ -30,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace ladder {
 
 // The rows of one rank's timeline. kStep: each step and its top-level parts
@@ -37,9 +45,11 @@ namespace ladder {
 // checkpoint stall and validation beside the step). kCompute: the model's
 // work inside them (embedding, layers, attention, matmuls, head, loss,
 // gradient norm, AdamW). kComm: each communication call, named by axis.
-enum class TraceTrack { kStep = 0, kCompute = 1, kComm = 2 };
-inline constexpr int kNumTraceTracks = 3;
-// "step", "compute", "comm".
+// kDevice: the compute spans again, as the device ran them (only with a
+// DeviceTimer).
+enum class TraceTrack { kStep = 0, kCompute = 1, kComm = 2, kDevice = 3 };
+inline constexpr int kNumTraceTracks = 4;
+// "step", "compute", "comm", "device".
 const char* TraceTrackName(TraceTrack track);
 
 // One complete span ("X" event). Names are copied (truncated to fit);
@@ -57,10 +67,29 @@ struct TraceEvent {
   int num_args = 0;
   const char* text_key = nullptr;
   const char* text = nullptr;
+  // DeviceTimer marks at the span's start and end (-1: none).
+  int device_begin = -1, device_end = -1;
 
   void SetName(const char* n);
   // Adds an integer argument; past kMaxArgs it is dropped.
   void AddArg(const char* key, int64_t value);
+};
+
+// A device's clock for work queued on its stream: marks recorded in stream
+// order, resolved to times once the work has run. The CUDA backend's are
+// CUDA events (src/backend/cuda/event_timer.h); the CPU needs none.
+// Called from the thread that owns the device's backend.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  // Forgets every mark, waits for the work queued so far, and records the
+  // anchor mark: the device is idle, so its time is the host's now.
+  virtual absl::Status Anchor() = 0;
+  // Records a mark after the work queued so far; its id, or -1 if the
+  // device refused (the span then has no device time).
+  virtual int Mark() = 0;
+  // Waits for mark `id`; the nanoseconds from the anchor to it.
+  virtual absl::StatusOr<int64_t> SinceAnchor(int id) = 0;
 };
 
 class TraceRecorder {
@@ -84,6 +113,18 @@ class TraceRecorder {
   const std::vector<TraceEvent>& events() const { return events_; }
   void Clear() { events_.clear(); }
 
+  // Marks compute spans on `timer` from now on (null: none), its anchor
+  // taken at host time anchor_ns (right after DeviceTimer::Anchor).
+  void SetDeviceTimer(DeviceTimer* timer, int64_t anchor_ns) {
+    device_ = timer;
+    anchor_ns_ = anchor_ns;
+  }
+  DeviceTimer* device_timer() const { return device_; }
+  // Appends, for every event with both device marks, its copy on the
+  // device track in device time (waiting for the device). Errors are the
+  // device's.
+  absl::Status ResolveDeviceSpans();
+
   // The events as Chrome trace JSON objects joined by commas (no brackets),
   // to be placed in a file's "traceEvents" array, preceded by "M" metadata
   // events naming the process `process_name` (pid `pid`) and its tracks.
@@ -94,6 +135,8 @@ class TraceRecorder {
  private:
   static inline TraceRecorder* active_ = nullptr;
   std::vector<TraceEvent> events_;
+  DeviceTimer* device_ = nullptr;
+  int64_t anchor_ns_ = 0;
 };
 
 // A span on `track` from construction to destruction, recorded in the

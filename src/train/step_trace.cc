@@ -51,12 +51,13 @@ absl::StatusOr<StepWindow> FitStepWindow(StepWindow w, bool explicit_window, int
   return fit;
 }
 
-StepTrace::StepTrace(std::string path, StepWindow window, const Grid& grid)
+StepTrace::StepTrace(std::string path, StepWindow window, const Grid& grid, DeviceTimer* device)
     : path_(std::move(path)),
       window_(window),
       process_name_(absl::StrFormat("rank %d (dp %d, tp %d, pp %d)", grid.rank(), grid.dp_rank(),
                                     grid.tp_rank(), grid.pp_rank())),
-      rank_(grid.rank()) {}
+      rank_(grid.rank()),
+      device_(device) {}
 
 absl::StatusOr<bool> StepTrace::AtStep(int64_t steps_done, Communicator& world) {
   if (finished_) return false;
@@ -64,7 +65,9 @@ absl::StatusOr<bool> StepTrace::AtStep(int64_t steps_done, Communicator& world) 
   if (!started_ && steps_done + 1 == window_.first) {
     started_ = true;
     recorder_.Clear();
+    if (device_ != nullptr) RETURN_IF_ERROR(device_->Anchor());
     zero_ns_ = NowNanos();
+    recorder_.SetDeviceTimer(device_, zero_ns_);
     recorder_.Activate();
   }
   return false;
@@ -73,6 +76,7 @@ absl::StatusOr<bool> StepTrace::AtStep(int64_t steps_done, Communicator& world) 
 absl::StatusOr<bool> StepTrace::Finish(Communicator& world) {
   TraceRecorder::Deactivate();
   finished_ = true;
+  RETURN_IF_ERROR(recorder_.ResolveDeviceSpans());
   ASSIGN_OR_RETURN(const ClockOffset offset, EstimateClockOffset(world, NowNanos));
   // Time zero: rank 0's start of recording, on rank 0's clock.
   int64_t zero = zero_ns_;

@@ -40,12 +40,15 @@ absl::StatusOr<StepWindow> FitStepWindow(StepWindow w, bool explicit_window, int
 class StepTrace {
  public:
   // Records `window` on this rank (its process named by its place in
-  // `grid`: "rank 5 (dp 0, tp 1, pp 1)"); rank 0 writes `path`.
-  StepTrace(std::string path, StepWindow window, const Grid& grid);
+  // `grid`: "rank 5 (dp 0, tp 1, pp 1)"); rank 0 writes `path`. With a
+  // `device` timer (Backend::timer(), not owned), compute spans get their
+  // device time too.
+  StepTrace(std::string path, StepWindow window, const Grid& grid, DeviceTimer* device);
 
   // Call with the number of steps done: once before the first step, and
   // after each step has finished with everything that belongs to it. Starts
-  // recording when the next step is the window's first. Once steps_done
+  // recording when the next step is the window's first (waiting for the
+  // device, to anchor its clock to the host's). Once steps_done
   // reaches the window's last, stops recording, estimates this rank's clock
   // offset against rank 0, sends its spans, shifted onto rank 0's clock, to
   // rank 0, which writes the file atomically: collective over `world` on
@@ -64,6 +67,7 @@ class StepTrace {
   StepWindow window_;
   std::string process_name_;
   int rank_;
+  DeviceTimer* device_;
   TraceRecorder recorder_;
   bool started_ = false, finished_ = false;
   int64_t zero_ns_ = 0;  // when recording started, on this rank's clock

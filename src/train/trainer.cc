@@ -150,9 +150,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   StepRecord r;
   // The time split reads one chain of clock readings: each part starts where
   // the one before ended, so data + forward + backward + bubble + optimizer
-  // is the step (bar a few microseconds of setting up the schedule, and on a
-  // single stage its own bookkeeping), and the trace's spans
-  // (src/core/trace.h) are the same intervals.
+  // is the step, and the trace's spans (src/core/trace.h) are the same
+  // intervals.
   const int64_t step_begin = NowNanos();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (c != nullptr) c->ResetStats();
@@ -169,6 +168,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   double loss_sum = 0.0;
   const int P = pp_size(), stage = groups_.pp ? groups_.pp->rank() : 0;
   pp::StageTiming timing;
+  timing.begin_ns = data_end;  // the chain goes on through the schedule
   RETURN_IF_ERROR(pp::RunStage(
       pp::StageOps(groups_.schedule, P, stage, M), groups_.pp,
       StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum),
@@ -179,7 +179,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   // The loss is a host value (Forward returns it): it travels as host memory.
   const Tensor host_loss = Tensor::F32(&loss, {1}, Device::kCpu);
   if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
-  const int64_t optimizer_begin = NowNanos();
+  const int64_t optimizer_begin = P > 1 ? NowNanos() : timing.end_ns;
   if (P > 1) {
     // Waiting for the last stage's loss is waiting for a neighbour too: the
     // bubble runs on from the schedule's end to here.

@@ -8,7 +8,8 @@ pp p)"; hold the steps FIRST..LAST on every rank, their clocks aligned (each
 step's spans of all ranks overlap); nest properly per track; and hold every
 kind of span listed (data, forward, backward, optimizer, layer fwd/bwd for
 each of the N_LAYER layers, attention, matmul, embedding, head, loss, plus
-the KINDs given: bubble, comm, checkpoint). For rank 0 (the one whose
+the KINDs given: bubble, comm, checkpoint, device: the compute spans again
+on the device track, in device time). For rank 0 (the one whose
 metrics.jsonl records): each step span is time_s.step, its parts are
 time_s's parts, they add up to the step within 2%, the checkpoint span is
 time_s.checkpoint, and the comm spans inside a step carry metrics' bytes and
@@ -82,9 +83,20 @@ for key, track in tracks.items():
 kinds = {"data", "forward", "backward", "optimizer", "attention", "matmul", "embedding", "head",
          "loss"} | required
 present = {e["cat"] for e in spans} | {e["name"] for e in spans}
-for kind in sorted(kinds - {"comm"}):
+for kind in sorted(kinds - {"comm", "device"}):
     if kind not in present:
         fail(f"no {kind} span")
+if "device" in required:
+    device = defaultdict(int)
+    for e in spans:
+        if e["tid"] == 3:
+            device[(e["pid"], e["name"])] += 1
+    host = defaultdict(int)
+    for e in spans:
+        if e["tid"] == 1:
+            host[(e["pid"], e["name"])] += 1
+    if not device or device != host:
+        fail(f"device spans {dict(device)} are not the compute spans {dict(host)}")
 if "comm" in required and not any(e["tid"] == 2 and e["args"].get("bytes", 0) > 0
                                   and e["args"].get("axis") for e in spans):
     fail("no comm span with an axis and bytes")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ladder train --trace: one process, pipeline parallel (pp2, 4 microbatches)
-# and tensor parallel (tp2) runs write a Chrome trace of steps 2..3 that
+# and tensor parallel (tp2, on the CPU and on cuda-sim) runs write a Chrome trace of steps 2..3 that
 # check_trace.py holds to metrics.jsonl (one process per rank, every kind of
 # span, proper nesting, the parts of each step adding up to time_s.step
 # within 2%, aligned clocks); a one-step run traces its only step; bad flags
@@ -13,7 +13,8 @@ check="$src/tests/parallel/check_trace.py"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# "ranks | flags | kinds of span beyond the common ones"
+# "ranks | flags | kinds of span beyond the common ones"; on cuda-sim the
+# compute spans come again on the device track, from CUDA events.
 while IFS='|' read -r np flags kinds; do
   out="$tmp/run_np${np}_$(echo "$flags" | tr -d ' -')"
   if ! "$mpirun" "${mpirun_args[@]}" -np $np "$ladder" "${train[@]}" $flags --save-every 3 \
@@ -27,6 +28,7 @@ done <<'RUNS'
 1||checkpoint
 2|--pp 2 --microbatches 4|checkpoint bubble comm
 2|--tp 2|checkpoint comm
+2|--tp 2 --device cuda-sim|checkpoint comm device
 RUNS
 
 # The default window (2:3) cut to a one-step run.

@@ -80,13 +80,14 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
   int input_ready = -1, grad_ready = -1;
   // One chain of clock readings: each pass starts where the stretch before
   // it ends, so passes and bubbles tile the wall time.
-  const int64_t start = NowNanos();
+  const int64_t start =
+      timing != nullptr && timing->begin_ns != 0 ? timing->begin_ns : NowNanos();
   int64_t mark = start;
   int64_t forward_ns = 0, backward_ns = 0;
   // Runs one pass (F or B of `micro`) from the mark on, and traces it and
   // the bubble before it.
   auto pass = [&](bool forward, int micro) -> absl::Status {
-    const int64_t begin = NowNanos();
+    const int64_t begin = stages > 1 ? NowNanos() : mark;
     if (stages > 1) Span("bubble", "bubble", mark, begin, -1);
     RETURN_IF_ERROR(forward ? f.forward(micro) : f.backward(micro));
     mark = NowNanos();
@@ -124,7 +125,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       }
     }
   }
-  const int64_t end = NowNanos();
+  const int64_t end = stages > 1 ? NowNanos() : mark;
   if (stages > 1) Span("bubble", "bubble", mark, end, -1);
   if (timing != nullptr) {
     timing->wall_seconds = static_cast<double>(end - start) * 1e-9;

@@ -74,6 +74,8 @@ struct StageTiming {
   double forward_seconds = 0, backward_seconds = 0;
   double compute_seconds = 0;
   // The schedule's first and last clock readings (NowNanos, src/core/timer.h).
+  // A caller may set begin_ns before the call to its own last reading: the
+  // schedule then starts its chain there (0: at the call).
   int64_t begin_ns = 0, end_ns = 0;
   // The stage's idle share: (wall - compute) / wall.
   double bubble() const {
@@ -88,9 +90,10 @@ struct StageTiming {
 // While a trace records (src/core/trace.h), each pass is a "forward" or
 // "backward" span on the step track (argument "microbatch"), and with two
 // or more stages each stretch between passes (waiting for a neighbour, and
-// the sends and receives) is a "bubble" span: read from one chain of clock
-// readings, the spans tile the schedule's wall time, and the timing's
-// seconds are their sums.
+// the sends and receives) is a "bubble" span; a single stage has no waits,
+// so each pass runs on from where the one before ended. Read from one chain
+// of clock readings, the spans tile the schedule's wall time, and the
+// timing's seconds are their sums.
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
                       StageTiming* timing);
 
