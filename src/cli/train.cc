@@ -321,14 +321,10 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
       if (!async) ReportSave(writer.Finish(), lead);
       const int64_t save_end = NowNanos();
       r.t_checkpoint = static_cast<double>(save_end - save_begin) * 1e-9;
-      if (TraceRecorder* recorder = TraceRecorder::active(); recorder != nullptr) {
-        TraceEvent e;  // the stall, beside the step it follows
-        e.begin_ns = save_begin;
-        e.end_ns = save_end;
-        e.category = "checkpoint";
-        e.SetName("checkpoint");
-        e.AddArg("step", r.step);
-        recorder->Add(e);
+      // The stall, beside the step it follows.
+      if (TraceEvent* e = TraceInterval(TraceTrack::kStep, "checkpoint", "checkpoint",
+                                        save_begin, save_end)) {
+        e->AddArg("step", r.step);
       }
       since_save.Reset();
       if (lead && async) {

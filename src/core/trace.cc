@@ -111,6 +111,19 @@ std::string TraceRecorder::ToJson(int pid, const std::string& process_name,
   return out;
 }
 
+TraceEvent* TraceInterval(TraceTrack track, const char* category, const char* name,
+                          int64_t begin_ns, int64_t end_ns) {
+  TraceRecorder* recorder = TraceRecorder::active();
+  if (recorder == nullptr || end_ns <= begin_ns) return nullptr;
+  TraceEvent e;
+  e.begin_ns = begin_ns;
+  e.end_ns = end_ns;
+  e.track = track;
+  e.category = category;
+  e.SetName(name);
+  return &recorder->event(recorder->Add(e));
+}
+
 TraceEvent* TraceSpan::Open(TraceTrack track, const char* category) {
   recorder_ = TraceRecorder::active();
   TraceEvent e;

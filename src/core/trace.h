@@ -15,8 +15,8 @@
 // Spans come in tracks (one row each in a viewer); spans of one track nest
 // (a span opened inside another closes first), as RAII guarantees on one
 // thread. Times are NowNanos() readings (src/core/timer.h): the same clock
-// the step's time split is measured with, so a span built from a Timer's
-// readings (Add) covers exactly the interval that timer measured.
+// the step's time split is measured with, so a span built from readings
+// already taken (TraceInterval) covers exactly the interval they measured.
 //
 // On a device whose work runs after the host queues it (a GPU), host spans
 // measure the queueing. A recorder given the device's DeviceTimer also marks
@@ -138,6 +138,14 @@ class TraceRecorder {
   DeviceTimer* device_ = nullptr;
   int64_t anchor_ns_ = 0;
 };
+
+// Records [begin_ns, end_ns], an interval whose clock readings the caller
+// has taken already (the step's time split, a communicator's call), as a
+// span on `track` in the active recorder. Returns the event, to add
+// arguments to (valid until the next span is recorded), or null when no
+// recorder is active (or the interval is empty).
+TraceEvent* TraceInterval(TraceTrack track, const char* category, const char* name,
+                          int64_t begin_ns, int64_t end_ns);
 
 // A span on `track` from construction to destruction, recorded in the
 // recorder active at construction (nothing when none is). Not copyable or

@@ -69,16 +69,12 @@ absl::Status Communicator::CheckRoot(const char* op, int root) const {
 
 void Communicator::TraceCall(const char* op, int64_t begin_ns, int64_t end_ns,
                              int64_t bytes) const {
-  TraceEvent e;
-  e.begin_ns = begin_ns;
-  e.end_ns = end_ns;
-  e.track = TraceTrack::kComm;
-  e.category = "comm";
-  std::snprintf(e.name, sizeof e.name, "%s %s", AxisName(axis_), op);
-  e.AddArg("bytes", bytes);
-  e.text_key = "axis";
-  e.text = AxisName(axis_);
-  TraceRecorder::active()->Add(e);
+  TraceEvent* e = TraceInterval(TraceTrack::kComm, "comm", "", begin_ns, end_ns);
+  if (e == nullptr) return;
+  std::snprintf(e->name, sizeof e->name, "%s %s", AxisName(axis_), op);
+  e->AddArg("bytes", bytes);
+  e->text_key = "axis";
+  e->text = AxisName(axis_);
 }
 
 }  // namespace ladder

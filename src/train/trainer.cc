@@ -15,23 +15,9 @@ namespace {
 bool Parallel(const Communicator* c) { return c != nullptr && c->size() > 1; }
 
 // The seconds from `begin` to `end` (NowNanos readings), recorded as a span
-// of the step track while a trace records; the "step" span is named
-// "step N" and carries N as its "step" argument.
-double StepSpan(const char* name, int64_t begin, int64_t end, int64_t step = -1) {
-  if (TraceRecorder* recorder = TraceRecorder::active(); recorder != nullptr) {
-    TraceEvent e;
-    e.begin_ns = begin;
-    e.end_ns = end;
-    e.track = TraceTrack::kStep;
-    e.category = name;
-    if (step >= 0) {
-      std::snprintf(e.name, sizeof e.name, "step %lld", static_cast<long long>(step));
-      e.AddArg("step", step);
-    } else {
-      e.SetName(name);
-    }
-    recorder->Add(e);
-  }
+// of the step track while a trace records.
+double StepSpan(const char* name, int64_t begin, int64_t end) {
+  TraceInterval(TraceTrack::kStep, name, name, begin, end);
   return static_cast<double>(end - begin) * 1e-9;
 }
 
@@ -244,7 +230,11 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   const int64_t step_end = NowNanos();
   r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
-  r.t_step = StepSpan("step", step_begin, step_end, step_ + 1);
+  r.t_step = static_cast<double>(step_end - step_begin) * 1e-9;
+  if (TraceEvent* e = TraceInterval(TraceTrack::kStep, "step", "step", step_begin, step_end)) {
+    std::snprintf(e->name, sizeof e->name, "step %lld", static_cast<long long>(step_ + 1));
+    e->AddArg("step", step_ + 1);
+  }
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
               model_->activation_sizes().total_bytes()};
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {

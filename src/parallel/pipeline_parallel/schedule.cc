@@ -51,25 +51,6 @@ double TextbookBubble(int stages, int microbatches) {
   return static_cast<double>(stages - 1) / (microbatches + stages - 1);
 }
 
-namespace {
-
-// A span on the step track over [begin, end] (none if empty), with the
-// microbatch as argument when it is one.
-void Span(const char* category, const char* name, int64_t begin, int64_t end, int micro) {
-  TraceRecorder* recorder = TraceRecorder::active();
-  if (recorder == nullptr || end <= begin) return;
-  TraceEvent e;
-  e.begin_ns = begin;
-  e.end_ns = end;
-  e.track = TraceTrack::kStep;
-  e.category = category;
-  e.SetName(name);
-  if (micro >= 0) e.AddArg("microbatch", micro);
-  recorder->Add(e);
-}
-
-}  // namespace
-
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
                       StageTiming* timing) {
   const int stage = group ? group->rank() : 0, stages = group ? group->size() : 1;
@@ -88,11 +69,14 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
   // the bubble before it.
   auto pass = [&](bool forward, int micro) -> absl::Status {
     const int64_t begin = stages > 1 ? NowNanos() : mark;
-    if (stages > 1) Span("bubble", "bubble", mark, begin, -1);
+    if (stages > 1) TraceInterval(TraceTrack::kStep, "bubble", "bubble", mark, begin);
     RETURN_IF_ERROR(forward ? f.forward(micro) : f.backward(micro));
     mark = NowNanos();
     (forward ? forward_ns : backward_ns) += mark - begin;
-    Span(forward ? "forward" : "backward", forward ? "forward" : "backward", begin, mark, micro);
+    const char* name = forward ? "forward" : "backward";
+    if (TraceEvent* e = TraceInterval(TraceTrack::kStep, name, name, begin, mark)) {
+      e->AddArg("microbatch", micro);
+    }
     return absl::OkStatus();
   };
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -126,7 +110,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
     }
   }
   const int64_t end = stages > 1 ? NowNanos() : mark;
-  if (stages > 1) Span("bubble", "bubble", mark, end, -1);
+  if (stages > 1) TraceInterval(TraceTrack::kStep, "bubble", "bubble", mark, end);
   if (timing != nullptr) {
     timing->wall_seconds = static_cast<double>(end - start) * 1e-9;
     timing->forward_seconds = static_cast<double>(forward_ns) * 1e-9;
