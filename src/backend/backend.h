@@ -69,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "src/core/tensor.h"
+#include "src/core/trace.h"
 
 namespace ladder {
 
@@ -141,6 +142,10 @@ class Backend {
   // (MPI, for one) may read and write directly once the stream is idle: the
   // CPU's, and the CUDA simulator's. False for a GPU.
   virtual bool memory_is_host() const { return device() == Device::kCpu; }
+  // Marks on this device's stream for the step trace's device spans
+  // (src/core/trace.h), owned by the backend; null where work runs when the
+  // host calls it (the CPU), so host time is device time.
+  virtual DeviceTimer* timer() { return nullptr; }
 
   // ---- embedding (vocabulary-parallel) --------------------------------------
   // wte [Vshard,C] holds the rows [vocab_start, vocab_start + Vshard) of the

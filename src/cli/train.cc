@@ -22,6 +22,7 @@
 #include "src/tools/ceiling.h"
 #include "src/train/fault_env.h"
 #include "src/train/run.h"
+#include "src/train/step_trace.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -45,6 +46,7 @@ struct TrainFlags {
   double spike_z = 0;
   int64_t max_bad_steps = 3;
   int64_t straggler_window = 5;
+  std::string trace_steps = "2:3";  // --trace-steps (src/train/step_trace.h)
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -102,6 +104,14 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   policy.keep = static_cast<int>(f.keep);
   policy.zero = static_cast<int>(f.layout.zero);
   policy.straggler.window = static_cast<int>(f.straggler_window);
+  if (flags.IsSet("trace-steps") && policy.trace.empty()) {
+    return absl::InvalidArgumentError("--trace-steps needs --trace FILE");
+  }
+  ASSIGN_OR_RETURN(policy.trace_steps, ParseStepWindow(f.trace_steps));
+  policy.trace_steps_explicit = flags.IsSet("trace-steps");
+  // Against the whole run now; against the steps left once it has resumed.
+  RETURN_IF_ERROR(
+      FitStepWindow(policy.trace_steps, policy.trace_steps_explicit, 1, rc.steps).status());
   RETURN_IF_ERROR(policy.Validate());
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
@@ -263,6 +273,11 @@ int TrainCommand(int argc, char** argv) {
   flags.String("straggler-action", &f.policy.straggler_action,
                "warn: name the straggler (progress line, metrics, events); restart-without: also "
                "checkpoint and exit 75 for the supervisor to restart without its node");
+  flags.String("trace", &f.policy.trace,
+               "write the step timeline of --trace-steps to this file (Chrome trace JSON: open "
+               "it in https://ui.perfetto.dev or chrome://tracing)");
+  flags.String("trace-steps", &f.trace_steps,
+               "A:B, the first and last step --trace records (cut to the run)");
   absl::Status status;
   const int code = RunParallelCommand(flags, argc, argv, [&] {
     status = Train(f, flags);

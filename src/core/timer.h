@@ -3,12 +3,25 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace ladder {
+
+// The monotonic clock in nanoseconds: the readings Timer and the step trace
+// (src/core/trace.h) share. Every process on one machine reads the same clock.
+inline int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class Timer {
  public:
   Timer() : start_(std::chrono::steady_clock::now()) {}
+  // When the timer started (or was last reset), on NowNanos()'s scale.
+  int64_t start_nanos() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+  }
   double Seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/core/bf16.h"
 #include "src/core/status.h"
+#include "src/core/trace.h"
 #include "src/parallel/tensor_parallel/layers.h"
 
 namespace ladder {
@@ -201,6 +202,10 @@ absl::Status Gpt::CheckSlot(int slot) const {
 
 int Gpt::tp_rank() const { return table_.layout().tp_rank; }
 
+int Gpt::first_layer() const {
+  return StageLayers(cfg_.n_layer, table_.layout().pp_size, table_.layout().pp_rank).first;
+}
+
 int64_t Gpt::vocab_start() const {
   return int64_t{cfg_.padded_vocab()} / table_.layout().tp_size * tp_rank();
 }
@@ -224,14 +229,27 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
     RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), la.ln1, la.ln1_mean, la.ln1_rstd, la.x,
                                                 Tensor(), w.ln1_w, w.ln1_b));
   }
-  RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
-  RETURN_IF_ERROR(
-      be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, acts_.attn_scratch));
-  RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, branch, la.atty, w.proj_w, w.proj_b));
+  {
+    TraceSpan span(TraceTrack::kCompute, "matmul", "qkv matmul");
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
+  }
+  {
+    TraceSpan span(TraceTrack::kCompute, "attention", "attention");
+    RETURN_IF_ERROR(
+        be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, acts_.attn_scratch));
+  }
+  {
+    TraceSpan span(TraceTrack::kCompute, "matmul", "proj matmul");
+    RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, branch, la.atty, w.proj_w, w.proj_b));
+  }
   RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x,
                                               branch, w.ln2_w, w.ln2_b));
-  RETURN_IF_ERROR(tp::ColumnLinearGeluForward(be, la.fch_gelu, la.fch, la.ln2, w.fc_w, w.fc_b));
+  {
+    TraceSpan span(TraceTrack::kCompute, "matmul", "fc matmul");
+    RETURN_IF_ERROR(tp::ColumnLinearGeluForward(be, la.fch_gelu, la.fch, la.ln2, w.fc_w, w.fc_b));
+  }
   if (!project) return absl::OkStatus();
+  TraceSpan span(TraceTrack::kCompute, "matmul", "fcproj matmul");
   return tp::RowLinearForward(be, par_.tp, branch, la.fch_gelu, w.fcproj_w, w.fcproj_b);
 }
 
@@ -255,6 +273,7 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
                                                        " is outside the vocabulary [0, ", V, ")"));
       }
     }
+    TraceSpan span(TraceTrack::kCompute, "embedding", "embedding");
     RETURN_IF_ERROR(be.CopyFromHost(s.tokens, tokens));
     RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, a.positions,
                                               w_.wte, w_.wpe, vocab_start()));
@@ -265,6 +284,7 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   const int n_layers = static_cast<int>(s.layers.size());
   Tensor resid_mid;  // of the layer before
   for (int l = 0; l < n_layers; ++l) {
+    TraceSpan span(TraceTrack::kCompute, "layer", "layer %d fwd", first_layer() + l);
     LayerActivations la = par_.recompute == Recompute::kLayer ? a.recompute : s.layers[l];
     la.x = s.layers[l].x;
     if (par_.recompute == Recompute::kGelu) la.fch_gelu = a.recompute.fch_gelu;
@@ -281,11 +301,15 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     RETURN_IF_ERROR(be.ResidualAdd(a.stage_out, resid_mid, a.branch));
     return 0.0;
   }
-  RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd, resid_mid,
-                                              a.branch, w_.lnf_w, w_.lnf_b));
-  // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
-  RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
+  {
+    TraceSpan span(TraceTrack::kCompute, "head", "head");
+    RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd,
+                                                resid_mid, a.branch, w_.lnf_w, w_.lnf_b));
+    // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
+  }
   if (targets == nullptr) return 0.0;
+  TraceSpan span(TraceTrack::kCompute, "loss", "loss");
 
   for (int64_t i = 0; i < int64_t{B} * T; ++i) {
     if (targets[i] < 0 || targets[i] >= V) {
@@ -313,8 +337,12 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   SlotActivations& s = a.slots[slot];
   const int heads = cfg_.n_head / table_.layout().tp_size;
   if (is_last_stage()) {
-    RETURN_IF_ERROR(be.CrossEntropyBackward(s.logits, s.logits, s.targets, s.lse, vocab_start(),
-                                            cfg_.vocab_size, dloss));
+    {
+      TraceSpan span(TraceTrack::kCompute, "loss", "loss bwd");
+      RETURN_IF_ERROR(be.CrossEntropyBackward(s.logits, s.logits, s.targets, s.lse, vocab_start(),
+                                              cfg_.vocab_size, dloss));
+    }
+    TraceSpan span(TraceTrack::kCompute, "head", "head bwd");
     RETURN_IF_ERROR(
         tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g_.wte, Tensor(), s.logits, s.lnf, w_.wte));
     // d_resid starts as the gradient of the final residual stream.
@@ -324,12 +352,14 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   }
   // On other stages d_resid already holds the gradient of the stage output.
   for (int l = static_cast<int>(s.layers.size()) - 1; l >= 0; --l) {
+    TraceSpan span(TraceTrack::kCompute, "layer", "layer %d bwd", first_layer() + l);
     const LayerTensors& w = w_.layers[l];
     const LayerTensors& g = g_.layers[l];
     LayerActivations la = s.layers[l];
     if (par_.recompute == Recompute::kLayer) {
       // Rebuild what the forward did not keep. The attention projection's
       // output lands in branch, which the backward no longer needs.
+      TraceSpan recompute(TraceTrack::kCompute, "recompute", "recompute");
       la = a.recompute;
       la.x = s.layers[l].x;
       RETURN_IF_ERROR(LayerForward(l, la, /*project=*/false));
@@ -339,20 +369,35 @@ absl::Status Gpt::Backward(float dloss, int slot) {
       RETURN_IF_ERROR(be.GeluForward(la.fch_gelu, la.fch));
     }
     // MLP branch: d_resid is the gradient of its output.
-    RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
-                                          la.fch_gelu, w.fcproj_w));
+    {
+      TraceSpan mm(TraceTrack::kCompute, "matmul", "fcproj matmul bwd");
+      RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
+                                            la.fch_gelu, w.fcproj_w));
+    }
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
-    RETURN_IF_ERROR(
-        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+    {
+      TraceSpan mm(TraceTrack::kCompute, "matmul", "fc matmul bwd");
+      RETURN_IF_ERROR(
+          tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+    }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln, la.resid_mid,
                                                  w.ln2_w, la.ln2_mean, la.ln2_rstd));
     // Attention branch.
-    RETURN_IF_ERROR(
-        tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
-    RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
-                                         cfg_.attention, a.attn_scratch));
-    RETURN_IF_ERROR(
-        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
+    {
+      TraceSpan mm(TraceTrack::kCompute, "matmul", "proj matmul bwd");
+      RETURN_IF_ERROR(
+          tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
+    }
+    {
+      TraceSpan attention(TraceTrack::kCompute, "attention", "attention bwd");
+      RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
+                                           cfg_.attention, a.attn_scratch));
+    }
+    {
+      TraceSpan mm(TraceTrack::kCompute, "matmul", "qkv matmul bwd");
+      RETURN_IF_ERROR(tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv,
+                                               la.ln1, w.qkv_w));
+    }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));
   }
@@ -361,6 +406,7 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   // on every TP rank, each fills its vocabulary rows, and the replicated
   // position table gets the same gradient everywhere.
   if (!is_first_stage()) return absl::OkStatus();
+  TraceSpan span(TraceTrack::kCompute, "embedding", "embedding bwd");
   return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, s.tokens, a.positions, vocab_start());
 }
 

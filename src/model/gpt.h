@@ -209,6 +209,8 @@ class Gpt {
   // recomputation does not need it).
   absl::Status LayerForward(int l, const LayerActivations& la, bool project);
   int tp_rank() const;
+  // The model-wide index of this stage's first layer (trace span names).
+  int first_layer() const;
   absl::Status CheckNotQuantized(const char* what) const;
   // out = inp @ W^T + bias for a weight matrix in any format: `weight`
   // (fp32 or bf16) unless it is empty, else its int8 form `q`.

@@ -3,6 +3,8 @@
 // hang or a corrupted buffer on its peers.
 #include "src/parallel/comm.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 
 namespace ladder {
@@ -63,6 +65,16 @@ absl::Status Communicator::CheckRoot(const char* op, int root) const {
                                                    AxisName(axis()), " group of size ", size()));
   }
   return absl::OkStatus();
+}
+
+void Communicator::TraceCall(const char* op, int64_t begin_ns, int64_t end_ns,
+                             int64_t bytes) const {
+  TraceEvent* e = TraceInterval(TraceTrack::kComm, "comm", "", begin_ns, end_ns);
+  if (e == nullptr) return;
+  std::snprintf(e->name, sizeof e->name, "%s %s", AxisName(axis_), op);
+  e->AddArg("bytes", bytes);
+  e->text_key = "axis";
+  e->text = AxisName(axis_);
 }
 
 }  // namespace ladder

@@ -55,6 +55,8 @@
 
 #include "absl/status/status.h"
 #include "src/core/tensor.h"
+#include "src/core/timer.h"
+#include "src/core/trace.h"
 #include "src/parallel/grid.h"
 
 namespace ladder {
@@ -122,8 +124,18 @@ class Communicator {
   absl::Status CheckPeer(const char* op, int peer) const;
   absl::Status CheckRoot(const char* op, int root) const;
 
-  // Adds one call to stats(); a group of one records nothing.
-  void Record(double seconds, int64_t bytes) {
+  // Adds one call, timed by `timer` from its start until now, to stats()
+  // and, while a trace records (src/core/trace.h), a span on the comm track
+  // named "<axis> <op>" with its bytes. A group of one records nothing.
+  void Record(const char* op, const Timer& timer, int64_t bytes) {
+    if (size() == 1) return;
+    const int64_t begin = timer.start_nanos(), end = NowNanos();
+    if (TraceRecorder::active() != nullptr) [[unlikely]]
+      TraceCall(op, begin, end, bytes);
+    RecordStats(static_cast<double>(end - begin) * 1e-9, bytes);
+  }
+  // Stats only: for a wrapper whose carrier has recorded (and traced) the call.
+  void RecordStats(double seconds, int64_t bytes) {
     if (size() == 1) return;
     stats_.seconds += seconds;
     stats_.bytes += bytes;
@@ -131,6 +143,8 @@ class Communicator {
   }
 
  private:
+  void TraceCall(const char* op, int64_t begin_ns, int64_t end_ns, int64_t bytes) const;
+
   Axis axis_;
   std::vector<int> members_;
   int rank_;

@@ -198,7 +198,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Status status;
     RETURN_IF_ERROR(Wait(&req, &status, "recv", Dog("recv", {members()[peer]})));
     RETURN_IF_ERROR(CheckReceived("recv", status, buf, peer));
-    Record(timer.Seconds(), static_cast<int64_t>(buf.bytes()));
+    Record("recv", timer, static_cast<int64_t>(buf.bytes()));
     return absl::OkStatus();
   }
 
@@ -228,7 +228,7 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(Wait(&reqs[0], &status, "send-recv", Dog("send-recv", peers)));
     RETURN_IF_ERROR(Wait(&reqs[1], MPI_STATUS_IGNORE, "send-recv", Dog("send-recv", peers)));
     RETURN_IF_ERROR(CheckReceived("send-recv", status, recv, recv_peer));
-    Record(timer.Seconds(), static_cast<int64_t>(send.bytes() + recv.bytes()));
+    Record("send-recv", timer, static_cast<int64_t>(send.bytes() + recv.bytes()));
     return absl::OkStatus();
   }
 
@@ -265,7 +265,7 @@ class MpiCommunicator final : public Communicator {
                       const Timer& timer, size_t bytes) {
     if (rc != MPI_SUCCESS) return MpiError(rc, op);
     RETURN_IF_ERROR(Wait(req, MPI_STATUS_IGNORE, op, Dog(op, waiting_for)));
-    Record(timer.Seconds(), static_cast<int64_t>(bytes));
+    Record(op, timer, static_cast<int64_t>(bytes));
     return absl::OkStatus();
   }
 

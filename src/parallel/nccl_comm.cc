@@ -180,7 +180,7 @@ class NcclCommunicator final : public Communicator {
       if (state != ncclSuccess && state != ncclInProgress) return NcclError(state, comm_, op);
       dog.Pause();
     }
-    Record(timer.Seconds(), static_cast<int64_t>(bytes));
+    Record(op, timer, static_cast<int64_t>(bytes));
     return absl::OkStatus();
   }
 

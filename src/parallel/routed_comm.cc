@@ -41,7 +41,8 @@ absl::Status RoutedCommunicator::Through(Communicator& carrier, Call&& call) {
   absl::Status status = call(carrier);
   const CommStats& after = carrier.stats();
   if (after.calls > before.calls) {
-    Record(after.seconds - before.seconds, after.bytes - before.bytes);
+    // The carrier has traced the call already.
+    RecordStats(after.seconds - before.seconds, after.bytes - before.bytes);
   }
   return status;
 }

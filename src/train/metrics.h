@@ -17,11 +17,15 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0;
   double mfu = 0;  // achieved FLOP rate / the GEMM ceiling (tools/ceiling.h), at most 1
-  // Time split of the step, seconds.
+  // Time split of the step, seconds, consecutive intervals of one chain of
+  // clock readings: data (clearing the gradients and reading the batch),
+  // the microbatches' forward and backward passes, the bubble, then the
+  // optimizer (gradient reductions, norm, update). They add up to t_step.
   double t_data = 0, t_forward = 0, t_backward = 0, t_optimizer = 0;
   double t_step = 0;
-  // Of the microbatch schedule's wall time, what was not forward or backward:
-  // the pipeline bubble (waiting for the neighbouring stages), seconds.
+  // Of the microbatch schedule's wall time (through receiving the last
+  // stage's loss), what was not forward or backward: the pipeline bubble
+  // (waiting for the neighbouring stages), seconds; 0 with one stage.
   double t_bubble = 0;
   // Writing a checkpoint after the step, on disk or in memory (the training
   // stall it caused).

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "src/core/file_util.h"
 #include "src/core/status.h"
+#include "src/core/trace.h"
 #include "src/parallel/nodes.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/report/report.h"
@@ -71,6 +72,13 @@ absl::Status RunPolicy::Validate() const {
     return absl::InvalidArgumentError(
         "--save-every, --save-every-minutes and --mem-save-every must be >= 0 and --keep >= 1");
   }
+  if (!trace.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(trace).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return absl::NotFoundError(
+          absl::StrCat("--trace ", trace, ": directory '", dir.string(), "' does not exist"));
+    }
+  }
   if (straggler_action != "warn" && straggler_action != "restart-without") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--straggler-action must be warn or restart-without, got '", straggler_action, "'"));
@@ -115,6 +123,14 @@ absl::Status TrainingRun::Run() {
   if (lead()) {
     ASSIGN_OR_RETURN(telemetry, GpuTelemetry::Start(policy_.out, kTelemetryPeriodMs));
   }
+  if (!policy_.trace.empty()) {
+    // The window within the steps left (a resumed run has taken some).
+    ASSIGN_OR_RETURN(const StepWindow window,
+                     FitStepWindow(policy_.trace_steps, policy_.trace_steps_explicit,
+                                   trainer.step() + 1, trainer.config().steps));
+    trace_.emplace(policy_.trace, window, *parts_.grid, parts_.backend->timer());
+    RETURN_IF_ERROR(TraceAt(trainer.step()));
+  }
   run_timer_.Reset();
   since_save_.Reset();
   since_step_.Reset();
@@ -131,6 +147,19 @@ absl::Status TrainingRun::Run() {
   telemetry.reset();
   RETURN_IF_ERROR(Event(trainer.step(), "end", absl::StrFormat("%.0fs", run_timer_.Seconds())));
   return WriteReport();
+}
+
+absl::Status TrainingRun::TraceAt(int64_t steps_done) {
+  if (!trace_.has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool wrote, trace_->AtStep(steps_done, *parts_.world));
+  if (wrote) {
+    std::fprintf(stderr,
+                 "trace of steps %lld to %lld: %s (open it in https://ui.perfetto.dev or "
+                 "chrome://tracing)\n",
+                 static_cast<long long>(trace_->window().first),
+                 static_cast<long long>(trace_->window().last), trace_->path().c_str());
+  }
+  return absl::OkStatus();
 }
 
 // The run's report (src/report/report.h) from what it wrote. A report that
@@ -205,6 +234,8 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   } else if (memory_.has_value() && r.step % policy_.mem_save_every == 0) {
     RETURN_IF_ERROR(SaveToMemory(&r));
   }
+  // The window ends after the step's checkpoint stall, which belongs to it.
+  RETURN_IF_ERROR(TraceAt(r.step));
   if (r.step == 1) RETURN_IF_ERROR(WriteRankReport(policy_.out + "/ranks.json", parts_, r));
   bubble_seconds_ += r.t_bubble;
   schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
@@ -326,13 +357,18 @@ absl::StatusOr<bool> TrainingRun::SaveDue(int64_t step) {
 }
 
 absl::Status TrainingRun::Save(StepRecord* r) {
-  Timer save_timer;
+  const int64_t begin = NowNanos();
   // The last checkpoint is written at once: the run ends with it.
   const bool async = policy_.async_save && r->step != parts_.trainer->config().steps;
   RETURN_IF_ERROR(
       writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep, async));
   if (!async) Report(writer_.Finish());
-  r->t_checkpoint = save_timer.Seconds();
+  const int64_t end = NowNanos();
+  r->t_checkpoint = static_cast<double>(end - begin) * 1e-9;
+  // The stall, beside the step it follows.
+  if (TraceEvent* e = TraceInterval(TraceTrack::kStep, "checkpoint", "checkpoint", begin, end)) {
+    e->AddArg("step", r->step);
+  }
   since_save_.Reset();
   if (lead() && async) {
     std::fprintf(stderr, "checkpoint of step %lld: snapshot in %.2fs, written in the background\n",
@@ -342,10 +378,15 @@ absl::Status TrainingRun::Save(StepRecord* r) {
 }
 
 absl::Status TrainingRun::SaveToMemory(StepRecord* r) {
-  Timer timer;
+  const int64_t begin = NowNanos();
   absl::StatusOr<std::string> saved = memory_->Save(*parts_.trainer);
-  const double seconds = timer.Seconds();
+  const int64_t end = NowNanos();
+  const double seconds = static_cast<double>(end - begin) * 1e-9;
   r->t_checkpoint += seconds;
+  if (TraceEvent* e =
+          TraceInterval(TraceTrack::kStep, "checkpoint", "memory checkpoint", begin, end)) {
+    e->AddArg("step", r->step);
+  }
   if (!lead()) return absl::OkStatus();
   if (!saved.ok()) {
     const std::string message(saved.status().message());

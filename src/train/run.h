@@ -15,6 +15,8 @@
 //      checkpoint that is due, record the first step's memory and traffic
 //      per rank (ranks.json), write the metrics line and
 //      the progress line;
+//      With --trace, the steps of its window are recorded as a timeline
+//      (src/train/step_trace.h), written once the window's last is done;
 //   3. end: the last checkpoint committed, the memory checkpoints removed
 //      (the run is complete), the pipeline bubble summarized,
 //      OUT/report.html written (src/report/report.h).
@@ -41,6 +43,7 @@
 #include "src/train/env.h"
 #include "src/train/events.h"
 #include "src/train/metrics.h"
+#include "src/train/step_trace.h"
 #include "src/train/straggler.h"
 #include "src/train/trainer.h"
 
@@ -65,6 +68,12 @@ struct RunPolicy {
   // (docs/formats.md) and ends with Cancelled (`ladder train` exits 75), for
   // the supervisor to restart the job without that node.
   std::string straggler_action = "warn";
+  // The step timeline (src/train/step_trace.h): a Chrome trace of the
+  // window's steps written here; "": none. An explicit window is cut to
+  // the steps the run takes, the default one moved to fit them.
+  std::string trace;
+  StepWindow trace_steps;
+  bool trace_steps_explicit = false;
 
   // InvalidArgument naming the first bad value.
   absl::Status Validate() const;
@@ -135,6 +144,9 @@ class TrainingRun {
   absl::Status OpenMetrics(bool fresh);
   absl::Status SummarizeBubble();
   absl::Status WriteReport();
+  // The trace's call after `steps_done` steps (StepTrace::AtStep); rank 0
+  // says where the file is once written. Collective when it writes.
+  absl::Status TraceAt(int64_t steps_done);
   static constexpr int kTelemetryPeriodMs = 1000;
   bool lead() const { return parts_.grid->rank() == 0; }
 
@@ -146,6 +158,7 @@ class TrainingRun {
   std::optional<MemoryCheckpointer> memory_;  // with --mem-save-every
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
+  std::optional<StepTrace> trace_;  // with --trace
   Timer run_timer_, since_save_;
   Timer since_step_;  // this rank's time since the last step's gather
   StragglerDetector stragglers_;

@@ -2,15 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/core/trace.h"
 #include "src/train/lr_schedule.h"
 
 namespace ladder {
 namespace {
 
 bool Parallel(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
+// The seconds from `begin` to `end` (NowNanos readings), recorded as a span
+// of the step track while a trace records.
+double StepSpan(const char* name, int64_t begin, int64_t end) {
+  TraceInterval(TraceTrack::kStep, name, name, begin, end);
+  return static_cast<double>(end - begin) * 1e-9;
+}
 
 }  // namespace
 
@@ -83,25 +92,17 @@ int64_t Trainer::tokens_per_step() const {
 }
 
 pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32_t* targets,
-                                              int rows, int slots, float dloss, double* loss_sum,
-                                              StepRecord* record) {
+                                              int rows, int slots, float dloss, double* loss_sum) {
   const int T = cfg_.model.context;
   Gpt* m = model_.get();
   pp::StageFunctions f;
   f.forward = [=](int micro) -> absl::Status {
     const size_t at = static_cast<size_t>(micro) * rows * T;
-    Timer t;
     ASSIGN_OR_RETURN(double loss, m->Forward(inputs + at, targets + at, rows, T, micro % slots));
     *loss_sum += loss;
-    record->t_forward += t.Seconds();
     return absl::OkStatus();
   };
-  f.backward = [=](int micro) -> absl::Status {
-    Timer t;
-    RETURN_IF_ERROR(m->Backward(dloss, micro % slots));
-    record->t_backward += t.Seconds();
-    return absl::OkStatus();
-  };
+  f.backward = [=](int micro) -> absl::Status { return m->Backward(dloss, micro % slots); };
   f.input = [=](int micro) { return m->StageInput(micro % slots); };
   f.output = [m] { return m->StageOutput(); };
   f.output_grad = [m] { return m->OutputGrad(); };
@@ -133,15 +134,19 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   const int T = cfg_.model.context, D = dp_size(), M = microbatches_;
   const int64_t G = int64_t{cfg_.batch_size} * cfg_.AccumulationSteps();
   StepRecord r;
-  Timer step_timer;
+  // The time split reads one chain of clock readings: each part starts where
+  // the one before ended, so data + forward + backward + bubble + optimizer
+  // is the step, and the trace's spans (src/core/trace.h) are the same
+  // intervals.
+  const int64_t step_begin = NowNanos();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
     if (c != nullptr) c->ResetStats();
   }
   RETURN_IF_ERROR(model_->ZeroGrads());
-  Timer t;
   train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
-  r.t_data = t.Seconds();
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
+  const int64_t data_end = NowNanos();
+  r.t_data = StepSpan("data", step_begin, data_end);
 
   // The microbatches, in this stage's schedule. Only the last stage sees
   // losses; it hands their mean to the other stages afterwards.
@@ -149,16 +154,25 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   double loss_sum = 0.0;
   const int P = pp_size(), stage = groups_.pp ? groups_.pp->rank() : 0;
   pp::StageTiming timing;
+  timing.begin_ns = data_end;  // the chain goes on through the schedule
   RETURN_IF_ERROR(pp::RunStage(
       pp::StageOps(groups_.schedule, P, stage, M), groups_.pp,
-      StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum, &r),
+      StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum),
       &timing));
-  if (P > 1) r.t_bubble = timing.wall_seconds - timing.compute_seconds;
+  r.t_forward = timing.forward_seconds;
+  r.t_backward = timing.backward_seconds;
   float loss = static_cast<float>(loss_sum / M);
   // The loss is a host value (Forward returns it): it travels as host memory.
   const Tensor host_loss = Tensor::F32(&loss, {1}, Device::kCpu);
   if (P > 1) RETURN_IF_ERROR(groups_.pp->Broadcast(host_loss, P - 1));
-  t.Reset();
+  const int64_t optimizer_begin = P > 1 ? NowNanos() : timing.end_ns;
+  if (P > 1) {
+    // Waiting for the last stage's loss is waiting for a neighbour too: the
+    // bubble runs on from the schedule's end to here.
+    StepSpan("bubble", timing.end_ns, optimizer_begin);
+    r.t_bubble = static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward -
+                 r.t_backward;
+  }
 
   // The tied embedding: the first stage's lookup and the last stage's head
   // each hold part of its gradient; both need the sum.
@@ -177,7 +191,10 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   r.loss = D > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
   RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->backend(), grads));
-  ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
+  {
+    TraceSpan span(TraceTrack::kCompute, "optimizer", "grad norm");
+    ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
+  }
   r.lr = LearningRate(step_, cfg_.steps, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
   // The loss and norm are the same on every rank, so is the verdict.
   const StepGuard::Verdict verdict = guard_.Check(r.loss, r.grad_norm);
@@ -194,6 +211,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
                                         : copy.Slice(0, {model_->table().total_floats()});
   }
   if (!r.skipped) {
+    TraceSpan span(TraceTrack::kCompute, "optimizer", "adamw");
     RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr,
                                        static_cast<int>(step_ + 1), copy_range, cfg_.seed));
   } else if (!copy.empty()) {
@@ -206,8 +224,13 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
     if (!copy.empty()) RETURN_IF_ERROR(groups_.dp->AllGather(copy_range, copy));
   }
-  r.t_optimizer = t.Seconds();
-  r.t_step = step_timer.Seconds();
+  const int64_t step_end = NowNanos();
+  r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
+  r.t_step = static_cast<double>(step_end - step_begin) * 1e-9;
+  if (TraceEvent* e = TraceInterval(TraceTrack::kStep, "step", "step", step_begin, step_end)) {
+    std::snprintf(e->name, sizeof e->name, "step %lld", static_cast<long long>(step_ + 1));
+    e->AddArg("step", step_ + 1);
+  }
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
               model_->activation_sizes().total_bytes()};
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
@@ -322,6 +345,7 @@ absl::Status Trainer::Run(const std::function<absl::Status(const StepRecord&)>& 
     const bool eval_now =
         (cfg_.eval_every > 0 && r.step % cfg_.eval_every == 0) || r.step == cfg_.steps;
     if (eval_now) {
+      TraceSpan span(TraceTrack::kStep, "validation", "validation");
       ASSIGN_OR_RETURN(double v, ValidationLoss());
       r.val_loss = v;
     }

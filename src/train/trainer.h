@@ -124,8 +124,7 @@ class Trainer {
   int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
   // The hand-over functions of this rank's stage for the rows at `rows`.
   pp::StageFunctions StageFunctionsFor(const int32_t* inputs, const int32_t* targets, int rows,
-                                       int slots, float dloss, double* loss_sum,
-                                       StepRecord* record);
+                                       int slots, float dloss, double* loss_sum);
   // Sums the data-parallel gradients (bucketed all-reduce or ZeRO-1
   // reduce-scatter); returns the range of the buffers this rank updates.
   absl::Status ReduceGradients(Tensor* weights, Tensor* grads, Communicator** range_group);

@@ -35,7 +35,7 @@ class FakeCarrier final : public Communicator {
  private:
   absl::Status Log(const char* op, int64_t bytes) {
     log_->push_back(op);
-    Record(1.0, bytes);
+    RecordStats(1.0, bytes);
     return absl::OkStatus();
   }
   std::vector<std::string>* log_;

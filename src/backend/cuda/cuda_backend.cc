@@ -29,7 +29,7 @@ constexpr size_t kAlign = 64;  // Allocate's promise (cudaMalloc gives 256)
 }  // namespace
 
 CudaBackend::CudaBackend(cudaStream_t stream, std::unique_ptr<Matmuls> matmuls)
-    : stream_(stream), matmuls_(std::move(matmuls)) {}
+    : stream_(stream), timer_(stream), matmuls_(std::move(matmuls)) {}
 
 CudaBackend::~CudaBackend() {
   matmuls_.reset();

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/namespace.h"
 #include "src/backend/backend.h"
+#include "src/backend/cuda/event_timer.h"
 #include "src/backend/cuda/matmul.h"
 
 LADDER_CUDA_BEGIN
@@ -42,6 +43,8 @@ class CudaBackend final : public Backend {
   // The stream every op is enqueued on (a communicator that must be ordered
   // with the ops enqueues on it too).
   cudaStream_t stream() const { return stream_; }
+  // CUDA events on the stream (event_timer.h).
+  DeviceTimer* timer() override { return &timer_; }
 
   absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
                                 Tensor wpe, int64_t vocab_start) override;
@@ -99,6 +102,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> Scratch(int64_t bytes, DType dtype);
 
   cudaStream_t stream_;
+  EventTimer timer_;  // marks on stream_
   std::unique_ptr<Matmuls> matmuls_;
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;

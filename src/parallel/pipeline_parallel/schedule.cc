@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/core/trace.h"
 
 namespace ladder::pp {
 
@@ -58,8 +59,26 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
   // The microbatch whose input / output gradient a combined SendRecv has
   // already received (-1: none).
   int input_ready = -1, grad_ready = -1;
-  Timer wall;
-  double compute = 0;
+  // One chain of clock readings: each pass starts where the stretch before
+  // it ends, so passes and bubbles tile the wall time.
+  const int64_t start =
+      timing != nullptr && timing->begin_ns != 0 ? timing->begin_ns : NowNanos();
+  int64_t mark = start;
+  int64_t forward_ns = 0, backward_ns = 0;
+  // Runs one pass (F or B of `micro`) from the mark on, and traces it and
+  // the bubble before it.
+  auto pass = [&](bool forward, int micro) -> absl::Status {
+    const int64_t begin = stages > 1 ? NowNanos() : mark;
+    if (stages > 1) TraceInterval(TraceTrack::kStep, "bubble", "bubble", mark, begin);
+    RETURN_IF_ERROR(forward ? f.forward(micro) : f.backward(micro));
+    mark = NowNanos();
+    (forward ? forward_ns : backward_ns) += mark - begin;
+    const char* name = forward ? "forward" : "backward";
+    if (TraceEvent* e = TraceInterval(TraceTrack::kStep, name, name, begin, mark)) {
+      e->AddArg("microbatch", micro);
+    }
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const Op* following = i + 1 < ops.size() ? &ops[i + 1] : nullptr;
@@ -67,9 +86,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       if (!first && input_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.input(op.microbatch), prev));
       }
-      Timer t;
-      RETURN_IF_ERROR(f.forward(op.microbatch));
-      compute += t.Seconds();
+      RETURN_IF_ERROR(pass(true, op.microbatch));
       if (last) continue;
       if (following != nullptr && !following->forward) {
         RETURN_IF_ERROR(group->SendRecv(f.output(), next, f.output_grad(), next));
@@ -81,9 +98,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       if (!last && grad_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.output_grad(), next));
       }
-      Timer t;
-      RETURN_IF_ERROR(f.backward(op.microbatch));
-      compute += t.Seconds();
+      RETURN_IF_ERROR(pass(false, op.microbatch));
       if (first) continue;
       if (following != nullptr && following->forward) {
         RETURN_IF_ERROR(
@@ -94,9 +109,15 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       }
     }
   }
+  const int64_t end = stages > 1 ? NowNanos() : mark;
+  if (stages > 1) TraceInterval(TraceTrack::kStep, "bubble", "bubble", mark, end);
   if (timing != nullptr) {
-    timing->wall_seconds = wall.Seconds();
-    timing->compute_seconds = compute;
+    timing->wall_seconds = static_cast<double>(end - start) * 1e-9;
+    timing->forward_seconds = static_cast<double>(forward_ns) * 1e-9;
+    timing->backward_seconds = static_cast<double>(backward_ns) * 1e-9;
+    timing->compute_seconds = timing->forward_seconds + timing->backward_seconds;
+    timing->begin_ns = start;
+    timing->end_ns = end;
   }
   return absl::OkStatus();
 }

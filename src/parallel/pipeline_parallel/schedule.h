@@ -23,6 +23,7 @@
 // 1F1B stages would each wait for the other to receive.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -68,8 +69,14 @@ struct StageFunctions {
 };
 
 struct StageTiming {
-  double wall_seconds = 0;     // the whole schedule
-  double compute_seconds = 0;  // inside forward and backward
+  double wall_seconds = 0;  // the whole schedule
+  // Inside forward and inside backward; compute_seconds is their sum.
+  double forward_seconds = 0, backward_seconds = 0;
+  double compute_seconds = 0;
+  // The schedule's first and last clock readings (NowNanos, src/core/timer.h).
+  // A caller may set begin_ns before the call to its own last reading: the
+  // schedule then starts its chain there (0: at the call).
+  int64_t begin_ns = 0, end_ns = 0;
   // The stage's idle share: (wall - compute) / wall.
   double bubble() const {
     return wall_seconds > 0 ? (wall_seconds - compute_seconds) / wall_seconds : 0.0;
@@ -79,6 +86,14 @@ struct StageTiming {
 // Runs `ops` on this rank's stage (its rank in `group`; null or a group of
 // one: a single stage, no messages). Every stage of the group must run the
 // ops of the same schedule and microbatch count.
+//
+// While a trace records (src/core/trace.h), each pass is a "forward" or
+// "backward" span on the step track (argument "microbatch"), and with two
+// or more stages each stretch between passes (waiting for a neighbour, and
+// the sends and receives) is a "bubble" span; a single stage has no waits,
+// so each pass runs on from where the one before ended. Read from one chain
+// of clock readings, the spans tile the schedule's wall time, and the
+// timing's seconds are their sums.
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
                       StageTiming* timing);
 
