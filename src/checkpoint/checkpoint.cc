@@ -30,7 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 // A rename or a new file is durable only once its directory is synced.
 absl::Status SyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -314,9 +313,9 @@ absl::Status ReadPieces(ShardSource& source, const Manifest& m,
                                           reinterpret_cast<char*>(data.data()));
     if (!read.ok()) return read;
     if (Crc32(0, data.data(), data.size() * 4) != p.crc) {
-      return absl::DataLossError(absl::StrCat("shard '", source.Name(p.file),
-                                              "': checksum mismatch in ", specs[p.tensor].name,
-                                              " (", PieceKindName(p.kind), "): the file is corrupt"));
+      return absl::DataLossError(absl::StrCat(
+          "shard '", source.Name(p.file), "': checksum mismatch in ", specs[p.tensor].name, " (",
+          PieceKindName(p.kind), "): the file is corrupt"));
     }
     const int64_t dim1 = specs[p.tensor].shape.size() == 2 ? specs[p.tensor].shape[1] : 1;
     const float* src = data.data();
@@ -335,9 +334,9 @@ absl::StatusOr<Loaded> ReadCheckpoint(const Manifest& m, ShardSource& source,
                                       const std::string& where, Trainer& trainer) {
   const GptConfig& cfg = trainer.config().model;
   if (m.model.ToText() != cfg.ToText()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": the checkpoint's model differs from the config's (", m.model.n_layer,
-        " layers, width ", m.model.n_embd, ", vocab ", m.model.vocab_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the checkpoint's model differs from the config's (", m.model.n_layer,
+                     " layers, width ", m.model.n_embd, ", vocab ", m.model.vocab_size, ")"));
   }
   const ParameterTable& t = trainer.model().table();
   const std::vector<ParamSpec> specs = GptParameterSpecs(cfg);
@@ -448,7 +447,6 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
   return out;
 }
 
-
 absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const CheckpointContext& ctx) {
   const Grid& grid = *ctx.grid;
   const Trainer::Position pos = trainer.position();
@@ -459,7 +457,8 @@ absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const Checkpoi
   RETURN_IF_ERROR(trainer.model().GetWeights(w.data()));
   RETURN_IF_ERROR(trainer.GetOptimizerState(&m, &v));
   Shard shard = BuildShard(t, grid.rank(), trainer.dp_rank() == 0, w.data(), m.data(), v.data());
-  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries, GatherEntries(ctx.world, Encode(shard)));
+  ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> entries,
+                   GatherEntries(ctx.world, Encode(shard)));
   CheckpointSnapshot out;
   out.shard = std::move(shard.bytes);
   Manifest& man = out.manifest;

@@ -27,9 +27,9 @@ std::string ReplicaName(int rank) { return "replica-" + ShardFileName(rank); }
 absl::StatusOr<std::vector<int64_t>> GatherI64(Communicator* world, std::vector<int64_t> mine) {
   const int64_t n = static_cast<int64_t>(mine.size());
   std::vector<int64_t> all(static_cast<size_t>(world->size() * n));
-  RETURN_IF_ERROR(world->AllGather(Tensor(mine.data(), DType::kI8, {n * 8}, Device::kCpu),
-                                   Tensor(all.data(), DType::kI8, {world->size() * n * 8},
-                                          Device::kCpu)));
+  RETURN_IF_ERROR(
+      world->AllGather(Tensor(mine.data(), DType::kI8, {n * 8}, Device::kCpu),
+                       Tensor(all.data(), DType::kI8, {world->size() * n * 8}, Device::kCpu)));
   return all;
 }
 
@@ -222,8 +222,7 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
   for (int r = 0; r < n; ++r) {
     if (ok[2 * r]) continue;
     if (nodes_.nodes() == 1 || !ok[2 * nodes_.successor(r) + 1]) {
-      return Refuse(absl::StrFormat("rank %d's shard of memory %s has no intact copy (%s)", r,
-                                    name,
+      return Refuse(absl::StrFormat("rank %d's shard of memory %s has no intact copy (%s)", r, name,
                                     nodes_.nodes() > 1 ? "its node's and the next node's are "
                                                          "missing or corrupt"
                                                        : "missing or corrupt, no other node"));

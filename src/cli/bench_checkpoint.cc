@@ -127,7 +127,8 @@ absl::Status Run(const Flags& f) {
       "Young/Daly interval sqrt(2 C MTBF) at MTBF %.0f h: every %.0f s synchronous, every %.0f "
       "s asynchronous\n",
       f.mtbf_hours, interval(sync_seconds), interval(async_stall));
-  std::printf("memory save: %.2f s stall (%s)\n", mem_save, MemoryCheckpointArea(f.dir + "/memory").c_str());
+  std::printf("memory save: %.2f s stall (%s)\n", mem_save,
+              MemoryCheckpointArea(f.dir + "/memory").c_str());
   std::printf(
       "restore: %.2f s from memory, %.2f s from disk (page cache dropped) = %.2fx the disk's "
       "time\n",

@@ -81,17 +81,17 @@ absl::Status TraceRecorder::ResolveDeviceSpans() {
   return absl::OkStatus();
 }
 
-std::string TraceRecorder::ToJson(int pid, const std::string& process_name,
-                                  int64_t zero_ns) const {
-  std::string out = absl::StrCat(
-      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":0,\"args\":{\"name\":",
-      nlohmann::json(process_name).dump(), "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\","
-      "\"pid\":", pid, ",\"tid\":0,\"args\":{\"sort_index\":", pid, "}}");
+std::string TraceRecorder::ToJson(int pid, const std::string& process_name, int64_t zero_ns) const {
+  std::string out =
+      absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid,
+                   ",\"tid\":0,\"args\":{\"name\":", nlohmann::json(process_name).dump(),
+                   "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\","
+                   "\"pid\":",
+                   pid, ",\"tid\":0,\"args\":{\"sort_index\":", pid, "}}");
   for (int t = 0; t < kNumTraceTracks; ++t) {
     if (static_cast<TraceTrack>(t) == TraceTrack::kDevice && device_ == nullptr) continue;
-    absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid,
-                    ",\"tid\":", t, ",\"args\":{\"name\":\"",
-                    TraceTrackName(static_cast<TraceTrack>(t)),
+    absl::StrAppend(&out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", t,
+                    ",\"args\":{\"name\":\"", TraceTrackName(static_cast<TraceTrack>(t)),
                     "\"}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":", pid,
                     ",\"tid\":", t, ",\"args\":{\"sort_index\":", t, "}}");
   }

@@ -303,8 +303,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   }
   {
     TraceSpan span(TraceTrack::kCompute, "head", "head");
-    RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd,
-                                                resid_mid, a.branch, w_.lnf_w, w_.lnf_b));
+    RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd, resid_mid,
+                                                a.branch, w_.lnf_w, w_.lnf_b));
     // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
     RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
   }
@@ -395,8 +395,8 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     }
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "qkv matmul bwd");
-      RETURN_IF_ERROR(tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv,
-                                               la.ln1, w.qkv_w));
+      RETURN_IF_ERROR(
+          tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
     }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));

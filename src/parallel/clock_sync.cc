@@ -14,8 +14,7 @@ Tensor Word(int64_t* v) { return Tensor(v, DType::kI8, {8}, Device::kCpu); }
 }  // namespace
 
 absl::StatusOr<ClockOffset> EstimateClockOffset(Communicator& world,
-                                                const std::function<int64_t()>& clock,
-                                                int rounds) {
+                                                const std::function<int64_t()>& clock, int rounds) {
   ClockOffset mine;
   if (world.size() == 1) return mine;
   if (world.rank() != 0) {

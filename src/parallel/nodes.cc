@@ -36,8 +36,8 @@ absl::StatusOr<int> RanksPerNode() {
 absl::StatusOr<NodeMap> NodeMapFromEnv(int world) {
   ASSIGN_OR_RETURN(const int k, RanksPerNode());
   if (world % k != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(RanksPerNodeVariable(), "=", k,
-                                                   " must divide the world's ", world, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(RanksPerNodeVariable(), "=", k, " must divide the world's ", world, " ranks"));
   }
   return NodeMap{.world = world, .ranks_per_node = k};
 }

@@ -57,10 +57,10 @@ struct RunPolicy {
   int64_t save_every = 0;      // steps between checkpoints (and one at the end); 0: none
   double save_every_minutes = 0;
   int64_t mem_save_every = 0;  // steps between in-memory checkpoints; 0: none
-  int keep = 3;             // committed checkpoints kept
-  bool async_save = false;  // write shards in the background
-  bool strict = false;      // refuse a corrupt checkpoint instead of an earlier one
-  int zero = 0;             // ZeRO stage, recorded in manifests
+  int keep = 3;                // committed checkpoints kept
+  bool async_save = false;     // write shards in the background
+  bool strict = false;         // refuse a corrupt checkpoint instead of an earlier one
+  int zero = 0;                // ZeRO stage, recorded in manifests
   StragglerOptions straggler;
   // What a named straggler triggers: "warn" (the progress line, metrics and
   // events name it) or "restart-without": the run also writes a checkpoint

@@ -27,8 +27,9 @@ absl::StatusOr<StepWindow> ParseStepWindow(const std::string& spec) {
   const size_t colon = spec.find(':');
   if (colon == std::string::npos || !absl::SimpleAtoi(spec.substr(0, colon), &w.first) ||
       !absl::SimpleAtoi(spec.substr(colon + 1), &w.last) || w.first < 1 || w.last < w.first) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--trace-steps '", spec, "': expected A:B, the first and last step to trace (1 <= A <= B)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace-steps '", spec,
+                     "': expected A:B, the first and last step to trace (1 <= A <= B)"));
   }
   return w;
 }

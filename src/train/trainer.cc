@@ -170,8 +170,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     // Waiting for the last stage's loss is waiting for a neighbour too: the
     // bubble runs on from the schedule's end to here.
     StepSpan("bubble", timing.end_ns, optimizer_begin);
-    r.t_bubble = static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward -
-                 r.t_backward;
+    r.t_bubble =
+        static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward - r.t_backward;
   }
 
   // The tied embedding: the first stage's lookup and the last stage's head

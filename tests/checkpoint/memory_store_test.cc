@@ -3,8 +3,6 @@
 // seen and is cleared by the next save, only the newest steps are kept, a
 // flipped byte in a stored shard fails its checksum, and the node rule
 // follows its variables.
-#include "src/checkpoint/memory_checkpoint.h"
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "src/checkpoint/memory_checkpoint.h"
 #include "src/core/crc32.h"
 
 namespace ladder {
@@ -22,8 +21,7 @@ namespace fs = std::filesystem;
 class MemoryStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("ladder-memory-store-test-" + std::to_string(::getpid()));
+    root_ = fs::temp_directory_path() / ("ladder-memory-store-test-" + std::to_string(::getpid()));
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -13,8 +13,7 @@ namespace ladder {
 namespace {
 
 // The recorder's events as a parsed "traceEvents" array.
-nlohmann::json Parse(const TraceRecorder& r, int pid, const std::string& process,
-                     int64_t zero_ns) {
+nlohmann::json Parse(const TraceRecorder& r, int pid, const std::string& process, int64_t zero_ns) {
   std::string text = "[";
   text += r.ToJson(pid, process, zero_ns);
   text += "]";

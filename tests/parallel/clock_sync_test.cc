@@ -4,6 +4,8 @@
 // bound far below the shifts; rank 0's offset is exactly zero; a group of
 // one communicates nothing and gets zero. Prints one line per failed check
 // and exits 1 if any rank failed.
+#include "src/parallel/clock_sync.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -12,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
-#include "src/parallel/clock_sync.h"
 #include "src/parallel/mpi_comm.h"
 
 namespace ladder {
@@ -40,8 +41,8 @@ absl::Status Run() {
   for (int rounds : {1, 8}) {
     ASSIGN_OR_RETURN(const ClockOffset got, EstimateClockOffset(world, clock, rounds));
     const int64_t want = shift - Shift(0);
-    const std::string what = absl::StrCat(rounds, " rounds: offset ", got.offset_ns,
-                                          " ns +- ", got.error_ns, ", true ", want);
+    const std::string what = absl::StrCat(rounds, " rounds: offset ", got.offset_ns, " ns +- ",
+                                          got.error_ns, ", true ", want);
     if (rank == 0) {
       Check(got.offset_ns == 0 && got.error_ns == 0, what);
     } else {

@@ -61,8 +61,7 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
   int input_ready = -1, grad_ready = -1;
   // One chain of clock readings: each pass starts where the stretch before
   // it ends, so passes and bubbles tile the wall time.
-  const int64_t start =
-      timing != nullptr && timing->begin_ns != 0 ? timing->begin_ns : NowNanos();
+  const int64_t start = timing != nullptr && timing->begin_ns != 0 ? timing->begin_ns : NowNanos();
   int64_t mark = start;
   int64_t forward_ns = 0, backward_ns = 0;
   // Runs one pass (F or B of `micro`) from the mark on, and traces it and
