@@ -326,14 +326,14 @@ Figure RanksFigure(const RunData& run) {
   Figure f("ranks", "Per-rank step time");
   Plot p = MakePlot(Plot::Kind::kHeatmap, "Compute seconds per rank and step", "step", "");
   size_t ranks = 0;
-  for (const auto& rs : run.rank_seconds) ranks = std::max(ranks, rs.size());
+  for (const StepRecord& r : run.steps) ranks = std::max(ranks, r.rank_seconds.size());
   if (ranks == 0) {
     f.note = "No per-rank step times (\"rank_seconds\") in metrics.jsonl.";
     return f;
   }
   p.cells.assign(ranks, {});
   for (size_t i = 0; i < run.steps.size(); ++i) {
-    const std::vector<double>& rs = run.rank_seconds[i];
+    const std::vector<double>& rs = run.steps[i].rank_seconds;
     if (rs.empty()) continue;
     p.x_values.push_back(static_cast<double>(run.steps[i].step));
     for (size_t r = 0; r < ranks; ++r) p.cells[r].push_back(r < rs.size() ? rs[r] : kNaN);

@@ -111,14 +111,13 @@ absl::Status ReadMetrics(const std::string& path, RunData* run) {
     }
     r.skipped = j.value("skipped", false);
     if (auto v = j.find("val_loss"); v != j.end()) r.val_loss = Num(j, "val_loss");
-    std::vector<double> ranks;
     if (auto rs = j.find("rank_seconds"); rs != j.end() && rs->is_array()) {
       for (const json& v : *rs) {
-        ranks.push_back(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN());
+        r.rank_seconds.push_back(v.is_number() ? v.get<double>()
+                                               : std::numeric_limits<double>::quiet_NaN());
       }
     }
     run->steps.push_back(std::move(r));
-    run->rank_seconds.push_back(std::move(ranks));
   }
   return absl::OkStatus();
 }

@@ -40,9 +40,6 @@ struct GpuSample {
 struct RunData {
   std::string dir;
   std::vector<StepRecord> steps;  // in file order
-  // Each step's per-rank compute seconds ("rank_seconds"), parallel to
-  // `steps`; an entry is empty where the record has none.
-  std::vector<std::vector<double>> rank_seconds;
   std::vector<RunEvent> events;
   std::vector<RankInfo> ranks;
   std::vector<GpuSample> gpu;

@@ -58,8 +58,8 @@ TEST_F(RunDataTest, ReadsEveryFile) {
   EXPECT_EQ(run->steps[0].memory.optimizer, 2000);
   EXPECT_TRUE(std::isnan(run->steps[1].loss)) << "null is a non-finite number";
   EXPECT_DOUBLE_EQ(run->steps[1].val_loss.value(), 5.1);
-  EXPECT_TRUE(run->rank_seconds[0].empty());
-  EXPECT_EQ(run->rank_seconds[1], (std::vector<double>{0.05, 0.06}));
+  EXPECT_TRUE(run->steps[0].rank_seconds.empty());
+  EXPECT_EQ(run->steps[1].rank_seconds, (std::vector<double>{0.05, 0.06}));
   ASSERT_EQ(run->events.size(), 1u);
   EXPECT_EQ(run->events[0].kind, "save");
   EXPECT_EQ(run->events[0].detail, "step-00000002");
