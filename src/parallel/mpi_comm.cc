@@ -87,6 +87,67 @@ MPI_Op MpiOp(ReduceOp op, DType dtype) {
   return op == ReduceOp::kSum ? ops.first : ops.second;
 }
 
+// Elements one call names at most: MPI's int count (lowered by tests).
+int64_t g_max_count = INT_MAX;
+
+// A buffer as a point-to-point or broadcast call names it: `count()`
+// elements of `type()`. Up to g_max_count elements that is the tensor's own
+// type. Past it an int count cannot say the size (a 124M-parameter shard is
+// 1.5e9 bytes, a 1.5B one's 1.8e10), so the buffer becomes one element of a
+// derived type built here, q blocks of g_max_count elements and then the r
+// left over: one message still, matched element for element by a receiver
+// of the same size. Reductions keep the limit (MPI's built-in operations
+// take built-in types). Lives until the call that uses it has completed.
+class MpiBuffer {
+ public:
+  explicit MpiBuffer(const Tensor& t) : type_(MpiType(t.dtype)) {
+    const int64_t n = t.numel();
+    if (n <= g_max_count) {
+      count_ = static_cast<int>(n);
+      return;
+    }
+    const int64_t q = n / g_max_count, r = n % g_max_count;
+    MPI_Datatype block = MPI_DATATYPE_NULL, blocks = MPI_DATATYPE_NULL;
+    Check(MPI_Type_contiguous(static_cast<int>(g_max_count), type_, &block));
+    Check(MPI_Type_contiguous(static_cast<int>(q), block, &blocks));
+    if (r == 0) {
+      derived_ = blocks;
+    } else {
+      int lengths[2] = {1, static_cast<int>(r)};
+      MPI_Aint offsets[2] = {0, static_cast<MPI_Aint>(q * g_max_count * DTypeSize(t.dtype))};
+      MPI_Datatype types[2] = {blocks, type_};
+      Check(MPI_Type_create_struct(2, lengths, offsets, types, &derived_));
+      if (blocks != MPI_DATATYPE_NULL) MPI_Type_free(&blocks);
+    }
+    if (block != MPI_DATATYPE_NULL) MPI_Type_free(&block);
+    if (derived_ != MPI_DATATYPE_NULL) Check(MPI_Type_commit(&derived_));
+    type_ = derived_;
+    count_ = 1;
+  }
+  ~MpiBuffer() {
+    if (derived_ != MPI_DATATYPE_NULL) MPI_Type_free(&derived_);
+  }
+  MpiBuffer(const MpiBuffer&) = delete;
+  MpiBuffer& operator=(const MpiBuffer&) = delete;
+
+  // An MPI error from building the type, naming the call `op`.
+  absl::Status status(const char* op) const {
+    return rc_ == MPI_SUCCESS ? absl::OkStatus() : MpiError(rc_, op);
+  }
+  int count() const { return count_; }
+  MPI_Datatype type() const { return type_; }
+
+ private:
+  void Check(int rc) {
+    if (rc_ == MPI_SUCCESS) rc_ = rc;
+  }
+
+  MPI_Datatype type_;
+  MPI_Datatype derived_ = MPI_DATATYPE_NULL;
+  int count_ = 0;
+  int rc_ = MPI_SUCCESS;
+};
+
 bool Overlap(const Tensor& a, const Tensor& b) {
   auto* a0 = static_cast<const char*>(a.data);
   auto* b0 = static_cast<const char*>(b.data);
@@ -165,11 +226,11 @@ class MpiCommunicator final : public Communicator {
   absl::Status Broadcast(Tensor buf, int root) override {
     RETURN_IF_ERROR(CheckBuffer("Broadcast", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckRoot("Broadcast", root));
-    RETURN_IF_ERROR(CheckCount("Broadcast", buf));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status("broadcast"));
     Timer timer;
     MPI_Request req;
-    int rc =
-        MPI_Ibcast(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), root, comm_, &req);
+    int rc = MPI_Ibcast(buf.data, b.count(), b.type(), root, comm_, &req);
     // A receiver waits for the root; the root for everyone.
     std::vector<int> waiting_for = rank() == root ? others_ : std::vector<int>{members()[root]};
     return Finish(rc, &req, "broadcast", waiting_for, timer, buf.bytes());
@@ -178,22 +239,22 @@ class MpiCommunicator final : public Communicator {
   absl::Status Send(Tensor buf, int peer) override {
     RETURN_IF_ERROR(CheckBuffer("Send", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckPeer("Send", peer));
-    RETURN_IF_ERROR(CheckCount("Send", buf));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status("send"));
     Timer timer;
     MPI_Request req;
-    int rc = MPI_Isend(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), peer, kTag,
-                       comm_, &req);
+    int rc = MPI_Isend(buf.data, b.count(), b.type(), peer, kTag, comm_, &req);
     return Finish(rc, &req, "send", {members()[peer]}, timer, buf.bytes());
   }
 
   absl::Status Recv(Tensor buf, int peer) override {
     RETURN_IF_ERROR(CheckBuffer("Recv", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckPeer("Recv", peer));
-    RETURN_IF_ERROR(CheckCount("Recv", buf));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status("recv"));
     Timer timer;
     MPI_Request req;
-    int rc = MPI_Irecv(buf.data, static_cast<int>(buf.numel()), MpiType(buf.dtype), peer, kTag,
-                       comm_, &req);
+    int rc = MPI_Irecv(buf.data, b.count(), b.type(), peer, kTag, comm_, &req);
     if (rc != MPI_SUCCESS) return MpiError(rc, "recv");
     MPI_Status status;
     RETURN_IF_ERROR(Wait(&req, &status, "recv", Dog("recv", {members()[peer]})));
@@ -207,16 +268,15 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Addressable(recv)));
     RETURN_IF_ERROR(CheckPeer("SendRecv", send_peer));
     RETURN_IF_ERROR(CheckPeer("SendRecv", recv_peer));
-    RETURN_IF_ERROR(CheckCount("SendRecv", send));
-    RETURN_IF_ERROR(CheckCount("SendRecv", recv));
     if (Overlap(send, recv)) return absl::InvalidArgumentError("SendRecv: send and recv overlap");
+    const MpiBuffer s(send), r(recv);
+    RETURN_IF_ERROR(s.status("send-recv"));
+    RETURN_IF_ERROR(r.status("send-recv"));
     Timer timer;
     MPI_Request reqs[2];
-    int rc = MPI_Irecv(recv.data, static_cast<int>(recv.numel()), MpiType(recv.dtype), recv_peer,
-                       kTag, comm_, &reqs[0]);
+    int rc = MPI_Irecv(recv.data, r.count(), r.type(), recv_peer, kTag, comm_, &reqs[0]);
     if (rc != MPI_SUCCESS) return MpiError(rc, "send-recv");
-    rc = MPI_Isend(send.data, static_cast<int>(send.numel()), MpiType(send.dtype), send_peer, kTag,
-                   comm_, &reqs[1]);
+    rc = MPI_Isend(send.data, s.count(), s.type(), send_peer, kTag, comm_, &reqs[1]);
     if (rc != MPI_SUCCESS) {
       MPI_Cancel(&reqs[0]);
       MPI_Request_free(&reqs[0]);
@@ -242,19 +302,20 @@ class MpiCommunicator final : public Communicator {
  private:
   static constexpr int kTag = 0;
 
-  // MPI counts are ints.
+  // MPI counts are ints; a reduction cannot go past them (MpiBuffer).
   absl::Status CheckCount(const char* op, const Tensor& t) const {
-    if (t.numel() <= INT_MAX) return absl::OkStatus();
+    if (t.numel() <= g_max_count) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", t.numel(),
                                                    " elements is more than MPI's limit of ",
-                                                   INT_MAX, " in one call; split the buffer"));
+                                                   g_max_count, " in one call; split the buffer"));
   }
 
-  // A message must fill the receive buffer exactly.
+  // A message must fill the receive buffer exactly (counted in the
+  // tensor's elements, whatever type carried them).
   absl::Status CheckReceived(const char* op, const MPI_Status& status, const Tensor& buf,
                              int peer) const {
-    int received = 0;
-    MPI_Get_count(&status, MpiType(buf.dtype), &received);
+    MPI_Count received = 0;
+    MPI_Get_elements_x(&status, MpiType(buf.dtype), &received);
     if (received == buf.numel()) return absl::OkStatus();
     return absl::InternalError(absl::StrCat(op, ": got ", received, " elements from world rank ",
                                             members()[peer], ", expected ", buf.numel()));
@@ -280,6 +341,8 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void SetMpiMaxCountForTesting(int64_t max_count) { g_max_count = max_count; }
 
 absl::Status MpiRuntime::Init(int* argc, char*** argv) {
   if (g_initialized) return absl::FailedPreconditionError("MpiRuntime::Init called twice");

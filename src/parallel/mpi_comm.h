@@ -29,6 +29,7 @@
 // where libnbc uses the binomial tree. tests/parallel checks both claims.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,13 @@ class MpiRuntime {
   // then kills every rank and exits with `code`), else this process exits.
   [[noreturn]] static void Abort(int code);
 };
+
+// MPI counts are ints. Send, Recv, SendRecv and Broadcast move buffers of
+// any size (past INT_MAX elements as one element of a derived type); the
+// reductions and AllGather refuse more than INT_MAX elements with
+// InvalidArgument. Tests lower the limit to exercise the derived types on
+// small buffers; not thread-safe, call between operations.
+void SetMpiMaxCountForTesting(int64_t max_count);
 
 // A communicator over MPI for the group of world ranks `members` (ascending,
 // no repeats, containing this rank; every member passes the same list).

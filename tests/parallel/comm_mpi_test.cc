@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -261,6 +262,48 @@ void CheckSendRecv(Communicator& c) {
   }
 }
 
+// Buffers past MPI's int count travel as one element of a derived type
+// (mpi_comm.h). With the limit lowered to 1000 elements: broadcasts and a
+// ring shift of 2500 floats (two blocks and a rest) and 3000 bytes (three
+// blocks, no rest) arrive whole; a reduction that large is refused.
+void CheckLargeMessages(Communicator& c) {
+  SetMpiMaxCountForTesting(1000);
+  const std::vector<int>& m = c.members();
+  const int r = c.rank();
+  for (int64_t n : {int64_t{2500}, int64_t{3000}}) {
+    for (int root = 0; root < c.size(); ++root) {
+      std::vector<float> buf(n), want(n);
+      for (int64_t i = 0; i < n; ++i) {
+        buf[i] = Pattern(m[r], i);
+        want[i] = Pattern(m[root], i);
+      }
+      if (Ok(c, "Broadcast", c.Broadcast(Tensor::F32(buf.data(), {n}, Device::kCpu), root))) {
+        Expect(c, absl::StrCat("Broadcast of ", n, " from root ", root).c_str(), buf, want);
+      }
+    }
+    if (c.size() > 1) {
+      const int next = (r + 1) % c.size(), prev = (r + c.size() - 1) % c.size();
+      std::vector<int8_t> out(n), in(n, 0), want(n);
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = static_cast<int8_t>((m[r] * 31 + i) % 127);
+        want[i] = static_cast<int8_t>((m[prev] * 31 + i) % 127);
+      }
+      if (Ok(c, "SendRecv",
+             c.SendRecv(Tensor(out.data(), DType::kI8, {n}, Device::kCpu), next,
+                        Tensor(in.data(), DType::kI8, {n}, Device::kCpu), prev))) {
+        Expect(c, absl::StrCat("SendRecv ring shift of ", n, " bytes").c_str(), in, want);
+      }
+    }
+  }
+  std::vector<float> big(2500, 1.0f);
+  if (c.size() > 1 &&
+      c.AllReduce(Tensor::F32(big.data(), {2500}, Device::kCpu), ReduceOp::kSum).code() !=
+          absl::StatusCode::kInvalidArgument) {
+    Fail(c, "an all-reduce past the count limit was not refused");
+  }
+  SetMpiMaxCountForTesting(INT_MAX);
+}
+
 // One call of each collective, then compare the counters with the sizes
 // passed (comm.h defines bytes as the full buffer of each call).
 void CheckStats(Communicator& c) {
@@ -317,6 +360,7 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
     CheckAllGather(c);
     CheckBroadcast(c);
     if (c.size() > 1) CheckSendRecv(c);
+    CheckLargeMessages(c);
     RETURN_IF_ERROR(c.Barrier());
     CheckStats(c);
   }
