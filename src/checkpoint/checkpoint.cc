@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -233,8 +234,6 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& step_dir) {
   return ParseManifest(text, path);
 }
 
-using LogicalTensors = std::map<int, std::vector<float>>;  // logical index -> values
-
 // Opens a shard file after checking its size against the manifest and its
 // magic (the pieces' checksums cover the rest).
 absl::StatusOr<std::ifstream> OpenShard(const std::string& path, int64_t bytes) {
@@ -298,19 +297,21 @@ class MemoryShards : public ShardSource {
   const std::vector<std::string>& shards_;
 };
 
-// Fills the tensors already present in `out[kind]` (sized to their logical
-// shape) from the pieces, checking each piece's checksum before its values
-// are used (the source checks each file's size and magic).
+// Each row of a piece, verified: the piece, the row's index in its logical
+// tensor and its p.cols values (logical columns from p.col_start).
+using PieceRowSink = std::function<void(const Piece& p, int64_t row, const float* values)>;
+
+// Reads every piece `wanted` accepts, checks its checksum before its values
+// are used (the source checks each file's size and magic), and hands its
+// rows to `sink`.
 absl::Status ReadPieces(ShardSource& source, const Manifest& m,
-                        LogicalTensors out[kNumPieceKinds]) {
+                        const std::function<bool(const Piece&)>& wanted, const PieceRowSink& sink) {
   const std::vector<ParamSpec> specs = GptParameterSpecs(m.model);
   // One buffer for every piece, grown to the largest: memory touched for
   // the first time is what a restore pays most for (docs/results.md).
   std::vector<float> data;
   for (const Piece& p : m.pieces) {
-    LogicalTensors& of_kind = out[static_cast<int>(p.kind)];
-    auto it = of_kind.find(p.tensor);
-    if (it == of_kind.end()) continue;
+    if (!wanted(p)) continue;
     data.resize(static_cast<size_t>(p.numel()));
     const absl::Status read = source.Read(p.file, p.offset, static_cast<int64_t>(data.size() * 4),
                                           reinterpret_cast<char*>(data.data()));
@@ -320,11 +321,10 @@ absl::Status ReadPieces(ShardSource& source, const Manifest& m,
           "shard '", source.Name(p.file), "': checksum mismatch in ", specs[p.tensor].name, " (",
           PieceKindName(p.kind), "): the file is corrupt"));
     }
-    const int64_t dim1 = specs[p.tensor].shape.size() == 2 ? specs[p.tensor].shape[1] : 1;
-    const float* src = data.data();
+    const float* values = data.data();
     for (const RowRun& r : p.rows) {
-      for (int64_t row = r.start; row < r.start + r.count; ++row, src += p.cols) {
-        std::copy(src, src + p.cols, it->second.data() + row * dim1 + p.col_start);
+      for (int64_t row = r.start; row < r.start + r.count; ++row, values += p.cols) {
+        sink(p, row, values);
       }
     }
   }
@@ -343,32 +343,39 @@ absl::StatusOr<Loaded> ReadCheckpoint(const Manifest& m, ShardSource& source,
   }
   const ParameterTable& t = trainer.model().table();
   const std::vector<ParamSpec> specs = GptParameterSpecs(cfg);
-  // The logical tensors this rank holds, per kind.
-  LogicalTensors logical[kNumPieceKinds];
+  // Where each piece's rows land, straight in this layout's shards (no
+  // logical tensor in between): per logical tensor, the local tensors cut
+  // from it, each with the local row of every logical row (-1: not held)
+  // and its logical column range.
+  struct Cut {
+    int i;
+    std::vector<int64_t> local_row;
+    int64_t col_start, cols;
+  };
+  std::map<int, std::vector<Cut>> cuts;
   for (int i = 0; i < t.size(); ++i) {
-    for (LogicalTensors& kind : logical) {
-      kind[t.logical_index(i)].assign(specs[t.logical_index(i)].numel(), 0.0f);
-    }
+    const std::vector<int64_t>& shape = t.local_shape(i);
+    Cut c{i, std::vector<int64_t>(static_cast<size_t>(specs[t.logical_index(i)].shape[0]), -1),
+          t.LogicalColumnStart(i), shape.size() == 2 ? shape[1] : 1};
+    for (int64_t r = 0; r < shape[0]; ++r) c.local_row[t.LogicalRow(i, r)] = r;
+    cuts[t.logical_index(i)].push_back(std::move(c));
   }
-  RETURN_IF_ERROR(ReadPieces(source, m, logical));
-  // Slice this rank's shards out of the logical tensors.
   Loaded out;
   std::vector<float>* local[] = {&out.w, &out.m, &out.v};
-  for (int k = 0; k < kNumPieceKinds; ++k) {
-    local[k]->assign(t.total_floats(), 0.0f);
-    for (int i = 0; i < t.size(); ++i) {
-      const std::vector<float>& whole = logical[k].at(t.logical_index(i));
-      const std::vector<int64_t>& shape = t.local_shape(i);
-      const int64_t cols = shape.size() == 2 ? shape[1] : 1;
-      const ParamSpec& s = specs[t.logical_index(i)];
-      const int64_t dim1 = s.shape.size() == 2 ? s.shape[1] : 1;
-      float* dst = local[k]->data() + t.offset(i);
-      for (int64_t r = 0; r < shape[0]; ++r) {
-        const float* src = whole.data() + t.LogicalRow(i, r) * dim1 + t.LogicalColumnStart(i);
-        std::copy(src, src + cols, dst + r * cols);
-      }
-    }
-  }
+  for (std::vector<float>* l : local) l->assign(t.total_floats(), 0.0f);
+  RETURN_IF_ERROR(ReadPieces(
+      source, m, [&](const Piece& p) { return cuts.count(p.tensor) > 0; },
+      [&](const Piece& p, int64_t row, const float* values) {
+        float* base = local[static_cast<int>(p.kind)]->data();
+        for (const Cut& c : cuts.at(p.tensor)) {
+          const int64_t r = c.local_row[row];
+          const int64_t from = std::max(p.col_start, c.col_start);
+          const int64_t to = std::min(p.col_start + p.cols, c.col_start + c.cols);
+          if (r < 0 || from >= to) continue;
+          std::copy(values + (from - p.col_start), values + (to - p.col_start),
+                    base + t.offset(c.i) + r * c.cols + (from - c.col_start));
+        }
+      }));
   out.position.step = m.step;
   out.position.loader = {m.loader_epoch, m.loader_index};
   out.position.guard = m.guard;
@@ -435,18 +442,20 @@ absl::StatusOr<CheckpointSummary> VerifyCheckpoint(const std::string& path) {
     RETURN_IF_ERROR(OpenShard(out.step_dir + "/" + f.name, f.bytes).status());
     out.bytes += f.bytes;
   }
-  // Every piece's own checksum, by reading all of them.
-  LogicalTensors all[kNumPieceKinds];
+  // Every piece's own checksum, by reading all of them; the weights kept.
   const std::vector<ParamSpec> specs = GptParameterSpecs(out.manifest.model);
-  for (LogicalTensors& kind : all) {
-    for (size_t i = 0; i < specs.size(); ++i) kind[static_cast<int>(i)].assign(specs[i].numel(), 0);
-  }
+  std::vector<int64_t> start(specs.size() + 1, 0);
+  for (size_t i = 0; i < specs.size(); ++i) start[i + 1] = start[i] + specs[i].numel();
+  out.weights.assign(static_cast<size_t>(start.back()), 0.0f);
   DiskShards disk(out.step_dir, out.manifest);
-  RETURN_IF_ERROR(ReadPieces(disk, out.manifest, all));
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const std::vector<float>& w = all[0][static_cast<int>(i)];
-    out.weights.insert(out.weights.end(), w.begin(), w.end());
-  }
+  RETURN_IF_ERROR(ReadPieces(
+      disk, out.manifest, [](const Piece&) { return true; },
+      [&](const Piece& p, int64_t row, const float* values) {
+        if (p.kind != PieceKind::kWeights) return;
+        const int64_t dim1 = specs[p.tensor].shape.size() == 2 ? specs[p.tensor].shape[1] : 1;
+        std::copy(values, values + p.cols,
+                  out.weights.data() + start[p.tensor] + row * dim1 + p.col_start);
+      }));
   return out;
 }
 
