@@ -279,7 +279,7 @@ class DiskShards : public ShardSource {
 // Shard files held in memory, whole, in the manifest's file order.
 class MemoryShards : public ShardSource {
  public:
-  MemoryShards(std::string where, const Manifest& m, const std::vector<std::string>& shards)
+  MemoryShards(std::string where, const Manifest& m, const std::vector<absl::string_view>& shards)
       : where_(std::move(where)), m_(m), shards_(shards) {}
   std::string Name(int file) const override { return where_ + "/" + m_.files[file].name; }
   absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) override {
@@ -294,7 +294,7 @@ class MemoryShards : public ShardSource {
  private:
   std::string where_;
   const Manifest& m_;
-  const std::vector<std::string>& shards_;
+  const std::vector<absl::string_view>& shards_;
 };
 
 // Each row of a piece, verified: the piece, the row's index in its logical
@@ -397,7 +397,7 @@ absl::Status Install(const Loaded& loaded, Trainer& trainer) {
 
 }  // namespace
 
-absl::Status CheckShardBytes(const std::string& bytes, int64_t expected, const std::string& name) {
+absl::Status CheckShardBytes(absl::string_view bytes, int64_t expected, const std::string& name) {
   if (static_cast<int64_t>(bytes.size()) != expected) {
     return absl::DataLossError(absl::StrCat("shard '", name, "' has ", bytes.size(),
                                             " bytes, the manifest says ", expected));
@@ -408,7 +408,7 @@ absl::Status CheckShardBytes(const std::string& bytes, int64_t expected, const s
   return absl::OkStatus();
 }
 
-absl::Status CheckShardPieces(const std::string& bytes, const Manifest& m, int file,
+absl::Status CheckShardPieces(absl::string_view bytes, const Manifest& m, int file,
                               const std::string& name) {
   RETURN_IF_ERROR(CheckShardBytes(bytes, m.files[file].bytes, name));
   for (const Piece& p : m.pieces) {
@@ -489,7 +489,7 @@ absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const Checkpoi
   return out;
 }
 
-absl::Status LoadShards(const Manifest& m, const std::vector<std::string>& shards,
+absl::Status LoadShards(const Manifest& m, const std::vector<absl::string_view>& shards,
                         const std::string& where, Trainer& trainer, const CheckpointContext& ctx) {
   MemoryShards source(where, m, shards);
   absl::StatusOr<Loaded> loaded = ReadCheckpoint(m, source, where, trainer);

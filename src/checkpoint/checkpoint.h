@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "src/checkpoint/manifest.h"
 #include "src/parallel/comm.h"
 #include "src/parallel/grid.h"
@@ -122,15 +123,15 @@ absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& tra
 // with LoadCheckpoint). Verifies sizes, magic and every piece's checksum
 // before any weight is set; `where` names the copy in errors. Collective
 // over the world: every rank succeeds or all return an error.
-absl::Status LoadShards(const Manifest& m, const std::vector<std::string>& shards,
+absl::Status LoadShards(const Manifest& m, const std::vector<absl::string_view>& shards,
                         const std::string& where, Trainer& trainer, const CheckpointContext& ctx);
 
 // OK if `bytes` is a shard file of the size `expected` with the shard magic;
 // else DataLoss naming `name`.
-absl::Status CheckShardBytes(const std::string& bytes, int64_t expected, const std::string& name);
+absl::Status CheckShardBytes(absl::string_view bytes, int64_t expected, const std::string& name);
 // CheckShardBytes, then every checksum of the pieces `m` places in file
 // `file`: whether a copy of that shard is intact.
-absl::Status CheckShardPieces(const std::string& bytes, const Manifest& m, int file,
+absl::Status CheckShardPieces(absl::string_view bytes, const Manifest& m, int file,
                               const std::string& name);
 
 // All ranks learn whether any rank failed (collective over `world`): OK if

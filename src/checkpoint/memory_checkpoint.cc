@@ -1,5 +1,9 @@
 #include "src/checkpoint/memory_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +39,11 @@ absl::StatusOr<std::vector<int64_t>> GatherI64(Communicator* world, std::vector<
 
 Tensor Bytes(std::string* s) {
   return Tensor(s->data(), DType::kI8, {static_cast<int64_t>(s->size())}, Device::kCpu);
+}
+// Bytes only sent (a Send's or a broadcast root's buffer, which MPI reads).
+Tensor Bytes(absl::string_view s) {
+  return Tensor(const_cast<char*>(s.data()), DType::kI8, {static_cast<int64_t>(s.size())},
+                Device::kCpu);
 }
 
 absl::Status Refuse(const std::string& why) { return absl::FailedPreconditionError(why); }
@@ -110,6 +119,36 @@ absl::StatusOr<std::string> MemoryStore::Get(int64_t step, const std::string& na
   in.read(bytes.data(), static_cast<std::streamsize>(size));
   if (!in) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
   return bytes;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  std::swap(addr_, other.addr_);
+  std::swap(size_, other.size_);
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (addr_ != nullptr) ::munmap(addr_, size_);
+}
+
+absl::StatusOr<MappedFile> MemoryStore::Map(int64_t step, const std::string& name) const {
+  const std::string path = dir_ + "/" + CheckpointStepName(step) + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  MappedFile f;
+  f.size_ = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
+  if (f.size_ > 0) {
+    // Populated at once: the pages are in memory already (tmpfs), so this
+    // only fills the page tables, in one call instead of a fault a page.
+    void* addr = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (addr == MAP_FAILED) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("cannot map '", path, "'"));
+    }
+    f.addr_ = addr;
+  }
+  ::close(fd);
+  return f;
 }
 
 // ---- the collective protocol --------------------------------------------
@@ -205,17 +244,16 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
 
   // 3. Each shard's copies: its own node's, and the replica on the next
   //    node. A copy counts only when its size, magic and checksums match.
-  auto intact = [&](const absl::StatusOr<std::string>& copy, int file) {
-    return copy.ok() && CheckShardPieces(*copy, m, file, name).ok();
+  // The copies are read where they lie, mapped, not copied out.
+  auto intact = [&](const absl::StatusOr<MappedFile>& copy, int file) {
+    return copy.ok() && CheckShardPieces(copy->bytes(), m, file, name).ok();
   };
-  std::string shard;
-  absl::StatusOr<std::string> own = store.Get(step, ShardFileName(rank));
+  absl::StatusOr<MappedFile> own = store.Map(step, ShardFileName(rank));
   const bool own_ok = intact(own, rank);
-  if (own_ok) shard = std::move(*own);
   const int prev = nodes_.predecessor(rank), next = nodes_.successor(rank);
-  absl::StatusOr<std::string> replica = nodes_.nodes() > 1
-                                            ? store.Get(step, ReplicaName(prev))
-                                            : absl::StatusOr<std::string>(absl::NotFoundError(""));
+  absl::StatusOr<MappedFile> replica = nodes_.nodes() > 1
+                                           ? store.Map(step, ReplicaName(prev))
+                                           : absl::StatusOr<MappedFile>(absl::NotFoundError(""));
   const bool replica_ok = intact(replica, prev);
   ASSIGN_OR_RETURN(std::vector<int64_t> ok, GatherI64(world, {own_ok, replica_ok}));
   int from_neighbour = 0;
@@ -231,25 +269,29 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
   }
   // Replicas travel back to the ranks whose own copy is gone.
   const bool send = !ok[2 * prev], receive = !own_ok;
-  if (receive) shard.assign(static_cast<size_t>(m.files[rank].bytes), '\0');
+  std::string received;  // this rank's shard from the next node
+  if (receive) received.assign(static_cast<size_t>(m.files[rank].bytes), '\0');
   if (send && receive) {
-    RETURN_IF_ERROR(world->SendRecv(Bytes(&*replica), prev, Bytes(&shard), next));
+    RETURN_IF_ERROR(world->SendRecv(Bytes(replica->bytes()), prev, Bytes(&received), next));
   } else if (send) {
-    RETURN_IF_ERROR(world->Send(Bytes(&*replica), prev));
+    RETURN_IF_ERROR(world->Send(Bytes(replica->bytes()), prev));
   } else if (receive) {
-    RETURN_IF_ERROR(world->Recv(Bytes(&shard), next));
+    RETURN_IF_ERROR(world->Recv(Bytes(&received), next));
   }
 
   // 4. Every rank gets every shard (a rank's tensors may span several
   //    files, as on disk), then loads them as a disk checkpoint would be.
-  std::vector<std::string> shards(static_cast<size_t>(n));
+  std::vector<std::string> others(static_cast<size_t>(n));
+  std::vector<absl::string_view> shards(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     if (r == rank) {
-      shards[r] = std::move(shard);
+      shards[r] = own_ok ? own->bytes() : absl::string_view(received);
+      RETURN_IF_ERROR(world->Broadcast(Bytes(shards[r]), r));
     } else {
-      shards[r].assign(static_cast<size_t>(m.files[r].bytes), '\0');
+      others[r].assign(static_cast<size_t>(m.files[r].bytes), '\0');
+      RETURN_IF_ERROR(world->Broadcast(Bytes(&others[r]), r));
+      shards[r] = others[r];
     }
-    RETURN_IF_ERROR(world->Broadcast(Bytes(&shards[r]), r));
   }
   RETURN_IF_ERROR(LoadShards(m, shards, "memory " + name, trainer, *ctx_));
   return from_neighbour == 0

@@ -22,8 +22,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "src/checkpoint/checkpoint.h"
 #include "src/parallel/nodes.h"
 
@@ -38,6 +40,24 @@ std::string MemoryCheckpointArea(const std::string& checkpoint_dir);
 // step. Plain files; not collective. Any process may use it; concurrent
 // writers of one area must not overlap (the node's local rank 0 begins and
 // commits, every rank of the node puts its files in between).
+// A file of a memory area mapped read-only: the node's memory itself,
+// nothing copied or newly allocated. Movable; unmaps when destroyed.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  absl::string_view bytes() const { return {static_cast<const char*>(addr_), size_}; }
+
+ private:
+  friend class MemoryStore;
+  void* addr_ = nullptr;
+  size_t size_ = 0;
+};
+
 class MemoryStore {
  public:
   explicit MemoryStore(std::string dir) : dir_(std::move(dir)) {}
@@ -57,6 +77,9 @@ class MemoryStore {
   absl::StatusOr<int64_t> Latest() const;
   // File `name` of committed step `step`; NotFound if it is not there.
   absl::StatusOr<std::string> Get(int64_t step, const std::string& name) const;
+  // The same file mapped instead of copied (a shard: the restore reads it
+  // where it lies); NotFound if it is not there.
+  absl::StatusOr<MappedFile> Map(int64_t step, const std::string& name) const;
 
  private:
   std::string dir_;
