@@ -279,8 +279,10 @@ class DiskShards : public ShardSource {
 // Shard files held in memory, whole, in the manifest's file order.
 class MemoryShards : public ShardSource {
  public:
-  MemoryShards(std::string where, const Manifest& m, const std::vector<absl::string_view>& shards)
-      : where_(std::move(where)), m_(m), shards_(shards) {}
+  MemoryShards(std::string where, const Manifest& m, const std::vector<absl::string_view>& shards,
+               bool checked)
+      : where_(std::move(where)), m_(m), shards_(shards), checked_(checked) {}
+  bool checked() const override { return checked_; }
   std::string Name(int file) const override { return where_ + "/" + m_.files[file].name; }
   absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) override {
     if (static_cast<size_t>(file) >= shards_.size()) {
@@ -295,6 +297,7 @@ class MemoryShards : public ShardSource {
   std::string where_;
   const Manifest& m_;
   const std::vector<absl::string_view>& shards_;
+  bool checked_;
 };
 
 // Each row of a piece, verified: the piece, the row's index in its logical
@@ -302,8 +305,8 @@ class MemoryShards : public ShardSource {
 using PieceRowSink = std::function<void(const Piece& p, int64_t row, const float* values)>;
 
 // Reads every piece `wanted` accepts, checks its checksum before its values
-// are used (the source checks each file's size and magic), and hands its
-// rows to `sink`.
+// are used (unless the source's were checked before; the source checks each
+// file's size and magic), and hands its rows to `sink`.
 absl::Status ReadPieces(ShardSource& source, const Manifest& m,
                         const std::function<bool(const Piece&)>& wanted, const PieceRowSink& sink) {
   const std::vector<ParamSpec> specs = GptParameterSpecs(m.model);
@@ -316,7 +319,7 @@ absl::Status ReadPieces(ShardSource& source, const Manifest& m,
     const absl::Status read = source.Read(p.file, p.offset, static_cast<int64_t>(data.size() * 4),
                                           reinterpret_cast<char*>(data.data()));
     if (!read.ok()) return read;
-    if (Crc32(0, data.data(), data.size() * 4) != p.crc) {
+    if (!source.checked() && Crc32(0, data.data(), data.size() * 4) != p.crc) {
       return absl::DataLossError(absl::StrCat(
           "shard '", source.Name(p.file), "': checksum mismatch in ", specs[p.tensor].name, " (",
           PieceKindName(p.kind), "): the file is corrupt"));
@@ -490,8 +493,9 @@ absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const Checkpoi
 }
 
 absl::Status LoadShards(const Manifest& m, const std::vector<absl::string_view>& shards,
-                        const std::string& where, Trainer& trainer, const CheckpointContext& ctx) {
-  MemoryShards source(where, m, shards);
+                        bool checked, const std::string& where, Trainer& trainer,
+                        const CheckpointContext& ctx) {
+  MemoryShards source(where, m, shards, checked);
   absl::StatusOr<Loaded> loaded = ReadCheckpoint(m, source, where, trainer);
   RETURN_IF_ERROR(Agree(ctx.world, loaded.status(), absl::StrCat("loading ", where).c_str()));
   return Install(*loaded, trainer);

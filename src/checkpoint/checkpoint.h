@@ -70,6 +70,8 @@ class ShardSource {
   virtual ~ShardSource() = default;
   virtual std::string Name(int file) const = 0;
   virtual absl::Status Read(int file, int64_t offset, int64_t bytes, char* out) = 0;
+  // True when every piece's checksum was verified before (CheckShardPieces).
+  virtual bool checked() const { return false; }
 };
 
 // Saves checkpoints, one at a time. Start takes a snapshot of the trainer's
@@ -121,10 +123,13 @@ absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& tra
 // Loads the checkpoint `m` describes from its shard files held in memory
 // (`shards[i]` is the file Manifest::files[i]; the layout may differ, as
 // with LoadCheckpoint). Verifies sizes, magic and every piece's checksum
-// before any weight is set; `where` names the copy in errors. Collective
-// over the world: every rank succeeds or all return an error.
+// before any weight is set, the checksums only when not `checked` (every
+// shard passed CheckShardPieces already); `where` names the copy in
+// errors. Collective over the world: every rank succeeds or all return an
+// error.
 absl::Status LoadShards(const Manifest& m, const std::vector<absl::string_view>& shards,
-                        const std::string& where, Trainer& trainer, const CheckpointContext& ctx);
+                        bool checked, const std::string& where, Trainer& trainer,
+                        const CheckpointContext& ctx);
 
 // OK if `bytes` is a shard file of the size `expected` with the shard magic;
 // else DataLoss naming `name`.

@@ -293,7 +293,9 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
       shards[r] = others[r];
     }
   }
-  RETURN_IF_ERROR(LoadShards(m, shards, "memory " + name, trainer, *ctx_));
+  // Every shard was checked where it lay (its own copy or the replica it
+  // came from) and MPI delivers what was sent: no second checksum pass.
+  RETURN_IF_ERROR(LoadShards(m, shards, /*checked=*/true, "memory " + name, trainer, *ctx_));
   return from_neighbour == 0
              ? absl::StrCat("memory ", name, " (own node's copies)")
              : absl::StrFormat("memory %s (%d shard%s from the next node's replicas)", name,
