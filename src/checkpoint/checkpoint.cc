@@ -164,10 +164,7 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> GatherEntries(Communicator* wo
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<int64_t> padded(mine);
   padded.resize(longest, 0);
-  std::vector<int64_t> all(static_cast<size_t>(n * longest));
-  RETURN_IF_ERROR(
-      world->AllGather(Tensor(padded.data(), DType::kI8, {longest * 8}, Device::kCpu),
-                       Tensor(all.data(), DType::kI8, {n * longest * 8}, Device::kCpu)));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> all, AllGatherValues(*world, std::move(padded)));
   std::vector<std::vector<int64_t>> out(n);
   for (int r = 0; r < n; ++r) {
     out[r].assign(all.begin() + r * longest, all.begin() + r * longest + lengths[r]);

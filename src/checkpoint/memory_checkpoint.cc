@@ -27,16 +27,6 @@ constexpr int kKeepInMemory = 2;  // the newest step and the one before
 
 std::string ReplicaName(int rank) { return "replica-" + ShardFileName(rank); }
 
-// Every rank's `n` int64s, on every rank, in rank order.
-absl::StatusOr<std::vector<int64_t>> GatherI64(Communicator* world, std::vector<int64_t> mine) {
-  const int64_t n = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(static_cast<size_t>(world->size() * n));
-  RETURN_IF_ERROR(
-      world->AllGather(Tensor(mine.data(), DType::kI8, {n * 8}, Device::kCpu),
-                       Tensor(all.data(), DType::kI8, {world->size() * n * 8}, Device::kCpu)));
-  return all;
-}
-
 Tensor Bytes(std::string* s) {
   return Tensor(s->data(), DType::kI8, {static_cast<int64_t>(s->size())}, Device::kCpu);
 }
@@ -201,7 +191,8 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
   // 1. The step: the newest every node's `latest` reaches (a save that died
   //    mid-commit leaves some nodes one step ahead; kept steps cover it).
   absl::StatusOr<int64_t> latest = store.Latest();
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps, GatherI64(world, {latest.ok() ? *latest : -1}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps,
+                   AllGatherValues<int64_t>(*world, {latest.ok() ? *latest : -1}));
   int64_t step = -1;
   for (int64_t s : steps) {
     if (s >= 0) step = step < 0 ? s : std::min(step, s);
@@ -217,8 +208,9 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
   //    wiped node's ranks receive it.
   absl::StatusOr<std::string> text = store.Get(step, "manifest");
   const int64_t crc = text.ok() ? static_cast<int64_t>(Crc32(0, text->data(), text->size())) : -1;
-  ASSIGN_OR_RETURN(std::vector<int64_t> crcs,
-                   GatherI64(world, {crc, text.ok() ? static_cast<int64_t>(text->size()) : 0}));
+  ASSIGN_OR_RETURN(
+      std::vector<int64_t> crcs,
+      AllGatherValues<int64_t>(*world, {crc, text.ok() ? static_cast<int64_t>(text->size()) : 0}));
   int source = -1;
   for (int r = 0; r < n; ++r) {
     if (crcs[2 * r] < 0) continue;
@@ -255,7 +247,7 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
                                            ? store.Map(step, ReplicaName(prev))
                                            : absl::StatusOr<MappedFile>(absl::NotFoundError(""));
   const bool replica_ok = intact(replica, prev);
-  ASSIGN_OR_RETURN(std::vector<int64_t> ok, GatherI64(world, {own_ok, replica_ok}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ok, AllGatherValues<int64_t>(*world, {own_ok, replica_ok}));
   int from_neighbour = 0;
   for (int r = 0; r < n; ++r) {
     if (ok[2 * r]) continue;

@@ -50,10 +50,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "src/core/status.h"
 #include "src/core/tensor.h"
 #include "src/core/timer.h"
 #include "src/core/trace.h"
@@ -150,6 +153,21 @@ class Communicator {
   int rank_;
   CommStats stats_;
 };
+
+// Every member's values (`mine`, the same count on every member), on every
+// member, concatenated in rank order: small bookkeeping such as steps,
+// checksums or timings. Moved as bytes, so any plain type travels (the
+// communicators reduce 32-bit types only; a gather combines nothing).
+// Collective over `c`; errors are the communicator's.
+template <typename T>
+absl::StatusOr<std::vector<T>> AllGatherValues(Communicator& c, std::vector<T> mine) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const int64_t bytes = static_cast<int64_t>(mine.size() * sizeof(T));
+  std::vector<T> all(mine.size() * static_cast<size_t>(c.size()));
+  RETURN_IF_ERROR(c.AllGather(Tensor(mine.data(), DType::kI8, {bytes}, Device::kCpu),
+                              Tensor(all.data(), DType::kI8, {bytes * c.size()}, Device::kCpu)));
+  return all;
+}
 
 // A rank's communicators, one per axis (built by CreateHostCommunicators in
 // mpi_comm.h, each wrapped in a RoutedCommunicator for a device backend).

@@ -33,9 +33,10 @@ absl::Status WriteRankReport(const std::string& path, const RunParts& parts, con
   constexpr int kFields = 9;
   const Trainer& trainer = *parts.trainer;
   const Gpt& m = trainer.model();
-  int64_t mine[kFields] = {m.weight_memory_bytes(), trainer.gradient_bytes(),
-                           trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
-                           parts.backend->bytes_allocated()};
+  std::vector<int64_t> mine = {m.weight_memory_bytes(), trainer.gradient_bytes(),
+                               trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
+                               parts.backend->bytes_allocated()};
+  mine.resize(kFields, 0);  // then the bytes per axis
   const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
   for (const StepRecord::AxisComm& c : r.comm) {
     for (int a = 0; a < 4; ++a) {
@@ -43,11 +44,7 @@ absl::Status WriteRankReport(const std::string& path, const RunParts& parts, con
     }
   }
   const int world = parts.grid->world_size();
-  std::vector<int64_t> all(static_cast<size_t>(world) * kFields);
-  // Moved as bytes: the communicators reduce 32-bit types only.
-  RETURN_IF_ERROR(
-      parts.world->AllGather(Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
-                             Tensor(all.data(), DType::kI8, {world * kFields * 8}, Device::kCpu)));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> all, AllGatherValues(*parts.world, std::move(mine)));
   if (parts.grid->rank() != 0) return absl::OkStatus();
   const GridShape& g = parts.grid->shape();
   std::string json = "[";
@@ -182,11 +179,16 @@ absl::Status TrainingRun::Restore() {
   if (from_memory || !resuming()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string loaded,
                    LoadCheckpoint(resume_from_, trainer, ckpt_, policy_.strict));
+  return Resumed(loaded);
+}
+
+absl::Status TrainingRun::Resumed(const std::string& from) {
+  const int64_t step = parts_.trainer->step();
   if (lead()) {
-    std::fprintf(stderr, "resumed from %s at step %lld\n", loaded.c_str(),
-                 static_cast<long long>(trainer.step()));
+    std::fprintf(stderr, "resumed from %s at step %lld\n", from.c_str(),
+                 static_cast<long long>(step));
   }
-  return Event(trainer.step(), "restore", loaded);
+  return Event(step, "restore", from);
 }
 
 absl::StatusOr<bool> TrainingRun::RestoreFromMemory() {
@@ -203,11 +205,7 @@ absl::StatusOr<bool> TrainingRun::RestoreFromMemory() {
     }
     return false;
   }
-  if (lead()) {
-    std::fprintf(stderr, "resumed from %s at step %lld\n", from->c_str(),
-                 static_cast<long long>(trainer.step()));
-  }
-  RETURN_IF_ERROR(Event(trainer.step(), "restore", *from));
+  RETURN_IF_ERROR(Resumed(*from));
   return true;
 }
 
@@ -266,12 +264,9 @@ absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
   waiting += std::max(pipeline, r->t_bubble);
   const double wall = since_step_.Seconds();
   constexpr int kFields = 3;
-  double mine[kFields] = {std::max(0.0, wall - waiting), wall, asked};
-  std::vector<double> all(kFields * static_cast<size_t>(world));
-  // Moved as bytes: the communicators reduce 32-bit types only.
-  RETURN_IF_ERROR(parts_.world->AllGather(
-      Tensor(mine, DType::kI8, {kFields * 8}, Device::kCpu),
-      Tensor(all.data(), DType::kI8, {kFields * 8 * int64_t{world}}, Device::kCpu)));
+  ASSIGN_OR_RETURN(
+      const std::vector<double> all,
+      AllGatherValues<double>(*parts_.world, {std::max(0.0, wall - waiting), wall, asked}));
   double step_seconds = 0;
   r->rank_seconds.resize(world);
   for (int q = 0; q < world; ++q) {
@@ -293,8 +288,8 @@ absl::Status TrainingRun::GatherRankSeconds(StepRecord* r) {
 }
 
 absl::Status TrainingRun::LeaveOut(StepRecord* r) {
-  ASSIGN_OR_RETURN(const int per_node, RanksPerNode());
-  const int rank = r->straggler->rank, node = rank / per_node;
+  ASSIGN_OR_RETURN(const NodeMap nodes, NodeMapFromEnv(parts_.grid->world_size()));
+  const int rank = r->straggler->rank, node = nodes.node(rank), per_node = nodes.ranks_per_node;
   RETURN_IF_ERROR(SaveNowAndLog(*r));
   if (lead()) {
     RETURN_IF_ERROR(WriteFileAtomically(

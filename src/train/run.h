@@ -116,6 +116,8 @@ class TrainingRun {
   // Whether the memory checkpoints restored the run (a line on stderr says
   // why not when they did not).
   absl::StatusOr<bool> RestoreFromMemory();
+  // Says where the run resumed from (rank 0's stderr, the restore event).
+  absl::Status Resumed(const std::string& from);
   absl::Status OnStep(StepRecord r);
   // Gathers every rank's compute seconds into r->rank_seconds, names a
   // straggler in r->straggler (acting on it as the policy says) and sets
