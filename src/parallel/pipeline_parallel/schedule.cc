@@ -114,7 +114,9 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
     timing->wall_seconds = static_cast<double>(end - start) * 1e-9;
     timing->forward_seconds = static_cast<double>(forward_ns) * 1e-9;
     timing->backward_seconds = static_cast<double>(backward_ns) * 1e-9;
-    timing->compute_seconds = timing->forward_seconds + timing->backward_seconds;
+    // From the summed nanoseconds, as the wall time is: the two parts
+    // converted and added could round past a wall time they tile exactly.
+    timing->compute_seconds = static_cast<double>(forward_ns + backward_ns) * 1e-9;
     timing->begin_ns = start;
     timing->end_ns = end;
   }
