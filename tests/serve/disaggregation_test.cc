@@ -258,7 +258,6 @@ class FakePrefill {
   std::thread thread_;
 };
 
-// Reads the hello (and answers it) and the prompt frame.
 // The bytes WriteFrame puts on the wire for a kv frame, to send altered.
 std::string WireBytes(uint64_t request, const std::string& payload) {
   int sv[2];
@@ -275,6 +274,7 @@ std::string WireBytes(uint64_t request, const std::string& payload) {
   return wire;
 }
 
+// Reads the hello (and answers it) and the prompt frame.
 transfer::Frame HelloThenPrompt(int fd) {
   EXPECT_TRUE(transfer::ReadFrame(fd, 1 << 16).ok());
   EXPECT_TRUE(transfer::WriteFrame(fd, transfer::FrameType::kHelloOk, 0, "").ok());
@@ -296,6 +296,10 @@ absl::Status PrefillAgainst(std::function<void(int)> talk) {
 TEST(Disaggregation, GarbageFromThePrefillSide) {
   const int64_t bytes = 2 * KvCache::BytesPerToken(Small(), KvFormat::kF32);
   EXPECT_THAT(PrefillAgainst([](int fd) {
+                // Read the hello first: closing a socket with unread bytes
+                // sends a reset, which may discard the junk before the
+                // client reads it.
+                EXPECT_TRUE(transfer::ReadFrame(fd, 1 << 16).ok());
                 const std::string junk(64, '\x5a');
                 send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
               }).message(),
