@@ -29,7 +29,8 @@
 # nodes' ranks (fewer data-parallel replicas first, tp and pp kept while they
 # fit, the global batch unchanged: src/cli/parallel_layout.h), and runs
 # COMMAND with -np set to that layout's ranks and its --dp --tp --pp
-# --microbatches appended. The command's own --dp --tp --pp --microbatches
+# --microbatches appended (and --sp=false when a job with --sp is left
+# without a tensor group). The command's own --dp --tp --pp --microbatches
 # are the job's full layout: a job grows back to it when nodes return (at
 # its next restart). Resuming from OUT's checkpoints in the new layout is
 # ladder's resharding. The job gets LADDER_NODES_FILE and
@@ -104,7 +105,7 @@ job=("$@")
 np_at=-1       # index of -np's value in the command
 ladder_at=-1   # index of LADDER (followed by `train`)
 config="" out="" ckpt_dir=""
-want=()        # the command's --dp --tp --pp --microbatches, for ladder plan
+want=()        # the command's --dp --tp --pp --microbatches --sp, for ladder plan
 if [ -n "$nodes_file" ]; then
   for ((i = 0; i < ${#job[@]}; i++)); do
     if [ "$ladder_at" -lt 0 ] && [ "${job[i]}" = train ] && [ "$i" -gt 0 ]; then
@@ -118,6 +119,7 @@ if [ -n "$nodes_file" ]; then
         --out) out=$value ;;
         --checkpoint-dir) ckpt_dir=$value ;;
         --dp | --tp | --pp | --microbatches) want+=("${job[i]}" "$value") ;;
+        --sp | --sp=*) want+=("${job[i]}") ;;
         --config=* | --out=* | --checkpoint-dir=* | --dp=* | --tp=* | --pp=* | --microbatches=*)
           bad_usage "elastic mode reads '${job[i]%%=*} VALUE', not '${job[i]}'" ;;
       esac
@@ -175,7 +177,7 @@ prepare_attempt() {
     exit 2
   fi
   local -a f
-  read -r -a f <<<"$flags"  # --dp D --tp T --pp P --microbatches M
+  read -r -a f <<<"$flags"  # --dp D --tp T --pp P --microbatches M [--sp=B]
   command[np_at]=$((f[1] * f[3] * f[5]))
   command+=("${f[@]}")
   if [ "$flags" != "$layout" ]; then

@@ -17,6 +17,9 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
   flags.Int("dp", &f->dp, "data-parallel degree (under mpirun; dp x tp x pp = ranks)");
   flags.Int("tp", &f->tp,
             "tensor-parallel degree (Megatron style; divides n_head and the vocabulary)");
+  flags.Bool("sp", &f->sp,
+             "sequence parallelism (with --tp > 1): LayerNorms and the residual stream keep 1/tp "
+             "of each microbatch's tokens; reduce-scatter and all-gather replace all-reduce");
   flags.Int("pp", &f->pp, "pipeline-parallel degree: stages of contiguous layers (<= n_layer)");
   flags.Int("microbatches", &f->microbatches,
             "microbatches per step and DP rank (they split the global batch)",
@@ -93,6 +96,24 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
                                                    " sequences does not split into dp (", f.dp,
                                                    ") x microbatches (", micro, ") equal parts"));
   }
+  if (f.sp) {
+    if (f.tp < 2) {
+      return absl::InvalidArgumentError(
+          "--sp needs --tp 2 or more: sequence parallelism splits the tokens of the "
+          "tensor-parallel group");
+    }
+    // Every batch shape the trainer runs: a microbatch, and validation's
+    // short last chunk.
+    const int64_t rows = global / (f.dp * micro);
+    const int64_t windows = int64_t{rc.eval_batches} * rc.batch_size;
+    for (int64_t b : {rows, windows % rows}) {
+      if (b * rc.model.context % f.tp != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--sp splits ", b, " sequences x ",
+                                                       rc.model.context, " tokens over tp (", f.tp,
+                                                       "), which does not divide them"));
+      }
+    }
+  }
   RETURN_IF_ERROR(pp::ParseSchedule(f.pp_schedule).status());
   RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
   if (f.precision != "auto" && f.precision != "fp32" && f.precision != "bf16") {
@@ -127,6 +148,7 @@ absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags
         l.dp = dp;
         l.tp = tp;
         l.pp = pp;
+        l.sp = want.sp && tp > 1;  // a layout without a tensor group has no sequence to split
         l.microbatches = rows > 0 && global % (dp * rows) == 0 ? global / (dp * rows) : micro;
         if (CheckLayout(rc, l, static_cast<int>(dp * tp * pp)).ok()) return l;
       }
@@ -147,6 +169,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.schedule = pp::ParseSchedule(f.pp_schedule).value_or(pp::Schedule::k1F1B);
   g.microbatches = static_cast<int>(f.microbatches);
   g.recompute = ParseRecompute(f.recompute).value_or(Recompute::kNone);
+  g.sequence_parallel = f.sp;
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   return g;
 }

@@ -19,6 +19,7 @@ namespace ladder {
 
 struct LayoutFlags {
   int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  bool sp = false;           // sequence parallelism inside the tensor-parallel group
   int64_t microbatches = 0;  // 0: the config's accumulation steps
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25;
@@ -27,7 +28,7 @@ struct LayoutFlags {
   std::string precision = "auto";
 };
 
-// The layout: --dp --tp --pp --microbatches --pp-schedule --zero --recompute.
+// The layout: --dp --tp --sp --pp --microbatches --pp-schedule --zero --recompute.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
 // What a run adds: --bucket-mb --comm-timeout --precision.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);
@@ -39,7 +40,7 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f);
 absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend& backend);
 
 // Every layout rule (dp x tp x pp = ranks, divisibility of heads, vocabulary
-// and batch, layers per stage, the schedule's name), checked identically on
+// and batch, --sp's tokens over tp, layers per stage, the schedule's name), checked identically on
 // every rank, so a bad layout gives the same one-line error (printed by rank
 // 0) and exit code 2 on all of them. `world_size`: the job's ranks.
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size);
@@ -54,7 +55,8 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
 // The global batch is the config's in every layout; each DP rank takes
 // global / dp sequences in microbatches of the size `want` had where that
 // divides (so activation memory stays the same), else in the wanted count
-// of microbatches. The other fields are want's. InvalidArgument when no
+// of microbatches. --sp stays on while tp > 1; the other fields are want's.
+// InvalidArgument when no
 // layout fits, naming the world and the wanted layout.
 absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world);
 

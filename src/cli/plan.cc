@@ -36,10 +36,10 @@ std::string Json(const Plan& p) {
         "%s{\"stage\":%d,\"ranks\":[%d,%d],\"layers\":[%d,%d],\"slots\":%d,"
         "\"memory\":{\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,"
         "\"total\":%d},\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,"
-        "\"embedding\":%d}}",
+        "\"embedding\":%d},\"tensor_wire_bytes\":%d}",
         i ? "," : "", s.stage, s.first_rank, s.last_rank, s.layers.first, s.layers.last, s.slots,
         s.weight_bytes, s.grad_bytes, s.optimizer_bytes, s.activation_bytes, s.memory_bytes(),
-        s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes);
+        s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes, s.tensor_wire_bytes);
   }
   return out + "]}";
 }
@@ -77,9 +77,12 @@ absl::Status RunPlan(const PlanFlags& f) {
           absl::StrCat("--largest-layout must be a positive rank count, got ", f.largest_for));
     }
     ASSIGN_OR_RETURN(LayoutFlags l, LargestLayout(rc, f.layout, static_cast<int>(f.largest_for)));
-    std::printf("--dp %lld --tp %lld --pp %lld --microbatches %lld\n", static_cast<long long>(l.dp),
-                static_cast<long long>(l.tp), static_cast<long long>(l.pp),
-                static_cast<long long>(l.microbatches));
+    // --sp comes last, and only for a job that asked for it: it turns off
+    // with its tensor group, overriding the job's own flag.
+    std::printf("--dp %lld --tp %lld --pp %lld --microbatches %lld%s\n",
+                static_cast<long long>(l.dp), static_cast<long long>(l.tp),
+                static_cast<long long>(l.pp), static_cast<long long>(l.microbatches),
+                f.layout.sp ? (l.sp ? " --sp=true" : " --sp=false") : "");
     return absl::OkStatus();
   }
   const LayoutFlags& lf = f.layout;
@@ -88,6 +91,7 @@ absl::Status RunPlan(const PlanFlags& f) {
   l.dp = static_cast<int>(lf.dp);
   l.tp = static_cast<int>(lf.tp);
   l.pp = static_cast<int>(lf.pp);
+  l.sp = lf.sp;
   l.zero1 = lf.zero == 1;
   l.microbatches = static_cast<int>(lf.microbatches);
   ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(lf.pp_schedule));
@@ -100,9 +104,9 @@ absl::Status RunPlan(const PlanFlags& f) {
   }
   const GptConfig& m = rc.model;
   const bool bf16 = l.storage == DType::kBF16;
-  std::printf("plan: %s, %.3gB parameters; dp %d x tp %d x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
-              f.config.c_str(), p.parameters / 1e9, l.dp, l.tp, l.pp, l.dp * l.tp * l.pp,
-              l.zero1 ? 1 : 0, pp::ScheduleName(l.schedule),
+  std::printf("plan: %s, %.3gB parameters; dp %d x tp %d%s x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
+              f.config.c_str(), p.parameters / 1e9, l.dp, l.tp, l.sp ? " (sequence parallel)" : "",
+              l.pp, l.dp * l.tp * l.pp, l.zero1 ? 1 : 0, pp::ScheduleName(l.schedule),
               bf16 ? "bf16 mixed precision (bf16 activations and weight copy; fp32 master "
                      "weights, gradients and AdamW)"
                    : "fp32",
@@ -123,15 +127,17 @@ absl::Status RunPlan(const PlanFlags& f) {
       p.state_bytes_per_parameter,
       l.pp > 1 ? " (the tied embedding is held by both end stages)" : "");
   std::printf(
-      "activations: per layer and microbatch N x (4C + 12C/t) values at %d bytes and N x (NH/t "
-      "+ 4) fp32 statistics%s, N = %d tokens, C = %d, NH = %d, t = %d; times the schedule's "
-      "slots\n",
-      bf16 ? 2 : 4,
+      "activations: per layer and microbatch N x (%s + 12C/t) values at %d bytes and N x (NH/t "
+      "+ %s) fp32 statistics%s, N = %d tokens, C = %d, NH = %d, t = %d; times the schedule's "
+      "slots%s\n",
+      l.sp ? "4C/t" : "4C", bf16 ? 2 : 4, l.sp ? "4/t" : "4",
       l.recompute == Recompute::kLayer
           ? " kept for the backward's recomputation: only N x C (the layer input)"
       : l.recompute == Recompute::kGelu ? ", less N x 4C/t (the GELU output, rebuilt)"
                                         : "",
-      p.micro_rows * m.context, m.n_embd, m.n_head, l.tp);
+      p.micro_rows * m.context, m.n_embd, m.n_head, l.tp,
+      l.sp ? "; plus two N x C buffers a block's gathered input and scattered output pass through"
+           : "");
   std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s\n", "stage",
               "ranks", "layers", "slots", "weights", "gradients", "optimizer", "activations",
               "total", "tensor/step", "data/step", "pipe/step", "embed/step");
@@ -144,6 +150,16 @@ absl::Status RunPlan(const PlanFlags& f) {
                 Bytes(s.memory_bytes()).c_str(), Bytes(s.tensor_bytes).c_str(),
                 Bytes(s.data_bytes).c_str(), Bytes(s.pipeline_bytes).c_str(),
                 Bytes(s.embedding_bytes).c_str());
+  }
+  if (l.tp > 1) {
+    std::printf(
+        "\ntensor axis on the wire (ring algorithms: all-reduce 2(t-1)/t of its buffer, "
+        "all-gather and reduce-scatter (t-1)/t), per rank and step:");
+    for (const StagePlan& s : p.stages) {
+      std::printf(" %sstage %d %s", s.stage > 0 ? "| " : "", s.stage,
+                  Bytes(s.tensor_wire_bytes).c_str());
+    }
+    std::printf("\n");
   }
   std::printf("\npipeline bubble: (P-1)/(M+P-1) = %.1f%% of each step (P = %d, M = %d)\n",
               100 * p.bubble, l.pp, p.microbatches);
@@ -181,7 +197,8 @@ int PlanCommand(int argc, char** argv) {
   flags.Double("checkpoint-seconds", &f.checkpoint_seconds,
                "the cost C of one checkpoint, as `ladder bench checkpoint` measures it");
   flags.Int("largest-layout", &f.largest_for,
-            "print only the train flags (--dp --tp --pp --microbatches) of the largest layout "
+            "print only the train flags (--dp --tp --pp --microbatches, and --sp=true|false "
+            "for a job with --sp) of the largest layout "
             "of at most this many ranks that keeps the global batch: fewer DP replicas first, "
             "then a shorter pipeline, then smaller TP groups (the elastic supervisor's choice)");
   return RunCommand(flags, argc, argv, [&] { return RunPlan(f); });

@@ -33,21 +33,22 @@ class Bump {
 };
 
 // Everything a layer saves but its input x (and, with `gelu` false, its
-// GELU output).
-void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t C, int64_t Cl, int64_t NH, bool gelu,
-                 LayerActivations* layer) {
+// GELU output). The LayerNorm regions have Ns rows: N, or N / tp with
+// sequence parallelism.
+void LayOutLayer(Bump& bump, int64_t B, int64_t T, int64_t Ns, int64_t C, int64_t Cl, int64_t NH,
+                 bool gelu, LayerActivations* layer) {
   LayerActivations& l = *layer;
   const int64_t N = B * T;
-  l.ln1 = bump.Act({N, C});
-  l.ln1_mean = bump.F32({N});
-  l.ln1_rstd = bump.F32({N});
+  l.ln1 = bump.Act({Ns, C});
+  l.ln1_mean = bump.F32({Ns});
+  l.ln1_rstd = bump.F32({Ns});
   l.qkv = bump.Act({B, T, 3 * Cl});
   l.atty = bump.Act({B, T, Cl});
   l.lse = bump.F32({B, NH, T});
-  l.resid_mid = bump.Act({N, C});
-  l.ln2 = bump.Act({N, C});
-  l.ln2_mean = bump.F32({N});
-  l.ln2_rstd = bump.F32({N});
+  l.resid_mid = bump.Act({Ns, C});
+  l.ln2 = bump.Act({Ns, C});
+  l.ln2_mean = bump.F32({Ns});
+  l.ln2_rstd = bump.F32({Ns});
   l.fch = bump.Act({N, 4 * Cl});
   if (gelu) l.fch_gelu = bump.Act({N, 4 * Cl});
 }
@@ -76,33 +77,39 @@ const char* RecomputeName(Recompute r) {
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, Recompute recompute,
-                                  DType storage, const Tensor& arena, GptActivations* acts) {
+                                  DType storage, bool sequence_parallel, const Tensor& arena,
+                                  GptActivations* acts) {
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
   // Tensor parallelism splits heads, the MLP's hidden width and the
-  // vocabulary; the residual stream [N, C] is whole on every rank.
+  // vocabulary; the residual stream [N, C] is whole on every rank, or with
+  // sequence parallelism split into tp shards of Ns = N / tp rows.
   const int64_t tp = layout.tp_size;
   const int64_t C = cfg.n_embd, N = B * T, NH = cfg.n_head / tp, Vp = cfg.padded_vocab() / tp;
   const int64_t Cl = C / tp;  // this rank's attention width
+  const bool split = sequence_parallel && tp > 1;
+  const int64_t Ns = split ? N / tp : N;
   const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
   const bool last_stage = layout.pp_rank == layout.pp_size - 1;
   Bump bump(arena, storage);
+  // The residual stream's rows: [B,T,C] whole, [Ns,C] split.
+  const auto stream = [&] { return split ? bump.Act({Ns, C}) : bump.Act({B, T, C}); };
   a.slots.assign(slots, {});
   for (SlotActivations& s : a.slots) {
     s.tokens = bump.I32({B, T});
     s.targets = bump.I32({B, T});
     s.layers.assign(stage.last - stage.first, {});
     for (LayerActivations& l : s.layers) {
-      l.x = bump.Act({B, T, C});
+      l.x = stream();
       if (recompute != Recompute::kLayer) {
-        LayOutLayer(bump, B, T, C, Cl, NH, recompute == Recompute::kNone, &l);
+        LayOutLayer(bump, B, T, Ns, C, Cl, NH, recompute == Recompute::kNone, &l);
       }
     }
     if (last_stage) {
-      s.x_final = bump.Act({N, C});
-      s.lnf = bump.Act({N, C});
-      s.lnf_mean = bump.F32({N});
-      s.lnf_rstd = bump.F32({N});
+      s.x_final = bump.Act({Ns, C});
+      s.lnf = bump.Act({Ns, C});
+      s.lnf_mean = bump.F32({Ns});
+      s.lnf_rstd = bump.F32({Ns});
       s.logits = bump.Act({N, Vp});
       s.losses = bump.F32({N});
       s.row_max = bump.F32({N});
@@ -116,17 +123,21 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   sizes.slot_bytes = slots > 0 ? bump.used() / slots : 0;
   const int64_t saved = bump.used();
   a.positions = layout.pp_rank == 0 ? bump.I32({B, T}) : Tensor();
-  a.branch = bump.Act({N, C});
+  a.branch = bump.Act({Ns, C});
   const int64_t scratch = AttentionScratchFloats(cfg.attention, B, T, NH);
   a.attn_scratch = scratch > 0 ? bump.F32({scratch}) : Tensor();
-  a.stage_out = last_stage ? Tensor() : bump.Act({B, T, C});
+  a.stage_out = last_stage ? Tensor() : stream();
   a.recompute = {};
-  if (recompute == Recompute::kLayer) LayOutLayer(bump, B, T, C, Cl, NH, true, &a.recompute);
+  if (recompute == Recompute::kLayer) {
+    LayOutLayer(bump, B, T, Ns, C, Cl, NH, true, &a.recompute);
+  }
   if (recompute == Recompute::kGelu) a.recompute.fch_gelu = bump.Act({N, 4 * Cl});
+  a.seq_whole = split ? bump.Act({N, C}) : Tensor();
+  a.seq_partial = split ? bump.Act({N, C}) : Tensor();
   sizes.scratch_bytes = bump.used() - saved;
   if (with_backward) {
-    a.d_resid = bump.Act({B, T, C});
-    a.d_ln = bump.Act({N, C});
+    a.d_resid = stream();
+    a.d_ln = bump.Act({Ns, C});
     a.datty = bump.Act({B, T, Cl});
     a.dqkv = bump.Act({B, T, 3 * Cl});
     a.dfch = bump.Act({N, 4 * Cl});

@@ -14,6 +14,10 @@
 // each; attention lse NH'; two LayerNorm means and rstds). Activations take
 // the storage dtype (4 bytes in fp32, 2 in bf16: backend.h "Precision");
 // statistics are always fp32. Each tensor starts on a 16-byte boundary.
+// Sequence parallelism (src/parallel/tensor_parallel/layers.h) keeps the
+// LayerNorm regions (x, ln1, resid_mid, ln2 and the statistics) as N / tp
+// rows each, N (4C/tp + 12C') and N (NH' + 4/tp) in all, and adds two
+// [N, C] buffers of scratch the blocks' inputs and outputs pass through.
 // Recomputation (Recompute) trades some of that memory for forward work in
 // the backward.
 #pragma once
@@ -48,6 +52,8 @@ const char* RecomputeName(Recompute r);
 // Shapes below are for one rank: with tensor parallelism of degree P, C' =
 // C / P (its heads' width), NH' = NH / P and Vp' = Vp / P.
 struct LayerActivations {
+  // N = B T rows, or N / tp of them (a rank's sequence shard) in the
+  // LayerNorm regions with sequence parallelism.
   Tensor x;                        // [B,T,C] layer input (residual stream)
   Tensor ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
   Tensor qkv;                      // [B,T,3C']
@@ -90,6 +96,10 @@ struct GptActivations {
   // fch_gelu is set: the buffer every layer's GELU output shares; empty
   // otherwise.
   LayerActivations recompute;
+  // Sequence parallelism: the [N, C] buffers a block's gathered input and a
+  // reduce-scattered output pass through (tp::Group whole and partial);
+  // empty otherwise.
+  Tensor seq_whole, seq_partial;
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
   Tensor d_ln;     // [N,C] gradient of a LayerNorm output
@@ -111,10 +121,12 @@ struct ActivationSizes {       // bytes
 // `slots` microbatches of B sequences of T tokens in `arena` (a flat device
 // buffer of at least total_bytes() bytes, 16-byte aligned, whose device the
 // views carry; empty to only measure), activations stored as `storage` (f32
-// or bf16), keeping what `recompute` says. Returns the
-// sizes; fills *acts if non-null.
+// or bf16), keeping what `recompute` says, the LayerNorm regions split over
+// the tensor-parallel ranks if `sequence_parallel` (then tp divides B T).
+// Returns the sizes; fills *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
                                   int64_t T, bool with_backward, int slots, Recompute recompute,
-                                  DType storage, const Tensor& arena, GptActivations* acts);
+                                  DType storage, bool sequence_parallel, const Tensor& arena,
+                                  GptActivations* acts);
 
 }  // namespace ladder

@@ -6,7 +6,6 @@
 #include "src/core/bf16.h"
 #include "src/core/status.h"
 #include "src/core/trace.h"
-#include "src/parallel/tensor_parallel/layers.h"
 
 namespace ladder {
 
@@ -62,8 +61,9 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
-  m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots,
-                                      par.recompute, par.storage, Tensor(), nullptr);
+  m->arena_sizes_ =
+      LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots, par.recompute,
+                        par.storage, par.sequence_parallel, Tensor(), nullptr);
   ASSIGN_OR_RETURN(m->arena_,
                    backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_bytes())));
   if (par.storage == DType::kBF16) {
@@ -177,11 +177,17 @@ absl::Status Gpt::SetBatchShape(int B, int T) {
                                                    " tokens exceeds the model's arena (",
                                                    max_batch_, " x ", cfg_.context, ")"));
   }
+  const int tp = table_.layout().tp_size;
+  if (par_.sequence_parallel && tp > 1 && int64_t{B} * T % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence parallelism splits a microbatch's ", B, " x ", T, " = ", int64_t{B} * T,
+        " token rows over tp = ", tp, " ranks, which does not divide them"));
+  }
   if (B != bound_B_ || T != bound_T_) {
     const Tensor arena =
         Tensor(arena_.get(), DType::kI8, {arena_sizes_.total_bytes()}, device());  // raw bytes
     LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute,
-                      par_.storage, arena, &acts_);
+                      par_.storage, par_.sequence_parallel, arena, &acts_);
     bound_B_ = 0;  // until the positions are in place
     if (!acts_.positions.empty()) {
       std::vector<int32_t> positions(static_cast<size_t>(B) * T);
@@ -201,6 +207,27 @@ absl::Status Gpt::CheckSlot(int slot) const {
 }
 
 int Gpt::tp_rank() const { return table_.layout().tp_rank; }
+
+tp::Group Gpt::tp_group() const {
+  tp::Group g(par_.tp);
+  g.sequence_parallel = par_.sequence_parallel;
+  g.whole = acts_.seq_whole;
+  g.partial = acts_.seq_partial;
+  return g;
+}
+
+absl::Status Gpt::ReduceSequenceGrads() {
+  if (!training_) return absl::FailedPreconditionError("model was created for inference only");
+  if (!tp_group().splits_sequence()) return absl::OkStatus();
+  std::vector<Tensor> partial = {g_.lnf_w, g_.lnf_b};
+  for (const LayerTensors& l : g_.layers) {
+    partial.insert(partial.end(), {l.ln1_w, l.ln1_b, l.ln2_w, l.ln2_b});
+  }
+  for (const Tensor& t : partial) {
+    if (!t.empty()) RETURN_IF_ERROR(par_.tp->AllReduce(t, ReduceOp::kSum));
+  }
+  return absl::OkStatus();
+}
 
 int Gpt::first_layer() const {
   return StageLayers(cfg_.n_layer, table_.layout().pp_size, table_.layout().pp_rank).first;
@@ -222,6 +249,7 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
   Backend& be = *backend_;
   const LayerTensors& w = w_.layers[l];
   const int heads = cfg_.n_head / table_.layout().tp_size;
+  const tp::Group group = tp_group();
   Tensor branch = acts_.branch;
   // The first LayerNorm without the residual add: x is already the sum (or
   // the stage input), and recomputation rebuilds it bit for bit.
@@ -231,7 +259,8 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
   }
   {
     TraceSpan span(TraceTrack::kCompute, "matmul", "qkv matmul");
-    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, la.ln1, w.qkv_w, w.qkv_b));
+    ASSIGN_OR_RETURN(Tensor ln1, tp::EnterColumn(group, la.ln1));
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, la.qkv, ln1, w.qkv_w, w.qkv_b));
   }
   {
     TraceSpan span(TraceTrack::kCompute, "attention", "attention");
@@ -240,17 +269,18 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
   }
   {
     TraceSpan span(TraceTrack::kCompute, "matmul", "proj matmul");
-    RETURN_IF_ERROR(tp::RowLinearForward(be, par_.tp, branch, la.atty, w.proj_w, w.proj_b));
+    RETURN_IF_ERROR(tp::RowLinearForward(be, group, branch, la.atty, w.proj_w, w.proj_b));
   }
   RETURN_IF_ERROR(be.ResidualLayerNormForward(la.resid_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x,
                                               branch, w.ln2_w, w.ln2_b));
   {
     TraceSpan span(TraceTrack::kCompute, "matmul", "fc matmul");
-    RETURN_IF_ERROR(tp::ColumnLinearGeluForward(be, la.fch_gelu, la.fch, la.ln2, w.fc_w, w.fc_b));
+    ASSIGN_OR_RETURN(Tensor ln2, tp::EnterColumn(group, la.ln2));
+    RETURN_IF_ERROR(tp::ColumnLinearGeluForward(be, la.fch_gelu, la.fch, ln2, w.fc_w, w.fc_b));
   }
   if (!project) return absl::OkStatus();
   TraceSpan span(TraceTrack::kCompute, "matmul", "fcproj matmul");
-  return tp::RowLinearForward(be, par_.tp, branch, la.fch_gelu, w.fcproj_w, w.fcproj_b);
+  return tp::RowLinearForward(be, group, branch, la.fch_gelu, w.fcproj_w, w.fcproj_b);
 }
 
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
@@ -275,7 +305,7 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     }
     TraceSpan span(TraceTrack::kCompute, "embedding", "embedding");
     RETURN_IF_ERROR(be.CopyFromHost(s.tokens, tokens));
-    RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, par_.tp, s.layers[0].x, s.tokens, a.positions,
+    RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, tp_group(), s.layers[0].x, s.tokens, a.positions,
                                               w_.wte, w_.wpe, vocab_start()));
   }
   // Each layer's input x is the previous layer's resid_mid plus its MLP
@@ -306,7 +336,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     RETURN_IF_ERROR(be.ResidualLayerNormForward(s.x_final, s.lnf, s.lnf_mean, s.lnf_rstd, resid_mid,
                                                 a.branch, w_.lnf_w, w_.lnf_b));
     // Tied head: logits = lnf @ wte^T, this rank's vocabulary columns only.
-    RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, s.lnf, w_.wte, Tensor()));
+    ASSIGN_OR_RETURN(Tensor lnf, tp::EnterColumn(tp_group(), s.lnf));
+    RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, lnf, w_.wte, Tensor()));
   }
   if (targets == nullptr) return 0.0;
   TraceSpan span(TraceTrack::kCompute, "loss", "loss");
@@ -336,6 +367,10 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   GptActivations& a = acts_;
   SlotActivations& s = a.slots[slot];
   const int heads = cfg_.n_head / table_.layout().tp_size;
+  // With sequence parallelism the residual gradient and the LayerNorm
+  // outputs are shards: each matmul's whole operand is gathered just before
+  // it (EnterColumn; without, it is the tensor itself).
+  const tp::Group group = tp_group();
   if (is_last_stage()) {
     {
       TraceSpan span(TraceTrack::kCompute, "loss", "loss bwd");
@@ -343,8 +378,9 @@ absl::Status Gpt::Backward(float dloss, int slot) {
                                               cfg_.vocab_size, dloss));
     }
     TraceSpan span(TraceTrack::kCompute, "head", "head bwd");
+    ASSIGN_OR_RETURN(Tensor lnf, tp::EnterColumn(group, s.lnf));
     RETURN_IF_ERROR(
-        tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g_.wte, Tensor(), s.logits, s.lnf, w_.wte));
+        tp::ColumnLinearBackward(be, group, a.d_ln, g_.wte, Tensor(), s.logits, lnf, w_.wte));
     // d_resid starts as the gradient of the final residual stream.
     RETURN_IF_ERROR(be.Fill(a.d_resid, 0.0f));
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, s.x_final,
@@ -371,22 +407,25 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     // MLP branch: d_resid is the gradient of its output.
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "fcproj matmul bwd");
-      RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, a.d_resid,
-                                            la.fch_gelu, w.fcproj_w));
+      ASSIGN_OR_RETURN(Tensor d_out, tp::EnterColumn(group, a.d_resid));
+      RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, d_out, la.fch_gelu,
+                                            w.fcproj_w));
     }
     RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "fc matmul bwd");
+      ASSIGN_OR_RETURN(Tensor ln2, tp::EnterColumn(group, la.ln2));
       RETURN_IF_ERROR(
-          tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.fc_w, g.fc_b, a.dfch, la.ln2, w.fc_w));
+          tp::ColumnLinearBackward(be, group, a.d_ln, g.fc_w, g.fc_b, a.dfch, ln2, w.fc_w));
     }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln2_w, g.ln2_b, a.d_ln, la.resid_mid,
                                                  w.ln2_w, la.ln2_mean, la.ln2_rstd));
     // Attention branch.
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "proj matmul bwd");
+      ASSIGN_OR_RETURN(Tensor d_out, tp::EnterColumn(group, a.d_resid));
       RETURN_IF_ERROR(
-          tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, a.d_resid, la.atty, w.proj_w));
+          tp::RowLinearBackward(be, a.datty, g.proj_w, g.proj_b, d_out, la.atty, w.proj_w));
     }
     {
       TraceSpan attention(TraceTrack::kCompute, "attention", "attention bwd");
@@ -395,19 +434,22 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     }
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "qkv matmul bwd");
+      ASSIGN_OR_RETURN(Tensor ln1, tp::EnterColumn(group, la.ln1));
       RETURN_IF_ERROR(
-          tp::ColumnLinearBackward(be, par_.tp, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, la.ln1, w.qkv_w));
+          tp::ColumnLinearBackward(be, group, a.d_ln, g.qkv_w, g.qkv_b, a.dqkv, ln1, w.qkv_w));
     }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));
   }
   // d_resid is now the gradient of the stage input: a later stage hands it
   // back (InputGrad). The first stage ends at the embedding: d_resid is whole
-  // on every TP rank, each fills its vocabulary rows, and the replicated
-  // position table gets the same gradient everywhere.
+  // on every TP rank (gathered, with sequence parallelism), each fills its
+  // vocabulary rows, and the replicated position table gets the same
+  // gradient everywhere.
   if (!is_first_stage()) return absl::OkStatus();
   TraceSpan span(TraceTrack::kCompute, "embedding", "embedding bwd");
-  return be.EmbeddingBackward(g_.wte, g_.wpe, a.d_resid, s.tokens, a.positions, vocab_start());
+  ASSIGN_OR_RETURN(Tensor d_out, tp::EnterColumn(group, a.d_resid));
+  return be.EmbeddingBackward(g_.wte, g_.wpe, d_out, s.tokens, a.positions, vocab_start());
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {

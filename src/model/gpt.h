@@ -16,6 +16,7 @@
 #include "src/model/parameters.h"
 #include "src/model/weight_format.h"
 #include "src/parallel/comm.h"
+#include "src/parallel/tensor_parallel/layers.h"
 
 namespace ladder {
 
@@ -29,6 +30,12 @@ struct GptParallel {
   // pp->rank() of pp->size() (parameters.h StageLayers), the embedding on the
   // first stage and the final LayerNorm and head on the last.
   Communicator* pp = nullptr;
+  // Sequence parallelism (with tp of size > 1; tensor_parallel/layers.h):
+  // the LayerNorm regions and the residual stream keep only this rank's
+  // B T / tp token rows, and the pipeline's hand-over tensors are those
+  // shards. B T must be divisible by tp. The LayerNorm weights' gradients
+  // are then partial (ReduceSequenceGrads).
+  bool sequence_parallel = false;
   // Activation slots: microbatches whose forward state is kept at once (a
   // pipeline schedule runs several forwards before their backwards).
   int slots = 1;
@@ -141,7 +148,8 @@ class Gpt {
   // A stage other than the first ends with the gradient of its StageInput()
   // in InputGrad().
   absl::Status Backward(float dloss, int slot = 0);
-  // The pipeline's hand-over tensors, [B,T,C] of the current batch shape.
+  // The pipeline's hand-over tensors, [B,T,C] of the current batch shape
+  // ([B T / tp, C] with sequence parallelism).
   Tensor StageInput(int slot) const;
   Tensor StageOutput() const;
   Tensor OutputGrad() const;
@@ -185,6 +193,11 @@ class Gpt {
   // Its final hidden state there (after ln_f, the head's input): n_embd
   // floats, under the same conditions.
   absl::Status HiddenAt(int b, int t, std::vector<float>* out) const;
+  // With sequence parallelism, sums the LayerNorm weights' and biases'
+  // gradients over the tensor-parallel group (each rank's cover only its own
+  // rows); a no-op otherwise. Collective over the group: once per
+  // step, after the last microbatch's Backward.
+  absl::Status ReduceSequenceGrads();
   // Per-token losses of slot's last Forward with targets (B*T floats).
   absl::Status Losses(std::vector<float>* out, int slot = 0) const;
 
@@ -209,6 +222,9 @@ class Gpt {
   // recomputation does not need it).
   absl::Status LayerForward(int l, const LayerActivations& la, bool project);
   int tp_rank() const;
+  // The tensor-parallel group as the layers take it: with sequence
+  // parallelism, its gather and reduce-scatter buffers.
+  tp::Group tp_group() const;
   // The model-wide index of this stage's first layer (trace span names).
   int first_layer() const;
   absl::Status CheckNotQuantized(const char* what) const;

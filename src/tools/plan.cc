@@ -49,22 +49,42 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
     const ActivationSizes acts =
         LayoutActivations(rc.model, shard, plan.micro_rows, T, true, sp.slots, l.recompute,
-                          l.storage, Tensor(), nullptr);
+                          l.storage, l.sp, Tensor(), nullptr);
     sp.activation_bytes = acts.total_bytes();
 
     const bool first = s == 0, last = s == P - 1;
     const int64_t Ls = sp.layers.last - sp.layers.first;
+    const bool recompute = l.recompute == Recompute::kLayer;
     if (Tp > 1) {
-      int64_t per_micro = (first ? N * C : 0) + 4 * Ls * N * C +
-                          (l.recompute == Recompute::kLayer ? Ls * N * C : 0) + (last ? N * C : 0);
-      sp.tensor_bytes = M * (per_micro * e + (last ? 3 * N * 4 : 0)) + 4;
+      // All-reduced: the cross-entropy statistics and the gradient norm
+      // (and with sequence parallelism the LayerNorm gradients); the
+      // activations are all-reduced, or with sequence parallelism gathered
+      // and scattered: each block's input and output forward and backward,
+      // and its LayerNorm output gathered again for the weight gradient
+      // (tensor_parallel/layers.h).
+      int64_t reduced = M * (last ? 3 * N * 4 : 0) + 4, gathered = 0;
+      if (!l.sp) {
+        reduced += M * e *
+                   ((first ? N * C : 0) + 4 * Ls * N * C + (recompute ? Ls * N * C : 0) +
+                    (last ? N * C : 0));
+      } else {
+        gathered = M * e *
+                   ((first ? 2 * N * C : 0) + 10 * Ls * N * C + (recompute ? 3 * Ls * N * C : 0) +
+                    (last ? 3 * N * C : 0));
+        reduced += (4 * Ls + (last ? 2 : 0)) * C * 4;
+      }
+      sp.tensor_bytes = reduced + gathered;
+      // Ring algorithms: an all-reduce sends 2(t-1)/t of its buffer, an
+      // all-gather or reduce-scatter (t-1)/t.
+      sp.tensor_wire_bytes = (2 * reduced + gathered) * (Tp - 1) / Tp;
     }
     if (D > 1) {
       sp.data_bytes =
           4 + (zero ? 2 * buffer * 4 + (bf16 ? buffer * 2 : 0) + 8 : table.total_floats() * 4);
     }
     if (P > 1) {
-      sp.pipeline_bytes = int64_t{M} * N * C * e * ((first ? 0 : 2) + (last ? 0 : 2)) + 12;
+      const int64_t handed = l.sp ? N / Tp : N;  // rows of each hand-over
+      sp.pipeline_bytes = int64_t{M} * handed * C * e * ((first ? 0 : 2) + (last ? 0 : 2)) + 12;
       if (first || last) {
         ASSIGN_OR_RETURN(int wte, table.Find("wte"));
         sp.embedding_bytes = table.numel(wte) * 4;

@@ -26,11 +26,19 @@
 //   tensor     per microbatch: forward N C on the first stage (embedding),
 //              2 L_s N C, 3N on the last (cross-entropy statistics, fp32);
 //              backward 2 L_s N C (+ L_s N C recomputing), N C on the last
-//              (head); all x e; plus 4 (gradient norm)
+//              (head); all x e; plus 4 (gradient norm).
+//              With sequence parallelism (all-gathers and reduce-scatters,
+//              each counted as its N C buffer): forward N C on the first
+//              stage, 4 L_s N C, N C + 3N on the last; backward N C on the
+//              first stage (the embedding's gathered gradient), 6 L_s N C
+//              (+ 3 L_s N C recomputing), 2 N C on the last; plus the
+//              LayerNorm gradients' all-reduce once a step, (4 L_s (+ 2 on
+//              the last stage)) C x 4
 //   data       4 (loss) + all gradients x 4, or ZeRO-1: reduce-scatter and
 //              all-gather of the fp32 buffer (2 x buffer x 4), the bf16
 //              copy's all-gather in bf16 (buffer x 2), + 8
-//   pipeline   per microbatch N C e for each hand-over: activation in and
+//   pipeline   per microbatch N C e (N C e / t with sequence parallelism)
+//              for each hand-over: activation in and
 //              gradient out except on the first stage, activation out and
 //              gradient in except on the last; plus 12 (loss, norm)
 //   embedding  the tied embedding's local gradient x 4, first and last stage
@@ -50,6 +58,7 @@ namespace ladder {
 
 struct PlanLayout {
   int dp = 1, tp = 1, pp = 1;
+  bool sp = false;  // sequence parallelism (tp > 1)
   bool zero1 = false;
   int microbatches = 0;  // 0: the config's accumulation steps
   pp::Schedule schedule = pp::Schedule::k1F1B;
@@ -66,6 +75,9 @@ struct StagePlan {
   int slots = 1;
   int64_t weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
   int64_t tensor_bytes = 0, data_bytes = 0, pipeline_bytes = 0, embedding_bytes = 0;
+  // What tensor_bytes puts on the wire per rank with ring algorithms
+  // (comm.h): the fair measure of sequence parallelism against without.
+  int64_t tensor_wire_bytes = 0;
   int64_t memory_bytes() const {
     return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes;
   }

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   par.pp = groups.pp;
   par.slots = t->slots_;
   par.recompute = groups.recompute;
+  par.sequence_parallel = groups.sequence_parallel;
   par.storage = groups.storage;
   // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
   par.buffer_multiple = zero ? 16 * D : 1;
@@ -174,6 +175,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
         static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward - r.t_backward;
   }
 
+  // Sequence parallelism: each TP rank's LayerNorm gradients cover its rows.
+  RETURN_IF_ERROR(model_->ReduceSequenceGrads());
   // The tied embedding: the first stage's lookup and the last stage's head
   // each hold part of its gradient; both need the sum.
   if (Parallel(groups_.embedding)) {

@@ -53,6 +53,9 @@ struct TrainerOptions {
   // Without ZeRO-1, the DP all-reduce goes in buckets of this many floats,
   // last parameters first (the order the backward finishes them).
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
+  // Sequence parallelism inside the tensor-parallel group
+  // (GptParallel::sequence_parallel).
+  bool sequence_parallel = false;
   // Activation recomputation (GptParallel::recompute).
   Recompute recompute = Recompute::kNone;
   // Storage of activations and of the weights the ops read

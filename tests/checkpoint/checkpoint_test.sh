@@ -5,7 +5,8 @@
 #    checkpoint and ends with bitwise-identical losses and model.bin (one
 #    process, and dp2 x tp2 x pp2 with ZeRO-1); this fails unless weights,
 #    AdamW moments, the step and the data position are all restored
-#  - resharding: 2x2x2 (ZeRO-1) -> 1x4x2 -> 1x1x1 -> 2x1x1 (ZeRO-1), each
+#  - resharding: 2x2x2 (ZeRO-1) -> 1x4x2 (sequence parallel) -> 1x1x1 ->
+#    2x1x1 (ZeRO-1), each
 #    killed and resumed in the next layout: within 1e-5 of one process
 #  - a crash between the shard writes and the commit leaves the previous
 #    checkpoint the latest, and the rerun resumes from it
@@ -67,7 +68,7 @@ same "$tmp/full3d" "$tmp/cut3d"
 
 # Resharding through four layouts, one output directory.
 crash 8 "$tmp/reshard" --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1 --save-every 5 --inject-fault kill:3@7
-crash 8 "$tmp/reshard" --tp 4 --pp 2 --microbatches 2 --save-every 5 --inject-fault kill:0@12
+crash 8 "$tmp/reshard" --tp 4 --sp --pp 2 --microbatches 2 --save-every 5 --inject-fault kill:0@12
 crash 1 "$tmp/reshard" --save-every 5 --inject-fault kill:0@17
 run 2 "$tmp/reshard" --dp 2 --zero 1 --save-every 5
 for step in 5 10 15; do

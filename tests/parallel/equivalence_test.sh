@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Parallel training equals single-process training (data, tensor and
-# pipeline parallelism, ZeRO-1 on and off, GPipe and 1F1B): 20 steps of a small model
+# Parallel training equals single-process training (data, tensor, sequence
+# and pipeline parallelism, ZeRO-1 on and off, GPipe and 1F1B): 20 steps of a small model
 # in each layout give per-step losses and final weights (every tensor, norm of
 # the difference over the norm) within 1e-5 relative of one process.
 #   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
@@ -11,7 +11,7 @@ OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { e
 failures=0
 # "ranks flags...": every parallel dimension alone and combined, ZeRO-1 on and
 # off, both pipeline schedules, more microbatches than the reference's one,
-# and activation recomputation.
+# activation recomputation, and sequence parallelism with each of them.
 for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "2 --dp 2" "2 --dp 2 --zero 1" "2 --tp 2" "4 --dp 2 --tp 2" \
     "4 --dp 2 --tp 2 --zero 1" "4 --dp 4 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4" \
@@ -25,7 +25,10 @@ for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --zero 1 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1" \
     "8 --dp 2 --pp 4 --microbatches 4 --zero 1" \
-    "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute layer"; do
+    "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute layer" \
+    "2 --tp 2 --sp" "4 --tp 4 --sp --recompute gelu" "4 --dp 2 --tp 2 --sp --zero 1" \
+    "4 --tp 2 --sp --pp 2 --microbatches 4" \
+    "8 --dp 2 --tp 2 --sp --pp 2 --microbatches 4 --zero 1 --recompute layer"; do
   set -- $layout
   np=$1
   shift

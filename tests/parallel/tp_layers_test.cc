@@ -1,7 +1,8 @@
 // Each tensor-parallel layer against its unsplit version, on 2 or 4 ranks of
 // one group (run under mpirun): forward output, weight gradient and input
 // gradient of every rank's shard equal the matching slice of the single-rank
-// computation within 1e-5. Exits non-zero on any mismatch.
+// computation within 1e-5, with and without sequence parallelism. Exits
+// non-zero on any mismatch.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -36,10 +37,18 @@ Vec Rows(const Vec& m, int64_t cols, int64_t r0, int64_t count) {
   return Vec(m.begin() + r0 * cols, m.begin() + (r0 + count) * cols);
 }
 
+// Each element within 1e-5 of its reference, relative to the element plus
+// the reference's root mean square: sums formed in another order (a
+// reduce-scatter's) differ by rounding that is relative to the terms, not
+// to a result that happens to cancel to near zero.
 void Expect(const std::string& what, const Vec& got, const Vec& want, int rank) {
+  double rms = 0;
+  for (float x : want) rms += double(x) * x;
+  rms = std::sqrt(rms / std::max<size_t>(1, want.size()));
   double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (1e-6 + std::fabs(want[i])));
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - want[i]) / (rms + std::fabs(want[i]));
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;  // a NaN fails
   }
   if (got.size() != want.size() || worst > 1e-5) {
     std::printf("FAIL rank %d: %s (worst relative error %g)\n", rank, what.c_str(), worst);
@@ -90,6 +99,57 @@ void ColumnAndRowLinear(CpuBackend& be, Communicator& tp) {
   Expect("row-parallel input gradient", dinp_r, Columns(dinp, N, C, r * c, c), r);
   Expect("row-parallel weight gradient", dw_r, Columns(dw, OC, C, r * c, c), r);
   Expect("row-parallel bias gradient", db_r, db, r);
+}
+
+// Sequence parallelism: each rank holds rows [r N/P, (r+1) N/P) of the
+// block's input; the column layer runs on the gathered input and its input
+// gradient comes back reduce-scattered, the row layer's output likewise.
+void SequenceParallel(CpuBackend& be, Communicator& tp) {
+  const int64_t P = tp.size(), r = tp.rank(), N = 4 * P, n = N / P, C = 8, OC = 12;
+  Vec inp = Random(N * C, 11), w = Random(OC * C, 12), b = Random(OC, 13),
+      dout = Random(N * OC, 14);
+  Vec out(N * OC), dinp(N * C), dw(OC * C, 0), db(OC, 0);
+  Check(be.MatmulForward(T2(out, N, OC), T2(inp, N, C), T2(w, OC, C), T1(b)));
+  Check(be.MatmulBackward(T2(dinp, N, C), T2(dw, OC, C), T1(db), T2(dout, N, OC), T2(inp, N, C),
+                          T2(w, OC, C)));
+  Vec whole(N * C + 5, NAN), partial(N * OC + 5, NAN);  // larger than needed, poisoned
+  tp::Group g(&tp);
+  g.sequence_parallel = true;
+
+  // Column-parallel: the gathered input is every rank's shard in rank order.
+  const int64_t oc = OC / P;
+  Vec inp_s = Rows(inp, C, r * n, n), w_c = Rows(w, C, r * oc, oc), b_c = Rows(b, 1, r * oc, oc);
+  g.whole = T1(whole);
+  g.partial = Tensor::F32(partial.data(), {N * C}, Device::kCpu);
+  absl::StatusOr<Tensor> gathered = tp::EnterColumn(g, T2(inp_s, n, C));
+  Check(gathered.status());
+  if (!gathered.ok()) return;
+  Expect("gathered input", Vec(whole.begin(), whole.begin() + N * C), inp, r);
+  Vec out_c(N * oc), dout_c = Columns(dout, N, OC, r * oc, oc), dinp_s(n * C, NAN), dw_c(oc * C, 0),
+                     db_c(oc, 0);
+  Check(tp::ColumnLinearForward(be, T2(out_c, N, oc), *gathered, T2(w_c, oc, C), T1(b_c)));
+  Check(tp::ColumnLinearBackward(be, g, T2(dinp_s, n, C), T2(dw_c, oc, C), T1(db_c),
+                                 T2(dout_c, N, oc), *gathered, T2(w_c, oc, C)));
+  Expect("sequence-parallel column output", out_c, Columns(out, N, OC, r * oc, oc), r);
+  Expect("sequence-parallel column input gradient (scattered)", dinp_s, Rows(dinp, C, r * n, n), r);
+  Expect("sequence-parallel column weight gradient", dw_c, Rows(dw, C, r * oc, oc), r);
+
+  // Row-parallel: the output is reduce-scattered to this rank's rows.
+  const int64_t c = C / P;
+  Vec w_r = Columns(w, OC, C, r * c, c), inp_r = Columns(inp, N, C, r * c, c), out_s(n * OC, NAN);
+  g.partial = T1(partial);
+  Check(tp::RowLinearForward(be, g, T2(out_s, n, OC), T2(inp_r, N, c), T2(w_r, OC, c), T1(b)));
+  Expect("sequence-parallel row output (scattered)", out_s, Rows(out, OC, r * n, n), r);
+
+  // A partial buffer too small for the whole block is refused by name.
+  g.partial = Tensor::F32(partial.data(), {N * OC - 1}, Device::kCpu);
+  const absl::Status small =
+      tp::RowLinearForward(be, g, T2(out_s, n, OC), T2(inp_r, N, c), T2(w_r, OC, c), T1(b));
+  if (small.ok() || std::string(small.message()).find("partial buffer") == std::string::npos) {
+    std::printf("FAIL rank %d: a short partial buffer was not refused: %s\n", static_cast<int>(r),
+                std::string(small.message()).c_str());
+    ++failures;
+  }
 }
 
 void VocabParallel(CpuBackend& be, Communicator& tp) {
@@ -146,6 +206,7 @@ int main(int argc, char** argv) {
     }
     CpuBackend be;
     ColumnAndRowLinear(be, **tp);
+    SequenceParallel(be, **tp);
     VocabParallel(be, **tp);
   }
   const int rank = MpiRuntime::world_rank();
