@@ -14,9 +14,12 @@
 //    it is also checked bitwise at N = 41 and 67. No tolerance is needed on
 //    any backend: the block dots are exact integers and the fma order is
 //    fixed.
-//  - CPU-only: over more tokens (prefill: weights widened a panel at a time
-//    for sgemm) it is the float matmul over the dequantized weights, within
-//    1e-5 of the sum of |products| (sgemm's float rounding).
+//    With AVX-512 VNNI the CPU runs the definition for any number of
+//    tokens too (matmul_kernels.h Int8KernelMaxTokens), checked the same way.
+//  - CPU-only: over more tokens at the levels without it (prefill: weights
+//    widened a panel at a time for sgemm) it is the float matmul over the
+//    dequantized weights, within 1e-5 of the sum of |products| (sgemm's
+//    float rounding).
 //  - It is as close to the unquantized matmul (double, over the dequantized
 //    weights w = q * scale and the f32 activations) as activation
 //    quantization allows: each x moves by at most half its block's step
@@ -190,6 +193,12 @@ TEST_P(Int8OpsTest, MatmulIsItsDefinition) {
 
 TEST_F(CpuOnlyInt8OpsTest, MatmulIsItsDefinitionAtEveryLevel) {
   ExpectDefinition(*this, {1, 3, 8, 16}, {32, 96, 768}, {16, 112, 2304}, Levels());
+  // Prefill sizes at the levels whose kernel takes them.
+  std::vector<CpuIsa> all_sizes;
+  for (CpuIsa isa : Levels()) {
+    if (cpu::Int8KernelMaxTokens(isa) >= 200) all_sizes.push_back(isa);
+  }
+  if (!all_sizes.empty()) ExpectDefinition(*this, {41, 67, 200}, {96, 768}, {48, 304}, all_sizes);
 }
 
 // The activation-quantization bound of the header comment, at each of
@@ -243,29 +252,34 @@ TEST_F(CpuOnlyInt8OpsTest, MatmulIsWithinActivationQuantizationAtEveryLevel) {
   ExpectWithinActivationQuantization(*this, {1, 5}, Levels());
 }
 
-// The CPU backend's prefill path (more than kSmallBatch tokens: sgemm over
-// weights widened a panel at a time).
+// The CPU backend's prefill path at the levels without VNNI (more than
+// kSmallBatch tokens: sgemm over weights widened a panel at a time).
 TEST_F(CpuOnlyInt8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
   uint32_t seed = 200;
-  for (int64_t N : {17, 64, 200}) {
-    for (int64_t C : {96, 768}) {
-      for (int64_t OC : {48, 2304}) {
-        for (int64_t G : {int64_t{32}, C}) {
-          const Quantized w = MakeQuantized(OC, C, G, ++seed);
-          const DeviceWeight dw(*this, w);
-          const Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
-          SCOPED_TRACE(::testing::Message()
-                       << "N=" << N << " C=" << C << " OC=" << OC << " G=" << G);
-          const Floats got = Matmul(*this, x, dw, w, bias, N);
-          for (int64_t n = 0; n < N; ++n) {
-            for (int64_t o = 0; o < OC; ++o) {
-              double want = bias[o], mag = std::fabs(bias[o]);
-              for (int64_t c = 0; c < C; ++c) {
-                const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
-                want += p;
-                mag += std::fabs(p);
+  for (CpuIsa isa : Levels()) {
+    if (cpu::Int8KernelMaxTokens(isa) >= 17) continue;
+    ScopedCpuIsa scoped(isa);
+    SCOPED_TRACE(CpuIsaName(isa));
+    for (int64_t N : {17, 64, 200}) {
+      for (int64_t C : {96, 768}) {
+        for (int64_t OC : {48, 2304}) {
+          for (int64_t G : {int64_t{32}, C}) {
+            const Quantized w = MakeQuantized(OC, C, G, ++seed);
+            const DeviceWeight dw(*this, w);
+            const Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
+            SCOPED_TRACE(::testing::Message()
+                         << "N=" << N << " C=" << C << " OC=" << OC << " G=" << G);
+            const Floats got = Matmul(*this, x, dw, w, bias, N);
+            for (int64_t n = 0; n < N; ++n) {
+              for (int64_t o = 0; o < OC; ++o) {
+                double want = bias[o], mag = std::fabs(bias[o]);
+                for (int64_t c = 0; c < C; ++c) {
+                  const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
+                  want += p;
+                  mag += std::fabs(p);
+                }
+                ASSERT_LE(std::fabs(got[n * OC + o] - want), 1e-5 * mag + 1e-6) << n << "," << o;
               }
-              ASSERT_LE(std::fabs(got[n * OC + o] - want), 1e-5 * mag + 1e-6) << n << "," << o;
             }
           }
         }

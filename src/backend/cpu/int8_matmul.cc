@@ -38,13 +38,16 @@
 //            at most 2 * 127 * 127, never saturate.
 //
 // That is for up to kSmallBatch tokens, where reading the weights is the
-// bound (matmul_kernels.h). Prefill is compute-bound and takes another
-// route: each panel is widened to fp32 and sgemm multiplies the unquantized
-// activations by it (DequantizePanel, DequantizedSgemm).
+// bound (matmul_kernels.h). Prefill is compute-bound: with AVX-512 VNNI the
+// integer dots still beat sgemm (64 multiply-adds an instruction against
+// 16), so the same kernel runs every N; without, each panel is widened to
+// fp32 and sgemm multiplies the unquantized activations by it
+// (DequantizePanel, DequantizedSgemm; Int8KernelMaxTokens decides).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -338,6 +341,10 @@ void RunTiles(const Int8Gemm& m, const Kernel& k) {
 
 }  // namespace
 
+int64_t cpu::Int8KernelMaxTokens(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 ? std::numeric_limits<int64_t>::max() : kSmallBatch;
+}
+
 absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
                                            Tensor bias) {
   int64_t OC = 0, C = 0, G = 0, N = 0, Cin = 0;
@@ -349,9 +356,11 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
   RETURN_IF_ERROR(cpu::CheckRows(kFwd, "out", out, DType::kF32, N, OC));
   if (!bias.empty()) RETURN_IF_ERROR(cpu::CheckNumel(kFwd, "bias", bias, DType::kF32, OC));
   const float* b = bias.empty() ? nullptr : bias.f32();
-  if (N > cpu::kSmallBatch) {
-    // Prefill: compute-bound, so the weights are widened a panel at a time
-    // for sgemm (matmul_kernels.h); the activations stay fp32.
+  const CpuIsa isa = ActiveCpuIsa();
+  if (N > cpu::Int8KernelMaxTokens(isa)) {
+    // Prefill without VNNI: compute-bound, so the weights are widened a
+    // panel at a time for sgemm (matmul_kernels.h); the activations stay
+    // fp32.
     const int8_t* qp = q.i8();
     const float* sp = scales.f32();
     const int64_t groups = C / G;
@@ -363,7 +372,7 @@ absl::Status CpuBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Ten
         b, out.f32());
     return absl::OkStatus();
   }
-  const Kernel kernel = KernelFor(ActiveCpuIsa());
+  const Kernel kernel = KernelFor(isa);
   // Scratch for the quantized activations, kept per calling thread so a
   // decode step does not allocate.
   thread_local std::vector<int8_t> xq;

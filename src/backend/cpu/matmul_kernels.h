@@ -12,6 +12,8 @@
 //                      rows at a time into a cache-sized fp32 buffer that
 //                      sgemm multiplies (tiled_sgemm.cc), so prefill runs at
 //                      the sgemm's rate whatever the storage format.
+//                      Except int8 with AVX-512 VNNI (Int8KernelMaxTokens):
+//                      there the integer kernel outruns sgemm at any N.
 //
 // All functions run on the calling thread's OpenMP pool and must be called
 // outside a parallel region; shapes are checked by the ops that call them.
@@ -21,11 +23,20 @@
 #include <functional>
 
 #include "src/backend/cpu/cpu_common.h"
+#include "src/backend/cpu/cpu_isa.h"
 #include "src/core/bf16.h"
 
 namespace ladder::cpu {
 
 inline constexpr int64_t kSmallBatch = 16;
+
+// int8 weights go through the integer W8A8 kernel (int8_matmul.cc) up to
+// this many tokens, and through the widened sgemm above. With AVX-512 VNNI
+// one instruction does 64 int8 multiply-adds, four times an fp32 FMA's 16,
+// and the integer kernel stays ahead of sgemm at every prefill size
+// measured (docs/results.md), so it takes every N, as the CUDA backend's
+// does; the other levels switch at kSmallBatch.
+int64_t Int8KernelMaxTokens(CpuIsa isa);
 
 // y [N, OC] = x [N, C] @ W^T + bias (bias may be null), W [OC, C] row-major
 // in float or bf16. Every ISA level (cpu_isa.h) computes, for each (n, o),
