@@ -43,6 +43,7 @@
 // element from exactly one block (below) instead of adding dQ with atomics.
 //
 // ---- flash: launch shape, and why -----------------------------------------
+// (The tiles and the device helpers live in kernels/attention_tiles.cuh.)
 // A block is 4 warps (128 threads) and owns one 32-row tile of one (b, h):
 // grid (B*NH, tiles). A tile of 32 keys is one warp wide, so in every score
 // block lane = key (or lane = query, in the backward's key-tile kernel) and
@@ -103,92 +104,14 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_tiles.cuh"
 #include "kernels/common.cuh"
 #include "kernels/launch.cuh"
 
 LADDER_KERNELS_BEGIN
 namespace {
 
-constexpr int kTile = 32;              // queries and keys per tile (= the warp size)
-constexpr int kWarps = 4;              // warps per flash block
-constexpr int kRows = kTile / kWarps;  // rows of a tile per warp
-constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kNaiveThreads = 256;
-constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y (tiles: T < 2 million)
-
-static_assert(kTile == kWarpSize, "a tile row is one warp wide");
-
-// min of two ints (CUDA's integer min() is not in the simulator's subset).
-__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
-}
-
-// Shared-memory row stride of a tile read with lane = row: odd, so the 32
-// lanes' words of one column fall into 32 different banks.
-__host__ __device__ __forceinline__ int TileStride(int HS) { return HS | 1; }
-
-// Copies rows [t0, t0 + kTile) of a [T, HS] head slice (row stride ld_src
-// elements in global memory) into an fp32 tile of stride ld, widening each
-// element; rows at or past T are zero. Consecutive threads read consecutive
-// channels of a row (coalesced).
-template <typename Storage>
-__device__ __forceinline__ void LoadTile(float* __restrict__ tile, int ld,
-                                         const Storage* __restrict__ src, size_t ld_src, int t0,
-                                         int T, int HS) {
-  for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
-    const int r = idx / HS, c = idx % HS;
-    const int t = t0 + r;
-    tile[r * ld + c] = t < T ? ToFloat(src[static_cast<size_t>(t) * ld_src + c]) : 0.0f;
-  }
-}
-
-// The backward's two score products for one warp: for the warp's kRows rows
-// a_i and c_i (row stride ld) and the lane's row b and e (stride ld),
-//   s[i] = a_i . b_lane   and   dp[i] = c_i . e_lane   over HS channels.
-// The dQ kernel calls it with (Q, dO) against (K, V): S = Q K^T, dP = dO V^T;
-// the dK/dV kernel with (K, V) against (Q, dO): the transposes S^T and dP^T.
-__device__ __forceinline__ void ScoreAndGradDots(const float* __restrict__ a,
-                                                 const float* __restrict__ c,
-                                                 const float* __restrict__ b,
-                                                 const float* __restrict__ e, int ld, int HS,
-                                                 int lane, float (&s)[kRows], float (&dp)[kRows]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) s[i] = dp[i] = 0.0f;
-  for (int d = 0; d < HS; ++d) {
-    const float bd = b[lane * ld + d], ed = e[lane * ld + d];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      s[i] += a[i * ld + d] * bd;
-      dp[i] += c[i * ld + d] * ed;
-    }
-  }
-}
-
-// The backward's D of query `row`: dO_row . O_row over the head's HS
-// channels, summed across the warp (every lane gets it); 0 for a row past T.
-// dout_head and out_head point at the head's channels of row 0 (stride C).
-template <typename Storage>
-__device__ __forceinline__ float RowDoutDotOut(const Storage* __restrict__ dout_head,
-                                               const Storage* __restrict__ out_head, int row, int T,
-                                               int C, int HS, int lane) {
-  float part = 0.0f;
-  if (row < T) {
-    for (int col = lane; col < HS; col += kWarpSize) {
-      part += ToFloat(dout_head[static_cast<size_t>(row) * C + col]) *
-              ToFloat(out_head[static_cast<size_t>(row) * C + col]);
-    }
-  }
-  return WarpSum(part);
-}
-
-__device__ __forceinline__ void ZeroRows(float* __restrict__ p, int n) {
-  for (int idx = threadIdx.x; idx < n; idx += blockDim.x) p[idx] = 0.0f;
-}
 
 // ---- flash forward ------------------------------------------------------------
 
@@ -230,51 +153,24 @@ __global__ void __launch_bounds__(kThreads)
     LoadTile(sV, HS, base + 2 * C, C3, j0, T, HS);
     __syncthreads();
 
-    // S = Q K^T for the warp's 8 rows; lane = key. sQ is read at one address
-    // per warp (a broadcast), sK at 32 rows of one column (odd stride: no
-    // bank conflicts).
+    // S = Q K^T for the warp's 8 rows; lane = key.
     float s[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) s[i] = 0.0f;
-    const float* q_row = sQ + warp * kRows * ld;
-    const float* k_row = sK + lane * ld;
-    for (int d = 0; d < HS; ++d) {
-      const float kd = k_row[d];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) s[i] += q_row[i * ld + d] * kd;
-    }
+    ScoreDots(sQ + warp * kRows * ld, sK, ld, HS, lane, s);
 
-    // Online softmax, one row per step, the row spread over the warp.
+    // Online softmax, one row per step, the row spread over the warp. Every
+    // tile holds a valid key for every row (tiles are aligned and j0 <= i0),
+    // so the max is finite from the first tile on.
     const int key = j0 + lane;
     float corr[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const bool valid = key <= MinInt(row0 + i, T - 1);  // causal (and key < T)
-      const float sc = valid ? s[i] * scale : -INFINITY;
-      // Every tile holds a valid key for every row (tiles are aligned and
-      // j0 <= i0), so the new max is finite and exp(-inf) = 0 on the first tile.
-      const float m_new = fmaxf(m[i], WarpMax(sc));
-      corr[i] = expf(m[i] - m_new);
-      const float p = valid ? expf(sc - m_new) : 0.0f;
-      l[i] = l[i] * corr[i] + WarpSum(p);
-      m[i] = m_new;
-      sP[i * kTile + lane] = p;
+      sP[i * kTile + lane] = OnlineSoftmaxStep(s[i] * scale, valid, m[i], l[i], corr[i]);
     }
     __syncwarp();
 
-    // O = O * corr + P V for the warp's rows; lane owns columns lane + 32k.
-    for (int col = lane; col < HS; col += kWarpSize) {
-      float acc[kRows];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) acc[i] = sO[(warp * kRows + i) * HS + col] * corr[i];
-      for (int k = 0; k < kTile; ++k) {
-        const float v = sV[k * HS + col];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) acc[i] += sP[i * kTile + k] * v;
-      }
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) sO[(warp * kRows + i) * HS + col] = acc[i];
-    }
+    // O = O * corr + P V for the warp's rows.
+    AddTileProducts<true>(sO, warp * kRows, sP, sV, HS, HS, lane, corr);
     __syncwarp();  // P is rewritten by the next tile
   }
 
@@ -351,19 +247,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();
 
-    // dQ += (scale * dS) K for the warp's rows; lane owns columns lane + 32k.
-    for (int col = lane; col < HS; col += kWarpSize) {
-      float acc[kRows];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) acc[i] = sdQ[(warp * kRows + i) * HS + col];
-      for (int k = 0; k < kTile; ++k) {
-        const float kv = sK[k * ld + col];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) acc[i] += sS[i * kTile + k] * kv;
-      }
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) sdQ[(warp * kRows + i) * HS + col] = acc[i];
-    }
+    // dQ += (scale * dS) K for the warp's rows.
+    AddTileProducts<false>(sdQ, warp * kRows, sS, sK, ld, HS, lane);
     __syncwarp();
   }
 
@@ -444,29 +329,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();
 
-    // dV += P^T dO and dK += (scale * dS)^T Q for the warp's keys; lane owns
-    // columns lane + 32k; the sums run over the tile's 32 queries in order.
-    for (int col = lane; col < HS; col += kWarpSize) {
-      float acc_v[kRows], acc_k[kRows];
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        acc_v[i] = sdV[(warp * kRows + i) * HS + col];
-        acc_k[i] = sdK[(warp * kRows + i) * HS + col];
-      }
-      for (int q = 0; q < kTile; ++q) {
-        const float dov = sdO[q * ld + col], qv = sQ[q * ld + col];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          acc_v[i] += sP[i * kTile + q] * dov;
-          acc_k[i] += sS[i * kTile + q] * qv;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        sdV[(warp * kRows + i) * HS + col] = acc_v[i];
-        sdK[(warp * kRows + i) * HS + col] = acc_k[i];
-      }
-    }
+    // dV += P^T dO and dK += (scale * dS)^T Q for the warp's keys; the sums
+    // run over the tile's 32 queries in order.
+    AddTileProductPair(sdV, sP, sdO, sdK, sS, sQ, warp * kRows, ld, HS, lane);
     __syncwarp();
   }
 
@@ -480,17 +345,6 @@ __global__ void __launch_bounds__(kThreads)
       dst[2 * C + col] = FromFloat<Storage>(sdV[(warp * kRows + i) * HS + col]);
     }
   }
-}
-
-size_t FlashForwardSmem(int HS) {
-  return sizeof(float) * (2 * kTile * TileStride(HS) + 2 * kTile * HS + kTile * kTile);
-}
-size_t FlashBackwardDqSmem(int HS) {
-  return sizeof(float) * (4 * kTile * TileStride(HS) + kTile * HS + kTile * kTile);
-}
-size_t FlashBackwardDkDvSmem(int HS) {
-  return sizeof(float) *
-         (4 * kTile * TileStride(HS) + 2 * kTile * HS + 2 * kTile * kTile + 2 * kTile);
 }
 
 // ---- naive -----------------------------------------------------------------------

@@ -440,6 +440,55 @@ void TransposeTiles(float* dst, const float* src, int64_t ld, int64_t T, int64_t
 
 inline int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// One query row's step of the online softmax: folds the scores s[0..nvalid)
+// of a new key tile into the row's running max *m and sum *l (of exp(s - *m)
+// over the keys so far), and rescales the row's output accumulator o[0..HS)
+// by exp(old max - new max) when the max rises. Leaves P = exp(s - *m) in s,
+// 0 for the masked keys (scores of -inf) and from nvalid up to n, ready for
+// O += P V. Before the row's first finite score *m is -inf and *l is 0, and
+// o is not touched: it may hold anything until the caller's first P V.
+inline void OnlineSoftmaxRow(float* s, int64_t n, int64_t nvalid, float* m, float* l, float* o,
+                             int64_t HS) {
+  const float mx = std::max(*m, RowMax(s, nvalid));
+  if (mx == kNegInf) {  // no allowed key yet (a causal row always sees itself): P = 0
+    std::fill(s, s + n, 0.0f);
+    return;
+  }
+  const float sum = RowExp(s, n, nvalid, mx);
+  if (*m == kNegInf) {
+    *l = sum;
+  } else {
+    const float corr = std::exp(*m - mx);
+    *l = *l * corr + sum;
+#pragma omp simd
+    for (int64_t c = 0; c < HS; ++c) o[c] *= corr;
+  }
+  *m = mx;
+}
+
+// D[t] = dO[t,:] . out[t,:] for t < T (the backward's rowsum(dO * O)), with
+// dO a contiguous [T, HS] copy and out the head's slice of row stride ld.
+void RowDots(float* D, const float* dO, const float* out, int64_t ld, int64_t T, int64_t HS) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* go = dO + t * HS;
+    const float* o = out + t * ld;
+    if (t + kAhead < T) PrefetchRow(o + kAhead * ld, HS);
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t c = 0; c < HS; ++c) acc += go[c] * o[c];
+    D[t] = acc;
+  }
+}
+
+// The softmax backward of one row, in place: p[k] = p[k] * (dp[k] - D) for
+// the keys k < nvalid; beyond nvalid P is already 0 (RowExp), and so is dS.
+inline void SoftmaxGradRow(float* p, const float* dp, float D, int64_t nvalid) {
+  for (int64_t k = 0; k < nvalid; k += 8) {
+    const v8 ds = Load8(p + k) * (Load8(dp + k) - D);
+    Store8(p + k, Valid(k, nvalid) ? ds : v8{});
+  }
+}
+
 // Work is split over (b, h): each thread owns whole heads, so it gathers a
 // head's Q, K, V once for all its tiles, and (in the backward) owns all of the
 // head's dQ, dK, dV, accumulating them in a fixed order with no atomics.
@@ -465,6 +514,8 @@ void FlashForward(float* out, float* lse, const float* qkv, const Dims& d) {
 
     for (int64_t i0 = 0; i0 < T; i0 += kTile) {
       const int64_t nq = std::min(kTile, T - i0);
+      std::fill(m, m + nq, kNegInf);
+      std::fill(l, l + nq, 0.0f);
       // key tiles up to and including the diagonal one
       for (int64_t j0 = 0; j0 < i0 + nq; j0 += kTile) {
         const int64_t nk = std::min(kTile, i0 + nq - j0), nkp = RoundUp16(nk), off = i0 - j0;
@@ -474,22 +525,8 @@ void FlashForward(float* out, float* lse, const float* qkv, const Dims& d) {
         // Online softmax, row by row: update the max, exponentiate, rescale.
         // Masked keys (k >= nvalid, later than the query) get P = 0.
         for (int64_t r = 0; r < nq; ++r) {
-          float* s = S + r * kTile;
           const int64_t nvalid = std::min(nk, r + off + 1);  // causal: keys <= query
-          const float row_max = RowMax(s, nvalid);
-          const float mx = j0 == 0 ? row_max : std::max(m[r], row_max);
-          const float sum = RowExp(s, nkp, nvalid, mx);
-          if (j0 == 0) {
-            l[r] = sum;
-          } else {
-            // the max moved from m to mx: rescale what was accumulated under the old max
-            const float corr = std::exp(m[r] - mx);
-            l[r] = l[r] * corr + sum;
-            float* o = O + r * HS;
-#pragma omp simd
-            for (int64_t c = 0; c < HS; ++c) o[c] *= corr;
-          }
-          m[r] = mx;
+          OnlineSoftmaxRow(S + r * kTile, nkp, nvalid, &m[r], &l[r], O + r * HS, HS);
         }
         // O += P V (the first key tile initializes O)
         Gemm(nq, HS, nk, {S, kTile, 1}, V + j0 * HS, HS, O, HS, 1.0f, j0 > 0, Causal::kInnerToDiag,
@@ -538,15 +575,7 @@ void FlashBackward(float* dqkv, const float* dout, const float* qkv, const float
     TransposeTiles(KT, K, HS, T, HS);
     TransposeTiles(VT, base + 2 * C, C3, T, HS);
     std::fill(dQ, dQ + 3 * T * HS, 0.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      const float* go = dO + t * HS;
-      const float* o = out + (b * T + t) * C + h * HS;
-      if (t + kAhead < T) PrefetchRow(o + kAhead * C, HS);
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t c = 0; c < HS; ++c) acc += go[c] * o[c];
-      D[t] = acc;  // D = rowsum(dO * O)
-    }
+    RowDots(D, dO, out + b * T * C + h * HS, C, T, HS);
 
     // Key tiles outside: dK and dV of a tile accumulate over the query tiles
     // at or below the diagonal; dQ of each query tile accumulates over key
@@ -571,14 +600,7 @@ void FlashBackward(float* dqkv, const float* dout, const float* qkv, const float
              Causal::kInnerFromDiag, off);
         // dS = P * (dP - D), in place of P (masked entries stay 0)
         for (int64_t r = 0; r < nq; ++r) {
-          float* p = P + r * kTile;
-          const float* dp = dP + r * kTile;
-          const float Dr = D[i0 + r];
-          const int64_t nvalid = std::min(nk, r + off + 1);
-          for (int64_t k = 0; k < nvalid; k += 8) {  // beyond nvalid, P is already 0
-            const v8 ds = Load8(p + k) * (Load8(dp + k) - Dr);
-            Store8(p + k, Valid(k, nvalid) ? ds : v8{});
-          }
+          SoftmaxGradRow(P + r * kTile, dP + r * kTile, D[i0 + r], std::min(nk, r + off + 1));
         }
         // dQ += scale * dS K;  dK += scale * dS^T Q
         Gemm(nq, HS, nk, {P, kTile, 1}, K + j0 * HS, HS, dQ + i0 * HS, HS, scale, true,

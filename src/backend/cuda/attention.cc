@@ -38,16 +38,11 @@ absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int num_heads, At
   return absl::OkStatus();
 }
 
-// An activation of the call (out, dout, dqkv): qkv's storage dtype (one per
-// call, backend.h "Precision") and the exact shape dims.
+// An activation of the call (out, dout, dqkv): qkv's storage dtype and the
+// exact shape dims.
 absl::Status CheckActivation(absl::string_view op, absl::string_view what, const Tensor& t,
                              DType storage, std::initializer_list<int64_t> dims) {
-  if (!t.empty() && t.dtype != storage) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is ", DTypeName(t.dtype),
-                                                   " but qkv is ", DTypeName(storage),
-                                                   " (one storage dtype per call)"));
-  }
-  return CheckExact(op, what, t, storage, dims);
+  return CheckStorage(op, what, t, "qkv", storage, dims);
 }
 
 absl::Status CheckScratch(absl::string_view op, AttentionKind kind, const Tensor& scratch,

@@ -48,6 +48,20 @@ inline absl::Status CheckNumel(absl::string_view op, absl::string_view what, con
   return ladder::CheckNumel(Device::kCuda, op, what, t, dtype, n, at_least);
 }
 
+// A tensor of a call whose activations share one storage dtype (backend.h
+// "Precision"): that of the tensor named `ref`. `t` must have it (else the
+// error names both dtypes) and exactly the shape dims.
+inline absl::Status CheckStorage(absl::string_view op, absl::string_view what, const Tensor& t,
+                                 absl::string_view ref, DType storage,
+                                 std::initializer_list<int64_t> dims) {
+  if (!t.empty() && t.dtype != storage) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is ", DTypeName(t.dtype),
+                                                   " but ", ref, " is ", DTypeName(storage),
+                                                   " (one storage dtype per call)"));
+  }
+  return CheckExact(op, what, t, storage, dims);
+}
+
 // The kernels' element type of a storage dtype (backend.h "Precision"):
 // float for kF32, __nv_bfloat16 for kBF16. WithStorage calls
 // f(std::type_identity<T>{}) with that T and returns its Status, so one
