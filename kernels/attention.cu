@@ -43,7 +43,9 @@
 // element from exactly one block (below) instead of adding dQ with atomics.
 //
 // ---- flash: launch shape, and why -----------------------------------------
-// (The tiles and the device helpers live in kernels/attention_tiles.cuh.)
+// (The tiles and the device helpers below are shared with the by-positions
+// kernels of context parallelism, kernels/attention_part.cu, through
+// kernels/attention_tiles.cuh.)
 // A block is 4 warps (128 threads) and owns one 32-row tile of one (b, h):
 // grid (B*NH, tiles). A tile of 32 keys is one warp wide, so in every score
 // block lane = key (or lane = query, in the backward's key-tile kernel) and

@@ -234,6 +234,44 @@ class Backend {
                                          Tensor lse, int num_heads, AttentionKind kind,
                                          Tensor scratch) = 0;
 
+  // ---- attention by positions (context parallelism's ring steps) ------------
+  // Context parallelism splits each sequence's tokens over ranks; attention
+  // then runs as a ring: each rank's queries meet one key/value block after
+  // another, and the partial results merge by log-sum-exp. A rank's tokens
+  // are not contiguous (an early and a late chunk of each sequence, for
+  // causal load balance), so the mask comes from explicit positions.
+  // q_qkv [B,Tq,3C] and kv_qkv [B,Tk,3C] are packed like AttentionForward's
+  // qkv (one storage dtype); only the q part of q_qkv and the k and v parts
+  // of kv_qkv are read. q_pos [Tq] and k_pos [Tk] (i32, device tensors, the
+  // same for every sequence of the batch) are the tokens' positions: query i
+  // may attend key j iff k_pos[j] <= q_pos[i]. Scale 1/sqrt(HS) as above.
+  // merge == false: out [B,Tq,C] and lse [B,NH,Tq] (f32) are overwritten with
+  // this block's attention and log-sum-exp; a query with no allowed key gets
+  // out 0 and lse -inf.
+  // merge == true: out and lse hold an earlier partial result (over other
+  // keys) and become the result over both:
+  //   lse = logaddexp(lse1, lse2),  out = out1 exp(lse1 - lse) + out2 exp(lse2 - lse)
+  // with (out1, lse1) what they held and (out2, lse2) this block's. A query
+  // with no allowed key in this block keeps out and lse bit for bit; one
+  // whose lse1 is -inf takes this block's result.
+  // out must not overlap q_qkv or kv_qkv (q_qkv and kv_qkv may be the same
+  // tensor: a rank's own block).
+  virtual absl::Status AttentionPartForward(Tensor out, Tensor lse, Tensor q_qkv, Tensor kv_qkv,
+                                            Tensor q_pos, Tensor k_pos, int num_heads,
+                                            bool merge) = 0;
+  // The backward of one block, given the FINAL out [B,Tq,C] and lse
+  // [B,NH,Tq] (merged over all blocks) and dout [B,Tq,C]: with
+  // P = exp(scale q k^T - lse) over the allowed pairs of this block and
+  // D_i = dout_i . out_i, it accumulates (+=) dq = scale (P * (dout v^T - D)) k
+  // into the q part of dq_qkv [B,Tq,3C], and dk, dv into the k and v parts of
+  // dkv_qkv [B,Tk,3C]; the other parts are untouched. Summed over the ring's
+  // blocks this is AttentionBackward's dqkv. dq_qkv and dkv_qkv may be the
+  // same tensor (then q_qkv and kv_qkv are the same too, Tq == Tk);
+  // otherwise they must not overlap, and neither may overlap an input.
+  virtual absl::Status AttentionPartBackward(Tensor dq_qkv, Tensor dkv_qkv, Tensor dout,
+                                             Tensor q_qkv, Tensor kv_qkv, Tensor out, Tensor lse,
+                                             Tensor q_pos, Tensor k_pos, int num_heads) = 0;
+
   // ---- paged KV cache (inference) -------------------------------------------
   // Serving keeps each sequence's keys and values in a cache of fixed-size
   // blocks (src/serve/kv_blocks.h): S = blocks x 16 rows, one row per cached

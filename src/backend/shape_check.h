@@ -107,6 +107,14 @@ inline absl::Status CheckNumel(Device device, absl::string_view op, absl::string
   return CheckDevice(device, op, what, t);
 }
 
+// True iff the byte ranges of two views intersect (empty views never do).
+inline bool Overlap(const Tensor& a, const Tensor& b) {
+  if (a.empty() || b.empty() || !DimsValid(a) || !DimsValid(b)) return false;
+  const char* pa = static_cast<const char*>(a.data);
+  const char* pb = static_cast<const char*>(b.data);
+  return a.bytes() > 0 && b.bytes() > 0 && pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
 // OK iff dst and src are non-empty views of one dtype and the same number of
 // elements (their shapes may differ), both on `device`, whose byte ranges do
 // not overlap: Backend::Copy's arguments.
@@ -120,10 +128,7 @@ inline absl::Status CheckCopy(Device device, absl::string_view op, const Tensor&
   }
   RETURN_IF_ERROR(CheckDevice(device, op, "dst", dst));
   RETURN_IF_ERROR(CheckDevice(device, op, "src", src));
-  const char* d = static_cast<const char*>(dst.data);
-  const char* s = static_cast<const char*>(src.data);
-  const size_t n = dst.bytes();
-  if (n > 0 && d < s + n && s < d + n) {
+  if (Overlap(dst, src)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": dst and src overlap"));
   }
   return absl::OkStatus();
@@ -170,12 +175,14 @@ struct AttentionDims {
 };
 
 // OK iff qkv is [B,T,3C] of `dtype` (the storage the caller accepts) on
-// `device` and num_heads is positive and divides C; fills *d.
+// `device` and num_heads is positive and divides C; fills *d. Errors name
+// the tensor `what`.
 inline absl::Status CheckAttentionQkv(Device device, absl::string_view op, const Tensor& qkv,
-                                      DType dtype, int num_heads, AttentionDims* d) {
+                                      DType dtype, int num_heads, AttentionDims* d,
+                                      absl::string_view what = "qkv") {
   if (qkv.empty() || qkv.dtype != dtype || qkv.rank != 3 || !DimsValid(qkv) ||
       qkv.dim(2) % 3 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": qkv has shape ",
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has shape ",
                                                    internal::Describe(qkv, dtype), ", expected ",
                                                    DTypeName(dtype), " [B,T,3C]"));
   }
@@ -188,7 +195,53 @@ inline absl::Status CheckAttentionQkv(Device device, absl::string_view op, const
   }
   d->NH = num_heads;
   d->HS = d->C / num_heads;
-  return CheckDevice(device, op, "qkv", qkv);
+  return CheckDevice(device, op, what, qkv);
+}
+
+// The dimensions of one block of attention by positions
+// (Backend::AttentionPartForward): Tq queries of q_qkv [B,Tq,3C] against the
+// Tk keys of kv_qkv [B,Tk,3C], NH heads of HS = C / NH channels.
+struct AttentionPartDims {
+  int64_t B, Tq, Tk, C, NH, HS;
+};
+
+// OK iff q_qkv [B,Tq,3C] and kv_qkv [B,Tk,3C] are of `dtype` (one B and C),
+// num_heads is positive and divides C, and q_pos [Tq] and k_pos [Tk] are
+// i32, all on `device`; fills *d.
+inline absl::Status CheckAttentionPart(Device device, absl::string_view op, const Tensor& q_qkv,
+                                       const Tensor& kv_qkv, const Tensor& q_pos,
+                                       const Tensor& k_pos, DType dtype, int num_heads,
+                                       AttentionPartDims* d) {
+  AttentionDims q, kv;
+  RETURN_IF_ERROR(CheckAttentionQkv(device, op, q_qkv, dtype, num_heads, &q, "q_qkv"));
+  RETURN_IF_ERROR(CheckAttentionQkv(device, op, kv_qkv, dtype, num_heads, &kv, "kv_qkv"));
+  if (kv.B != q.B || kv.C != q.C) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": kv_qkv has shape ", kv_qkv.ShapeString(),
+                                                   ", expected [", q.B, ",Tk,", 3 * q.C,
+                                                   "] (q_qkv's B and 3C)"));
+  }
+  RETURN_IF_ERROR(CheckExact(device, op, "q_pos", q_pos, DType::kI32, {q.T}));
+  RETURN_IF_ERROR(CheckExact(device, op, "k_pos", k_pos, DType::kI32, {kv.T}));
+  *d = {q.B, q.T, kv.T, q.C, q.NH, q.HS};
+  return absl::OkStatus();
+}
+
+// The aliasing rules of AttentionPartForward/Backward: out (forward) overlaps
+// neither q_qkv nor kv_qkv; dq_qkv and dkv_qkv (backward; pass empty tensors
+// for the forward) are one view or do not overlap.
+inline absl::Status CheckAttentionPartAliasing(absl::string_view op, const Tensor& out,
+                                               const Tensor& q_qkv, const Tensor& kv_qkv,
+                                               const Tensor& dq_qkv, const Tensor& dkv_qkv) {
+  if (Overlap(out, q_qkv) || Overlap(out, kv_qkv)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": out overlaps q_qkv or kv_qkv"));
+  }
+  const bool same = dq_qkv.data == dkv_qkv.data && dq_qkv.dtype == dkv_qkv.dtype &&
+                    dq_qkv.rank == dkv_qkv.rank && dq_qkv.shape == dkv_qkv.shape;
+  if (!same && Overlap(dq_qkv, dkv_qkv)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dq_qkv and dkv_qkv overlap without being the same tensor"));
+  }
+  return absl::OkStatus();
 }
 
 // OK iff logits, viewed row-wise, is a [N, Vshard] shard of `dtype` on `device` of

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -126,37 +128,101 @@ inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, 
   return loss;
 }
 
-// Causal multi-head attention. qkv [B,T,3C] (q, k, v of all heads per
-// token), out [B,T,C], lse [B,NH,T] (log-sum-exp of each row's scaled scores).
-inline void CausalAttention(const Vec& qkv, int B, int T, int NH, int HS, Vec* out, Vec* lse) {
-  const int64_t C = int64_t{NH} * HS, C3 = 3 * C;
-  out->assign(int64_t{B} * T * C, 0.0);
-  lse->assign(int64_t{B} * NH * T, 0.0);
-  Vec w(T);
+// Attention by positions (Backend::AttentionPartForward with merge false):
+// the queries of q_qkv [B,Tq,3C] over the keys and values of kv_qkv
+// [B,Tk,3C] (q, k, v of all heads per token), where query i sees key j iff
+// k_pos[j] <= q_pos[i] (Tq = q_pos.size(), Tk = k_pos.size()). out [B,Tq,C],
+// lse [B,NH,Tq] (log-sum-exp of each row's allowed scaled scores); a query
+// that sees no key gets out 0 and lse -inf.
+inline void AttentionByPositions(const Vec& q_qkv, const Vec& kv_qkv,
+                                 const std::vector<int32_t>& q_pos,
+                                 const std::vector<int32_t>& k_pos, int B, int NH, int HS, Vec* out,
+                                 Vec* lse) {
+  const int64_t Tq = std::ssize(q_pos), Tk = std::ssize(k_pos), C = int64_t{NH} * HS, C3 = 3 * C;
+  out->assign(B * Tq * C, 0.0);
+  lse->assign(B * NH * Tq, -std::numeric_limits<double>::infinity());
+  Vec w(Tk);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t i = 0; i < T; ++i) {
-        const double* q = &qkv[(b * T + i) * C3 + h * HS];
-        double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          const double* k = &qkv[(b * T + j) * C3 + C + h * HS];
+      for (int64_t i = 0; i < Tq; ++i) {
+        const double* q = &q_qkv[(b * Tq + i) * C3 + h * HS];
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < Tk; ++j) {
+          if (k_pos[j] > q_pos[i]) continue;
+          const double* k = &kv_qkv[(b * Tk + j) * C3 + C + h * HS];
           double dot = 0;
           for (int64_t c = 0; c < HS; ++c) dot += q[c] * k[c];
           w[j] = dot * scale;
           mx = std::max(mx, w[j]);
         }
+        if (mx == -std::numeric_limits<double>::infinity()) continue;  // no key: 0 and -inf
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (w[j] = std::exp(w[j] - mx));
-        (*lse)[(b * NH + h) * T + i] = mx + std::log(sum);
-        double* o = &(*out)[(b * T + i) * C + h * HS];
-        for (int64_t j = 0; j <= i; ++j) {
-          const double* v = &qkv[(b * T + j) * C3 + 2 * C + h * HS];
+        for (int64_t j = 0; j < Tk; ++j) {
+          if (k_pos[j] <= q_pos[i]) sum += (w[j] = std::exp(w[j] - mx));
+        }
+        (*lse)[(b * NH + h) * Tq + i] = mx + std::log(sum);
+        double* o = &(*out)[(b * Tq + i) * C + h * HS];
+        for (int64_t j = 0; j < Tk; ++j) {
+          if (k_pos[j] > q_pos[i]) continue;
+          const double* v = &kv_qkv[(b * Tk + j) * C3 + 2 * C + h * HS];
           for (int64_t c = 0; c < HS; ++c) o[c] += w[j] / sum * v[c];
         }
       }
     }
   }
+}
+
+// Its backward (Backend::AttentionPartBackward) from dout [B,Tq,C] and the
+// out and lse it is given: with P = exp(scale q k^T - lse) on the allowed
+// pairs and D_i = dout_i . out_i, the q part of dq_qkv [B,Tq,3C] gets
+// scale * (P * (dout v^T - D)) k and the k, v parts of dkv_qkv [B,Tk,3C]
+// get its transposed products; every other element is 0.
+inline void AttentionByPositionsBackward(const Vec& q_qkv, const Vec& kv_qkv,
+                                         const std::vector<int32_t>& q_pos,
+                                         const std::vector<int32_t>& k_pos, const Vec& out,
+                                         const Vec& lse, const Vec& dout, int B, int NH, int HS,
+                                         Vec* dq_qkv, Vec* dkv_qkv) {
+  const int64_t Tq = std::ssize(q_pos), Tk = std::ssize(k_pos), C = int64_t{NH} * HS, C3 = 3 * C;
+  dq_qkv->assign(B * Tq * C3, 0.0);
+  dkv_qkv->assign(B * Tk * C3, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t i = 0; i < Tq; ++i) {
+        const double* q = &q_qkv[(b * Tq + i) * C3 + h * HS];
+        const double* go = &dout[(b * Tq + i) * C + h * HS];
+        const double* o = &out[(b * Tq + i) * C + h * HS];
+        double* dq = &(*dq_qkv)[(b * Tq + i) * C3 + h * HS];
+        double D = 0;
+        for (int64_t c = 0; c < HS; ++c) D += go[c] * o[c];
+        for (int64_t j = 0; j < Tk; ++j) {
+          if (k_pos[j] > q_pos[i]) continue;
+          const double* k = &kv_qkv[(b * Tk + j) * C3 + C + h * HS];
+          const double* v = k + C;
+          double* dk = &(*dkv_qkv)[(b * Tk + j) * C3 + C + h * HS];
+          double* dv = dk + C;
+          double s = 0, dp = 0;
+          for (int64_t c = 0; c < HS; ++c) s += q[c] * k[c], dp += go[c] * v[c];
+          const double p = std::exp(s * scale - lse[(b * NH + h) * Tq + i]);
+          const double ds = p * (dp - D) * scale;
+          for (int64_t c = 0; c < HS; ++c) {
+            dq[c] += ds * k[c];
+            dk[c] += ds * q[c];
+            dv[c] += p * go[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Causal multi-head attention: attention by positions 0..T-1 of qkv over
+// itself. qkv [B,T,3C], out [B,T,C], lse [B,NH,T].
+inline void CausalAttention(const Vec& qkv, int B, int T, int NH, int HS, Vec* out, Vec* lse) {
+  std::vector<int32_t> pos(T);
+  for (int t = 0; t < T; ++t) pos[t] = t;
+  AttentionByPositions(qkv, qkv, pos, pos, B, NH, HS, out, lse);
 }
 
 inline double SumOfSquares(const std::vector<float>& x) {

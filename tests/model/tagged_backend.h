@@ -104,6 +104,21 @@ class TaggedBackend final : public Backend {
     return cpu_.AttentionBackward(In(op, dqkv), In(op, dout), In(op, qkv), In(op, out), In(op, lse),
                                   num_heads, kind, In(op, scratch));
   }
+  absl::Status AttentionPartForward(Tensor out, Tensor lse, Tensor q_qkv, Tensor kv_qkv,
+                                    Tensor q_pos, Tensor k_pos, int num_heads,
+                                    bool merge) override {
+    const char* op = Count("AttentionPartForward");
+    return cpu_.AttentionPartForward(In(op, out), In(op, lse), In(op, q_qkv), In(op, kv_qkv),
+                                     In(op, q_pos), In(op, k_pos), num_heads, merge);
+  }
+  absl::Status AttentionPartBackward(Tensor dq_qkv, Tensor dkv_qkv, Tensor dout, Tensor q_qkv,
+                                     Tensor kv_qkv, Tensor out, Tensor lse, Tensor q_pos,
+                                     Tensor k_pos, int num_heads) override {
+    const char* op = Count("AttentionPartBackward");
+    return cpu_.AttentionPartBackward(In(op, dq_qkv), In(op, dkv_qkv), In(op, dout), In(op, q_qkv),
+                                      In(op, kv_qkv), In(op, out), In(op, lse), In(op, q_pos),
+                                      In(op, k_pos), num_heads);
+  }
   absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
                             int num_heads) override {
     const char* op = Count("KvCacheWrite");

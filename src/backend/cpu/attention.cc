@@ -1,4 +1,5 @@
-// Causal multi-head self-attention on the CPU, in two variants.
+// Causal multi-head self-attention on the CPU, in two variants, and attention
+// by positions (context parallelism's ring steps).
 //
 // Per (batch b, head h), with Q, K, V the [T, HS] slices of qkv and
 // scale = 1/sqrt(HS):
@@ -30,6 +31,15 @@
 //     dV   += P^T dO          dP = dO V^T
 //     dS    = P * (dP - D)    (softmax backward, elementwise)
 //     dQ   += scale * dS K    dK += scale * dS^T Q
+//
+// By positions (AttentionPartForward/Backward, one block of context
+// parallelism's ring): the kFlash loops over Tq queries of one tensor and Tk
+// keys of another, where query i sees key j iff k_pos[j] <= q_pos[i]. Each
+// pair of a query tile and a key tile is classified by the tiles' position
+// ranges: no pair allowed (skipped, no work at all: about half of the tile
+// pairs of a ring step), every pair allowed (no mask), or masked pair by
+// pair. The forward merges its result into the partial one the outputs hold
+// by log-sum-exp; the backward adds into the gradients.
 //
 // Speed: the block products are small (64 x 64 x HS) and many; a BLAS call
 // would repack both operands every time, costing about as much as the
@@ -616,6 +626,211 @@ void FlashBackward(float* dqkv, const float* dout, const float* qkv, const float
   }
 }
 
+// ---------------------------------------------------------------------------
+// By positions: one block of context parallelism's ring.
+// ---------------------------------------------------------------------------
+
+// The flash loops above, with three differences: queries and keys come from
+// two tensors (Tq rows of q_qkv, Tk rows of kv_qkv); the mask is
+// k_pos[j] <= q_pos[i] instead of j <= i, applied per block as the tiles'
+// position ranges call for (TileMask); and the results combine with what
+// the outputs hold (the forward's merge, the backward's +=).
+using PartDims = AttentionPartDims;
+
+// The smallest and largest position of a tile.
+struct PosRange {
+  int32_t lo, hi;
+};
+// The position ranges of the kTile-row tiles of pos[0..n).
+std::vector<PosRange> TileRanges(const int32_t* pos, int64_t n) {
+  std::vector<PosRange> r;
+  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+    const auto [lo, hi] = std::minmax_element(pos + t0, pos + std::min(n, t0 + kTile));
+    r.push_back({*lo, *hi});
+  }
+  return r;
+}
+
+// What the mask does to a block of a query tile and a key tile. In a ring
+// step most blocks are kNone or kSkip: a rank's early chunk against another
+// rank's late chunk, say, is entirely masked.
+enum class TileMask {
+  kSkip,  // no query of the tile may see any key of the tile: no work at all
+  kNone,  // every query may see every key
+  kSome,  // masked pair by pair
+};
+TileMask Classify(PosRange q, PosRange k) {
+  if (k.lo > q.hi) return TileMask::kSkip;
+  if (k.hi <= q.lo) return TileMask::kNone;
+  return TileMask::kSome;
+}
+
+// s[r * kTile + k] = value for the pairs (query r < nq, key k < nk) of a
+// block whose key is later than the query (k_pos[k] > q_pos[r]).
+void MaskBlock(float* s, int64_t nq, int64_t nk, const int32_t* q_pos, const int32_t* k_pos,
+               float value) {
+  for (int64_t r = 0; r < nq; ++r) {
+    for (int64_t k = 0; k < nk; ++k) {
+      if (k_pos[k] > q_pos[r]) s[r * kTile + k] = value;
+    }
+  }
+}
+
+// Stores one query row of a block's result, o / l and lse2 = m + log(l) (0
+// and -inf for a row that saw no allowed key: l == 0), into out_row and
+// *lse_at. With merge they hold an earlier partial result (out1, lse1) and
+// receive the log-sum-exp merge of both (backend.h); a row with no allowed
+// key in this block leaves them untouched, and one with lse1 = -inf takes
+// this block's result as it is.
+void StoreRow(float* out_row, float* lse_at, const float* o, float m, float l, int64_t HS,
+              bool merge) {
+  const float lse2 = l > 0.0f ? m + std::log(l) : kNegInf;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // o is 0 where l is
+  if (merge && lse2 == kNegInf) return;
+  const float lse1 = merge ? *lse_at : kNegInf;
+  if (lse1 == kNegInf) {
+    for (int64_t c = 0; c < HS; ++c) out_row[c] = o[c] * inv;
+    *lse_at = lse2;
+    return;
+  }
+  // logaddexp: the larger term is exp(0) = 1, the smaller one <= 1
+  const float lse = std::max(lse1, lse2) + std::log1p(std::exp(-std::fabs(lse1 - lse2)));
+  const float w1 = std::exp(lse1 - lse), w2 = std::exp(lse2 - lse);
+  for (int64_t c = 0; c < HS; ++c) out_row[c] = out_row[c] * w1 + (o[c] * inv) * w2;
+  *lse_at = lse;
+}
+
+// dst[t * ld + c] += src[t * HS + c]: Scatter that accumulates.
+void ScatterAdd(float* dst, int64_t ld, const float* src, int64_t T, int64_t HS) {
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + kAhead < T) PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
+    float* d = dst + t * ld;
+    const float* s = src + t * HS;
+#pragma omp simd
+    for (int64_t c = 0; c < HS; ++c) d[c] += s[c];
+  }
+}
+
+void PartForward(float* out, float* lse, const float* q_qkv, const float* kv_qkv,
+                 const int32_t* q_pos, const int32_t* k_pos, const PartDims& d, bool merge) {
+  const int64_t Tq = d.Tq, Tk = d.Tk, C = d.C, HS = d.HS, C3 = 3 * C, BH = d.B * d.NH;
+  const int64_t Tkp = (Tk + kTile - 1) / kTile * kTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const std::vector<PosRange> q_tiles = TileRanges(q_pos, Tq), k_tiles = TileRanges(k_pos, Tk);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* q_base = q_qkv + b * Tq * C3 + h * HS;
+    const float* k_base = kv_qkv + b * Tk * C3 + C + h * HS;  // k of token 0; v at +C
+    float* Q =
+        cpu::ScratchFloats((Tq + Tk) * HS + HS * Tkp + kTile * HS + kTile * kTile + 2 * kTile);
+    float* V = Q + Tq * HS;        // [Tk, HS]
+    float* KT = V + Tk * HS;       // K transposed, by tiles (TransposeTiles)
+    float* O = KT + HS * Tkp;      // output accumulator of one query tile, [kTile, HS]
+    float* S = O + kTile * HS;     // one score block, then P in place
+    float* m = S + kTile * kTile;  // running row max
+    float* l = m + kTile;          // running sum of exp(S - m)
+    Gather(Q, q_base, C3, Tq, HS);
+    Gather(V, k_base + C, C3, Tk, HS);
+    TransposeTiles(KT, k_base, C3, Tk, HS);
+
+    for (int64_t i0 = 0; i0 < Tq; i0 += kTile) {
+      const int64_t nq = std::min(kTile, Tq - i0);
+      std::fill(m, m + nq, kNegInf);
+      std::fill(l, l + nq, 0.0f);
+      std::fill(O, O + nq * HS, 0.0f);  // skipped tiles leave it: no first P V to overwrite it
+      for (int64_t j0 = 0; j0 < Tk; j0 += kTile) {
+        const TileMask mask = Classify(q_tiles[i0 / kTile], k_tiles[j0 / kTile]);
+        if (mask == TileMask::kSkip) continue;
+        const int64_t nk = std::min(kTile, Tk - j0), nkp = RoundUp16(nk);
+        Gemm(nq, nkp, HS, {Q + i0 * HS, HS, 1}, KT + j0 * HS, kTile, S, kTile, scale, false);
+        if (mask == TileMask::kSome) MaskBlock(S, nq, nk, q_pos + i0, k_pos + j0, kNegInf);
+        for (int64_t r = 0; r < nq; ++r) {
+          OnlineSoftmaxRow(S + r * kTile, nkp, nk, &m[r], &l[r], O + r * HS, HS);
+        }
+        Gemm(nq, HS, nk, {S, kTile, 1}, V + j0 * HS, HS, O, HS, 1.0f, true);  // O += P V
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        StoreRow(out + (b * Tq + i0 + r) * C + h * HS, lse + bh * Tq + i0 + r, O + r * HS, m[r],
+                 l[r], HS, merge);
+      }
+    }
+  }
+}
+
+void PartBackward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                  const float* kv_qkv, const float* out, const float* lse, const int32_t* q_pos,
+                  const int32_t* k_pos, const PartDims& d) {
+  const int64_t Tq = d.Tq, Tk = d.Tk, C = d.C, HS = d.HS, C3 = 3 * C, BH = d.B * d.NH;
+  const int64_t Tkp = (Tk + kTile - 1) / kTile * kTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const std::vector<PosRange> q_tiles = TileRanges(q_pos, Tq), k_tiles = TileRanges(k_pos, Tk);
+  bool any = false;  // a block with an allowed pair: else nothing to add
+  for (PosRange q : q_tiles) {
+    for (PosRange k : k_tiles) any = any || Classify(q, k) != TileMask::kSkip;
+  }
+  if (!any) return;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* q_base = q_qkv + b * Tq * C3 + h * HS;
+    const float* k_base = kv_qkv + b * Tk * C3 + C + h * HS;  // k of token 0; v at +C
+    const float* L = lse + bh * Tq;
+    // Contiguous copies of Q, dO [Tq, HS] and K [Tk, HS], the dQ, dK, dV
+    // accumulators; K and V transposed by tiles; two score blocks; D.
+    float* Q = cpu::ScratchFloats(3 * (Tq + Tk) * HS + 2 * HS * Tkp + 2 * kTile * kTile + Tq);
+    float* dO = Q + Tq * HS;
+    float* dQ = dO + Tq * HS;
+    float* K = dQ + Tq * HS;
+    float* dK = K + Tk * HS;
+    float* dV = dK + Tk * HS;
+    float* KT = dV + Tk * HS;
+    float* VT = KT + HS * Tkp;
+    float* P = VT + HS * Tkp;  // P, then dS in place
+    float* dP = P + kTile * kTile;
+    float* D = dP + kTile * kTile;
+    Gather(Q, q_base, C3, Tq, HS);
+    Gather(K, k_base, C3, Tk, HS);
+    Gather(dO, dout + b * Tq * C + h * HS, C, Tq, HS);
+    TransposeTiles(KT, K, HS, Tk, HS);
+    TransposeTiles(VT, k_base + C, C3, Tk, HS);
+    std::fill(dQ, dQ + Tq * HS, 0.0f);
+    std::fill(dK, dK + 2 * Tk * HS, 0.0f);  // dK and dV
+    RowDots(D, dO, out + b * Tq * C + h * HS, C, Tq, HS);
+
+    // As FlashBackward: key tiles outside, each block's products added in
+    // increasing tile order.
+    for (int64_t j0 = 0; j0 < Tk; j0 += kTile) {
+      const int64_t nk = std::min(kTile, Tk - j0), nkp = RoundUp16(nk);
+      for (int64_t i0 = 0; i0 < Tq; i0 += kTile) {
+        const TileMask mask = Classify(q_tiles[i0 / kTile], k_tiles[j0 / kTile]);
+        if (mask == TileMask::kSkip) continue;
+        const int64_t nq = std::min(kTile, Tq - i0);
+        // P = exp(scale * Q K^T - lse), recomputed, then masked;  dP = dO V^T
+        Gemm(nq, nkp, HS, {Q + i0 * HS, HS, 1}, KT + j0 * HS, kTile, P, kTile, scale, false);
+        Gemm(nq, nkp, HS, {dO + i0 * HS, HS, 1}, VT + j0 * HS, kTile, dP, kTile, 1.0f, false);
+        for (int64_t r = 0; r < nq; ++r) RowExp(P + r * kTile, nkp, nk, L[i0 + r]);
+        // After the exp, so that a masked score above the lse cannot meet an
+        // lse of -inf (a query with no allowed key anywhere) in it.
+        if (mask == TileMask::kSome) MaskBlock(P, nq, nk, q_pos + i0, k_pos + j0, 0.0f);
+        // dV += P^T dO;  dS = P * (dP - D);  dQ += scale * dS K;  dK += scale * dS^T Q
+        Gemm(nk, HS, nq, {P, 1, kTile}, dO + i0 * HS, HS, dV + j0 * HS, HS, 1.0f, true);
+        for (int64_t r = 0; r < nq; ++r) {
+          SoftmaxGradRow(P + r * kTile, dP + r * kTile, D[i0 + r], nk);
+        }
+        Gemm(nq, HS, nk, {P, kTile, 1}, K + j0 * HS, HS, dQ + i0 * HS, HS, scale, true);
+        Gemm(nk, HS, nq, {P, 1, kTile}, Q + i0 * HS, HS, dK + j0 * HS, HS, scale, true);
+      }
+    }
+    // The q part of dq_qkv, the k and v parts of dkv_qkv: channels of head h
+    // that no other thread touches, even when the two are one tensor.
+    ScatterAdd(dq_qkv + b * Tq * C3 + h * HS, C3, dQ, Tq, HS);
+    float* dkv_base = dkv_qkv + b * Tk * C3 + h * HS;
+    ScatterAdd(dkv_base + C, C3, dK, Tk, HS);
+    ScatterAdd(dkv_base + 2 * C, C3, dV, Tk, HS);
+  }
+}
+
 }  // namespace
 
 absl::Status CpuBackend::AttentionForward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
@@ -650,6 +865,38 @@ absl::Status CpuBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv,
   } else {
     FlashBackward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d);
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AttentionPartForward(Tensor out, Tensor lse, Tensor q_qkv, Tensor kv_qkv,
+                                              Tensor q_pos, Tensor k_pos, int num_heads,
+                                              bool merge) {
+  constexpr absl::string_view kOp = "AttentionPartForward";
+  PartDims d;
+  RETURN_IF_ERROR(CheckAttentionPart(Device::kCpu, kOp, q_qkv, kv_qkv, q_pos, k_pos, DType::kF32,
+                                     num_heads, &d));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "out", out, DType::kF32, {d.B, d.Tq, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "lse", lse, DType::kF32, {d.B, d.NH, d.Tq}));
+  RETURN_IF_ERROR(CheckAttentionPartAliasing(kOp, out, q_qkv, kv_qkv, Tensor(), Tensor()));
+  PartForward(out.f32(), lse.f32(), q_qkv.f32(), kv_qkv.f32(), q_pos.i32(), k_pos.i32(), d, merge);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AttentionPartBackward(Tensor dq_qkv, Tensor dkv_qkv, Tensor dout,
+                                               Tensor q_qkv, Tensor kv_qkv, Tensor out, Tensor lse,
+                                               Tensor q_pos, Tensor k_pos, int num_heads) {
+  constexpr absl::string_view kOp = "AttentionPartBackward";
+  PartDims d;
+  RETURN_IF_ERROR(CheckAttentionPart(Device::kCpu, kOp, q_qkv, kv_qkv, q_pos, k_pos, DType::kF32,
+                                     num_heads, &d));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "dq_qkv", dq_qkv, DType::kF32, {d.B, d.Tq, 3 * d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "dkv_qkv", dkv_qkv, DType::kF32, {d.B, d.Tk, 3 * d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "dout", dout, DType::kF32, {d.B, d.Tq, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "out", out, DType::kF32, {d.B, d.Tq, d.C}));
+  RETURN_IF_ERROR(cpu::CheckExact(kOp, "lse", lse, DType::kF32, {d.B, d.NH, d.Tq}));
+  RETURN_IF_ERROR(CheckAttentionPartAliasing(kOp, Tensor(), q_qkv, kv_qkv, dq_qkv, dkv_qkv));
+  PartBackward(dq_qkv.f32(), dkv_qkv.f32(), dout.f32(), q_qkv.f32(), kv_qkv.f32(), out.f32(),
+               lse.f32(), q_pos.i32(), k_pos.i32(), d);
   return absl::OkStatus();
 }
 

@@ -48,6 +48,11 @@ class CpuBackend final : public Backend {
                                 AttentionKind kind, Tensor scratch) override;
   absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                  int num_heads, AttentionKind kind, Tensor scratch) override;
+  absl::Status AttentionPartForward(Tensor out, Tensor lse, Tensor q_qkv, Tensor kv_qkv,
+                                    Tensor q_pos, Tensor k_pos, int num_heads, bool merge) override;
+  absl::Status AttentionPartBackward(Tensor dq_qkv, Tensor dkv_qkv, Tensor dout, Tensor q_qkv,
+                                     Tensor kv_qkv, Tensor out, Tensor lse, Tensor q_pos,
+                                     Tensor k_pos, int num_heads) override;
 
   absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots, int num_heads) override;
   absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,

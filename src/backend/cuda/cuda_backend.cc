@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/memory.h"
 #include "src/backend/cuda/attention.h"
+#include "src/backend/cuda/attention_part.h"
 #include "src/backend/cuda/bias_grad.h"
 #include "src/backend/cuda/cross_entropy.h"
 #include "src/backend/cuda/cuda_backends.h"
@@ -162,6 +163,20 @@ absl::Status CudaBackend::AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv
                                             Tensor lse, int num_heads, AttentionKind kind,
                                             Tensor scratch) {
   return cuda::AttentionBackward(dqkv, dout, qkv, out, lse, num_heads, kind, scratch, stream_);
+}
+
+absl::Status CudaBackend::AttentionPartForward(Tensor out, Tensor lse, Tensor q_qkv, Tensor kv_qkv,
+                                               Tensor q_pos, Tensor k_pos, int num_heads,
+                                               bool merge) {
+  return cuda::AttentionPartForward(out, lse, q_qkv, kv_qkv, q_pos, k_pos, num_heads, merge,
+                                    stream_);
+}
+
+absl::Status CudaBackend::AttentionPartBackward(Tensor dq_qkv, Tensor dkv_qkv, Tensor dout,
+                                                Tensor q_qkv, Tensor kv_qkv, Tensor out, Tensor lse,
+                                                Tensor q_pos, Tensor k_pos, int num_heads) {
+  return cuda::AttentionPartBackward(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, q_pos, k_pos,
+                                     num_heads, stream_);
 }
 
 absl::Status CudaBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
