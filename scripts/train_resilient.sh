@@ -105,7 +105,7 @@ job=("$@")
 np_at=-1       # index of -np's value in the command
 ladder_at=-1   # index of LADDER (followed by `train`)
 config="" out="" ckpt_dir=""
-want=()        # the command's --dp --tp --pp --microbatches --sp, for ladder plan
+want=()        # the command's --dp --tp --pp --cp --microbatches --sp, for ladder plan
 if [ -n "$nodes_file" ]; then
   for ((i = 0; i < ${#job[@]}; i++)); do
     if [ "$ladder_at" -lt 0 ] && [ "${job[i]}" = train ] && [ "$i" -gt 0 ]; then
@@ -118,9 +118,9 @@ if [ -n "$nodes_file" ]; then
         --config) config=$value ;;
         --out) out=$value ;;
         --checkpoint-dir) ckpt_dir=$value ;;
-        --dp | --tp | --pp | --microbatches) want+=("${job[i]}" "$value") ;;
+        --dp | --tp | --pp | --cp | --microbatches) want+=("${job[i]}" "$value") ;;
         --sp | --sp=*) want+=("${job[i]}") ;;
-        --config=* | --out=* | --checkpoint-dir=* | --dp=* | --tp=* | --pp=* | --microbatches=*)
+        --config=* | --out=* | --checkpoint-dir=* | --dp=* | --tp=* | --pp=* | --cp=* | --microbatches=*)
           bad_usage "elastic mode reads '${job[i]%%=*} VALUE', not '${job[i]}'" ;;
       esac
     fi
@@ -161,6 +161,16 @@ event() {  # KIND DETAIL: one line of OUT/events.jsonl (docs/formats.md); elasti
 }
 
 layout=""  # the last attempt's train flags
+
+ranks_of() {  # FLAGS: the ranks a `plan --largest-layout` line's layout takes
+  local -a f
+  read -r -a f <<<"$1"
+  local n=1 i
+  for ((i = 0; i < ${#f[@]}; i++)); do
+    case ${f[i]} in --dp | --tp | --pp | --cp) n=$((n * f[i + 1])) ;; esac
+  done
+  echo "$n"
+}
 # Sets $command for this attempt: the job as given, or in elastic mode on
 # the live nodes' ranks in the largest layout that fits them.
 prepare_attempt() {
@@ -177,8 +187,8 @@ prepare_attempt() {
     exit 2
   fi
   local -a f
-  read -r -a f <<<"$flags"  # --dp D --tp T --pp P --microbatches M [--sp=B]
-  command[np_at]=$((f[1] * f[3] * f[5]))
+  read -r -a f <<<"$flags"  # --dp D --tp T --pp P --microbatches M [--sp=B] [--cp C]
+  command[np_at]=$(ranks_of "$flags")
   command+=("${f[@]}")
   if [ "$flags" != "$layout" ]; then
     echo "$prog: layout dp ${f[1]} x tp ${f[3]} x pp ${f[5]}, ${f[7]} microbatches, on" \
@@ -231,14 +241,12 @@ trap 'on_signal HUP' HUP
 watch_for_nodes() {  # JOB_PID RANKS
   trap - INT TERM HUP  # the supervisor's traps are not the watcher's
   local flags
-  local -a f
   while kill -0 "$1" 2>/dev/null; do
     sleep 0.5
     live_nodes
     flags=$("${job[ladder_at]}" plan --config "$config" "${want[@]}" \
       --largest-layout $((${#live[@]} * per_node)) 2>/dev/null) || continue
-    read -r -a f <<<"$flags"
-    if [ $((f[1] * f[3] * f[5])) -gt "$2" ]; then
+    if [ "$(ranks_of "$flags")" -gt "$2" ]; then
       echo "$prog: ${#live[@]} live node(s) hold a larger layout; asking the job to stop" >&2
       kill -USR1 "$1" 2>/dev/null
       return

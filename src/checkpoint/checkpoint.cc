@@ -479,6 +479,7 @@ absl::StatusOr<CheckpointSnapshot> TakeSnapshot(Trainer& trainer, const Checkpoi
   man.seed = trainer.config().seed;
   man.model = trainer.config().model;
   man.dp = grid.dp_size();
+  man.cp = grid.cp_size();
   man.tp = grid.tp_size();
   man.pp = grid.pp_size();
   man.zero = ctx.zero;

@@ -65,6 +65,7 @@ std::string SerializeManifest(const Manifest& m) {
   std::string out = absl::StrCat(kHeader, " ", kManifestVersion, "\n");
   absl::StrAppend(&out, "step ", m.step, "\ntokens ", m.tokens, "\nseed ", m.seed, "\n");
   absl::StrAppend(&out, "layout ", m.dp, " ", m.tp, " ", m.pp, " ", m.zero, "\n");
+  if (m.cp > 1) absl::StrAppend(&out, "context ", m.cp, "\n");
   absl::StrAppend(&out, "loader ", m.loader_epoch, " ", m.loader_index, "\n");
   absl::StrAppendFormat(&out, "guard %d %.17g %.17g %d %d\n", m.guard.count, m.guard.mean,
                         m.guard.var, m.guard.skipped, m.guard.consecutive_bad);
@@ -130,6 +131,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
                ParseInt(f[2], &m.tp, 1, 1 << 20) && ParseInt(f[3], &m.pp, 1, 1 << 20) &&
                ParseInt(f[4], &m.zero, 0, 1)) {
       have_layout = true;
+    } else if (key == "context" && need(2) && ParseInt(f[1], &m.cp, 2, 1 << 20)) {
     } else if (key == "loader" && need(3) &&
                ParseInt<uint64_t>(f[1], &m.loader_epoch, 0, INT64_MAX) &&
                ParseInt<uint64_t>(f[2], &m.loader_index, 0, INT64_MAX)) {

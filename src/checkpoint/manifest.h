@@ -58,6 +58,7 @@ struct Manifest {
   uint64_t seed = 0;
   GptConfig model;
   int dp = 1, tp = 1, pp = 1, zero = 0;  // the layout that wrote it
+  int cp = 1;                            // its context parallelism (a "context" line when > 1)
   // The data loader's position (every data-parallel rank's is the same).
   uint64_t loader_epoch = 0, loader_index = 0;
   StepGuard::State guard;  // the step guard's running statistics

@@ -227,11 +227,10 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
   RETURN_IF_ERROR(Agree(world, parsed.status(), "reading the memory manifest"));
   const Manifest& m = *parsed;
   const Grid& grid = *ctx_->grid;
-  if (m.dp != grid.dp_size() || m.tp != grid.tp_size() || m.pp != grid.pp_size() ||
-      static_cast<int>(m.files.size()) != n) {
-    return Refuse(absl::StrFormat(
-        "memory %s was written by dp %d x tp %d x pp %d, this run is dp %d x tp %d x pp %d", name,
-        m.dp, m.tp, m.pp, grid.dp_size(), grid.tp_size(), grid.pp_size()));
+  const GridShape written{m.dp, m.tp, m.pp, m.cp};
+  if (LayoutName(written) != LayoutName(grid.shape()) || static_cast<int>(m.files.size()) != n) {
+    return Refuse(absl::StrCat("memory ", name, " was written by ", LayoutName(written),
+                               ", this run is ", LayoutName(grid.shape())));
   }
 
   // 3. Each shard's copies: its own node's, and the replica on the next

@@ -33,7 +33,7 @@ struct BenchFlags {
 // communication on the tensor, data and embedding axes, and the pipeline
 // bubble (the schedule's time outside forward and backward); the rest is
 // compute. Last, the schedule's wall time (forward, backward and bubble).
-constexpr int kRankFields = 6;
+constexpr int kRankFields = 7;
 
 absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
@@ -100,6 +100,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
       const int field = c.axis == AxisName(Axis::kTensor)      ? 1
                         : c.axis == AxisName(Axis::kData)      ? 2
                         : c.axis == AxisName(Axis::kEmbedding) ? 3
+                        : c.axis == AxisName(Axis::kContext)   ? 6
                                                                : -1;  // pipeline: the bubble
       if (field > 0) mine[field] += static_cast<float>(c.seconds / f.steps);
     }
@@ -112,15 +113,15 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
         Tensor::F32(all.data(), {world * kRankFields}, Device::kCpu)));
     if (lead) {
       std::printf(
-          "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  embed comm ms"
-          "  bubble ms\n");
-      const GridShape& g = par.grid.shape();
+          "rank  (pp,dp,cp,tp)  step ms  compute ms  tensor comm ms  context comm ms  data comm ms"
+          "  embed comm ms  bubble ms\n");
       for (int q = 0; q < world; ++q) {
         const float* v = &all[static_cast<size_t>(q) * kRankFields];
-        std::printf("%4d  (%d,%d,%d)    %7.1f  %10.1f  %14.1f  %12.1f  %13.1f  %9.1f\n", q,
-                    q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, 1e3 * v[0],
-                    1e3 * (v[0] - v[1] - v[2] - v[3] - v[4]), 1e3 * v[1], 1e3 * v[2], 1e3 * v[3],
-                    1e3 * v[4]);
+        ASSIGN_OR_RETURN(const Grid at, Grid::Create(par.grid.shape(), world, q));
+        std::printf("%4d  (%d,%d,%d,%d)    %7.1f  %10.1f  %14.1f  %15.1f  %12.1f  %13.1f  %9.1f\n",
+                    q, at.pp_rank(), at.dp_rank(), at.cp_rank(), at.tp_rank(), 1e3 * v[0],
+                    1e3 * (v[0] - v[1] - v[2] - v[3] - v[4] - v[6]), 1e3 * v[1], 1e3 * v[6],
+                    1e3 * v[2], 1e3 * v[3], 1e3 * v[4]);
       }
     }
     if (lead && par.grid.pp_size() > 1) {

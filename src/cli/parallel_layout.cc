@@ -20,6 +20,9 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
   flags.Bool("sp", &f->sp,
              "sequence parallelism (with --tp > 1): LayerNorms and the residual stream keep 1/tp "
              "of each microbatch's tokens; reduce-scatter and all-gather replace all-reduce");
+  flags.Int("cp", &f->cp,
+            "context-parallel degree: each sequence's tokens split over cp ranks (an early and a "
+            "late chunk each), attention as a ring; 2 cp divides the context");
   flags.Int("pp", &f->pp, "pipeline-parallel degree: stages of contiguous layers (<= n_layer)");
   flags.Int("microbatches", &f->microbatches,
             "microbatches per step and DP rank (they split the global batch)",
@@ -63,14 +66,23 @@ absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend
 }
 
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size) {
-  if (f.dp < 1 || f.tp < 1 || f.pp < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--dp, --tp and --pp must be at least 1, got ",
-                                                   f.dp, ", ", f.tp, " and ", f.pp));
+  if (f.dp < 1 || f.tp < 1 || f.pp < 1 || f.cp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp, --tp, --pp and --cp must be at least 1, got ", f.dp, ", ", f.tp, ", ",
+                     f.pp, " and ", f.cp));
   }
-  if (f.dp * f.tp * f.pp != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("dp x tp x pp = ", f.dp, " x ", f.tp, " x ",
-                                                   f.pp, " = ", f.dp * f.tp * f.pp,
-                                                   " but the job has ", world_size, " ranks"));
+  if (f.dp * f.cp * f.tp * f.pp != world_size) {
+    return absl::InvalidArgumentError(
+        f.cp > 1 ? absl::StrCat("dp x cp x tp x pp = ", f.dp, " x ", f.cp, " x ", f.tp, " x ", f.pp,
+                                " = ", f.dp * f.cp * f.tp * f.pp, " but the job has ", world_size,
+                                " ranks")
+                 : absl::StrCat("dp x tp x pp = ", f.dp, " x ", f.tp, " x ", f.pp, " = ",
+                                f.dp * f.tp * f.pp, " but the job has ", world_size, " ranks"));
+  }
+  if (rc.model.context % (2 * f.cp) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cp ", f.cp, " cuts each sequence into 2 x cp = ", 2 * f.cp,
+                     " chunks, which does not divide the context (", rc.model.context, ")"));
   }
   if (rc.model.n_head % f.tp != 0) {
     return absl::InvalidArgumentError(
@@ -107,9 +119,10 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
     const int64_t rows = global / (f.dp * micro);
     const int64_t windows = int64_t{rc.eval_batches} * rc.batch_size;
     for (int64_t b : {rows, windows % rows}) {
-      if (b * rc.model.context % f.tp != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("--sp splits ", b, " sequences x ",
-                                                       rc.model.context, " tokens over tp (", f.tp,
+      const int64_t tokens = rc.model.context / f.cp;  // a rank's share of a sequence
+      if (b * tokens % f.tp != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--sp splits ", b, " sequences x ", tokens,
+                                                       " tokens over tp (", f.tp,
                                                        "), which does not divide them"));
       }
     }
@@ -133,24 +146,49 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
   return absl::OkStatus();
 }
 
+absl::StatusOr<PlanLayout> ToPlanLayout(const LayoutFlags& f, DType storage) {
+  PlanLayout l;
+  l.dp = static_cast<int>(f.dp);
+  l.tp = static_cast<int>(f.tp);
+  l.pp = static_cast<int>(f.pp);
+  l.sp = f.sp;
+  l.cp = static_cast<int>(f.cp);
+  l.zero1 = f.zero == 1;
+  l.microbatches = static_cast<int>(f.microbatches);
+  ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(f.pp_schedule));
+  ASSIGN_OR_RETURN(l.recompute, ParseRecompute(f.recompute));
+  l.storage = storage;
+  return l;
+}
+
+void AddRankMemoryFlag(FlagSet& flags, double* mib) {
+  flags.Double("max-rank-memory", mib,
+               "MiB a rank may hold (weights, gradients, optimizer, activations, as ladder plan "
+               "predicts them): a layout predicted to need more is refused before it starts; 0: "
+               "no cap");
+}
+
 absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world) {
   const int64_t global = int64_t{rc.batch_size} * rc.AccumulationSteps();
   const int64_t micro = want.microbatches > 0 ? want.microbatches : rc.AccumulationSteps();
   // The wanted microbatch size, in sequences (0 when the wanted layout does
   // not split the batch evenly: then only the count is kept).
   const int64_t rows = global % (want.dp * micro) == 0 ? global / (want.dp * micro) : 0;
-  // (tp, pp) pairs: the wanted one first, then smaller pipelines, then
-  // smaller tensor groups.
+  // (tp, cp, pp): the wanted one first, then smaller pipelines, then
+  // smaller rings, then smaller tensor groups.
   for (int64_t tp = want.tp; tp >= 1; --tp) {
-    for (int64_t pp = want.pp; pp >= 1; --pp) {
-      for (int64_t dp = std::min<int64_t>(want.dp, world / (tp * pp)); dp >= 1; --dp) {
-        LayoutFlags l = want;
-        l.dp = dp;
-        l.tp = tp;
-        l.pp = pp;
-        l.sp = want.sp && tp > 1;  // a layout without a tensor group has no sequence to split
-        l.microbatches = rows > 0 && global % (dp * rows) == 0 ? global / (dp * rows) : micro;
-        if (CheckLayout(rc, l, static_cast<int>(dp * tp * pp)).ok()) return l;
+    for (int64_t cp = want.cp; cp >= 1; --cp) {
+      for (int64_t pp = want.pp; pp >= 1; --pp) {
+        for (int64_t dp = std::min<int64_t>(want.dp, world / (tp * cp * pp)); dp >= 1; --dp) {
+          LayoutFlags l = want;
+          l.dp = dp;
+          l.tp = tp;
+          l.cp = cp;
+          l.pp = pp;
+          l.sp = want.sp && tp > 1;  // a layout without a tensor group has no sequence to split
+          l.microbatches = rows > 0 && global % (dp * rows) == 0 ? global / (dp * rows) : micro;
+          if (CheckLayout(rc, l, static_cast<int>(dp * cp * tp * pp)).ok()) return l;
+        }
       }
     }
   }
@@ -163,6 +201,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   TrainerOptions g;
   g.tp = &comms[Axis::kTensor];
   g.dp = &comms[Axis::kData];
+  g.cp = &comms[Axis::kContext];
   g.pp = &comms[Axis::kPipeline];
   g.embedding = &comms[Axis::kEmbedding];
   g.zero1 = f.zero == 1;
@@ -175,8 +214,10 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
 }
 
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend) {
-  // The rank grid [pp][dp][tp], TP innermost, and one communicator per axis.
-  GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp)};
+  // The rank grid [pp][dp][cp][tp], TP innermost, and one communicator per
+  // axis.
+  GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp),
+                  static_cast<int>(f.cp)};
   ASSIGN_OR_RETURN(Grid grid,
                    Grid::Create(shape, MpiRuntime::world_size(), MpiRuntime::world_rank()));
   ASSIGN_OR_RETURN(Communicators comms, CreateHostCommunicators(grid, f.comm_timeout));

@@ -12,13 +12,14 @@
 #include "src/core/flags.h"
 #include "src/parallel/comm.h"
 #include "src/parallel/grid.h"
+#include "src/tools/plan.h"
 #include "src/train/run_config.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
 
 struct LayoutFlags {
-  int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1, zero = 0;
   bool sp = false;           // sequence parallelism inside the tensor-parallel group
   int64_t microbatches = 0;  // 0: the config's accumulation steps
   std::string pp_schedule = "1f1b";
@@ -28,7 +29,8 @@ struct LayoutFlags {
   std::string precision = "auto";
 };
 
-// The layout: --dp --tp --sp --pp --microbatches --pp-schedule --zero --recompute.
+// The layout: --dp --tp --sp --cp --pp --microbatches --pp-schedule --zero
+// --recompute.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
 // What a run adds: --bucket-mb --comm-timeout --precision.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);
@@ -39,11 +41,18 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f);
 // (a device backend only: cuda or cuda-sim). InvalidArgument otherwise.
 absl::StatusOr<DType> ParsePrecision(const std::string& precision, const Backend& backend);
 
-// Every layout rule (dp x tp x pp = ranks, divisibility of heads, vocabulary
-// and batch, --sp's tokens over tp, layers per stage, the schedule's name), checked identically on
+// Every layout rule (dp x cp x tp x pp = ranks, divisibility of heads,
+// vocabulary and batch, the context into 2 cp chunks, --sp's tokens over
+// tp, layers per stage, the schedule's name), checked identically on
 // every rank, so a bad layout gives the same one-line error (printed by rank
 // 0) and exit code 2 on all of them. `world_size`: the job's ranks.
 absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_size);
+
+// The plan's view of a layout that passed CheckLayout, with activations
+// stored as `storage`.
+absl::StatusOr<PlanLayout> ToPlanLayout(const LayoutFlags& f, DType storage);
+// --max-rank-memory MIB (0: no cap), for train and plan.
+void AddRankMemoryFlag(FlagSet& flags, double* mib);
 
 // The layout a job that asked for `want` runs on when only `world` ranks
 // are left (or come back), as the elastic supervisor needs it

@@ -21,6 +21,7 @@ struct PlanFlags {
   bool json = false;
   double mtbf_hours = 0, checkpoint_seconds = 0;
   int64_t largest_for = 0;  // --largest-layout's rank count; 0: plan the layout given
+  double max_rank_memory_mib = 0;
   LayoutFlags layout;
 };
 
@@ -36,10 +37,11 @@ std::string Json(const Plan& p) {
         "%s{\"stage\":%d,\"ranks\":[%d,%d],\"layers\":[%d,%d],\"slots\":%d,"
         "\"memory\":{\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,"
         "\"total\":%d},\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,"
-        "\"embedding\":%d},\"tensor_wire_bytes\":%d}",
+        "\"embedding\":%d,\"context\":%d},\"tensor_wire_bytes\":%d}",
         i ? "," : "", s.stage, s.first_rank, s.last_rank, s.layers.first, s.layers.last, s.slots,
         s.weight_bytes, s.grad_bytes, s.optimizer_bytes, s.activation_bytes, s.memory_bytes(),
-        s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes, s.tensor_wire_bytes);
+        s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes, s.context_bytes,
+        s.tensor_wire_bytes);
   }
   return out + "]}";
 }
@@ -79,24 +81,17 @@ absl::Status RunPlan(const PlanFlags& f) {
     ASSIGN_OR_RETURN(LayoutFlags l, LargestLayout(rc, f.layout, static_cast<int>(f.largest_for)));
     // --sp comes last, and only for a job that asked for it: it turns off
     // with its tensor group, overriding the job's own flag.
-    std::printf("--dp %lld --tp %lld --pp %lld --microbatches %lld%s\n",
+    std::printf("--dp %lld --tp %lld --pp %lld --microbatches %lld%s%s\n",
                 static_cast<long long>(l.dp), static_cast<long long>(l.tp),
                 static_cast<long long>(l.pp), static_cast<long long>(l.microbatches),
-                f.layout.sp ? (l.sp ? " --sp=true" : " --sp=false") : "");
+                f.layout.sp ? (l.sp ? " --sp=true" : " --sp=false") : "",
+                f.layout.cp > 1 ? absl::StrCat(" --cp ", l.cp).c_str() : "");
     return absl::OkStatus();
   }
   const LayoutFlags& lf = f.layout;
-  RETURN_IF_ERROR(CheckLayout(rc, lf, static_cast<int>(lf.dp * lf.tp * lf.pp)));
-  PlanLayout l;
-  l.dp = static_cast<int>(lf.dp);
-  l.tp = static_cast<int>(lf.tp);
-  l.pp = static_cast<int>(lf.pp);
-  l.sp = lf.sp;
-  l.zero1 = lf.zero == 1;
-  l.microbatches = static_cast<int>(lf.microbatches);
-  ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(lf.pp_schedule));
-  ASSIGN_OR_RETURN(l.recompute, ParseRecompute(lf.recompute));
-  l.storage = f.precision == "bf16" ? DType::kBF16 : DType::kF32;
+  RETURN_IF_ERROR(CheckLayout(rc, lf, static_cast<int>(lf.dp * lf.cp * lf.tp * lf.pp)));
+  ASSIGN_OR_RETURN(const PlanLayout l,
+                   ToPlanLayout(lf, f.precision == "bf16" ? DType::kBF16 : DType::kF32));
   ASSIGN_OR_RETURN(Plan p, MakePlan(rc, l));
   if (f.json) {
     std::printf("%s\n", Json(p).c_str());
@@ -104,20 +99,27 @@ absl::Status RunPlan(const PlanFlags& f) {
   }
   const GptConfig& m = rc.model;
   const bool bf16 = l.storage == DType::kBF16;
-  std::printf("plan: %s, %.3gB parameters; dp %d x tp %d%s x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
-              f.config.c_str(), p.parameters / 1e9, l.dp, l.tp, l.sp ? " (sequence parallel)" : "",
-              l.pp, l.dp * l.tp * l.pp, l.zero1 ? 1 : 0, pp::ScheduleName(l.schedule),
-              bf16 ? "bf16 mixed precision (bf16 activations and weight copy; fp32 master "
-                     "weights, gradients and AdamW)"
-                   : "fp32",
-              l.recompute == Recompute::kNone
-                  ? ""
-                  : absl::StrCat(", recomputing ", l.recompute == Recompute::kGelu
-                                                       ? "each layer's GELU output"
-                                                       : "each layer from its input")
-                        .c_str());
-  std::printf("batch: %d microbatches of %d x %d tokens per DP rank and step\n", p.microbatches,
-              p.micro_rows, m.context);
+  std::printf(
+      "plan: %s, %.3gB parameters; dp %d x %stp %d%s x pp %d = %d ranks, ZeRO-%d, %s, %s%s\n",
+      f.config.c_str(), p.parameters / 1e9, l.dp,
+      l.cp > 1 ? absl::StrCat("cp ", l.cp, " x ").c_str() : "", l.tp,
+      l.sp ? " (sequence parallel)" : "", l.pp, l.dp * l.cp * l.tp * l.pp, l.zero1 ? 1 : 0,
+      pp::ScheduleName(l.schedule),
+      bf16 ? "bf16 mixed precision (bf16 activations and weight copy; fp32 master "
+             "weights, gradients and AdamW)"
+           : "fp32",
+      l.recompute == Recompute::kNone
+          ? ""
+          : absl::StrCat(", recomputing ", l.recompute == Recompute::kGelu
+                                               ? "each layer's GELU output"
+                                               : "each layer from its input")
+                .c_str());
+  std::printf("batch: %d microbatches of %d x %d tokens per DP rank and step%s\n", p.microbatches,
+              p.micro_rows, m.context,
+              l.cp > 1 ? absl::StrFormat(", %d of each sequence's tokens per ring rank (N below)",
+                                         m.context / l.cp)
+                             .c_str()
+                       : "");
   std::printf(
       "model states: weights %d%s + gradients 4 + AdamW 8 (m, v) bytes per parameter%s = %.2f "
       "bytes per model parameter per replica%s\n",
@@ -135,21 +137,22 @@ absl::Status RunPlan(const PlanFlags& f) {
           ? " kept for the backward's recomputation: only N x C (the layer input)"
       : l.recompute == Recompute::kGelu ? ", less N x 4C/t (the GELU output, rebuilt)"
                                         : "",
-      p.micro_rows * m.context, m.n_embd, m.n_head, l.tp,
+      p.micro_rows * m.context / l.cp, m.n_embd, m.n_head, l.tp,
       l.sp ? "; plus two N x C buffers a block's gathered input and scattered output pass through"
            : "");
-  std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s\n", "stage",
-              "ranks", "layers", "slots", "weights", "gradients", "optimizer", "activations",
-              "total", "tensor/step", "data/step", "pipe/step", "embed/step");
+  std::printf("\n%-5s %-9s %-7s %5s %10s %10s %10s %11s %10s   %-10s %-10s %-10s %-10s %-10s\n",
+              "stage", "ranks", "layers", "slots", "weights", "gradients", "optimizer",
+              "activations", "total", "tensor/step", "data/step", "pipe/step", "embed/step",
+              "ring/step");
   for (const StagePlan& s : p.stages) {
-    std::printf("%-5d %-9s %-7s %5d %10s %10s %10s %11s %10s   %-11s %-10s %-10s %-10s\n", s.stage,
-                absl::StrCat(s.first_rank, "-", s.last_rank).c_str(),
+    std::printf("%-5d %-9s %-7s %5d %10s %10s %10s %11s %10s   %-11s %-10s %-10s %-10s %-10s\n",
+                s.stage, absl::StrCat(s.first_rank, "-", s.last_rank).c_str(),
                 absl::StrCat(s.layers.first, "-", s.layers.last - 1).c_str(), s.slots,
                 Bytes(s.weight_bytes).c_str(), Bytes(s.grad_bytes).c_str(),
                 Bytes(s.optimizer_bytes).c_str(), Bytes(s.activation_bytes).c_str(),
                 Bytes(s.memory_bytes()).c_str(), Bytes(s.tensor_bytes).c_str(),
                 Bytes(s.data_bytes).c_str(), Bytes(s.pipeline_bytes).c_str(),
-                Bytes(s.embedding_bytes).c_str());
+                Bytes(s.embedding_bytes).c_str(), Bytes(s.context_bytes).c_str());
   }
   if (l.tp > 1) {
     std::printf(
@@ -176,7 +179,8 @@ absl::Status RunPlan(const PlanFlags& f) {
   std::printf(
       "(every rank of a stage is alike; communication is the payload each rank passes to its "
       "collectives and messages per step, see docs/ARCHITECTURE.md)\n");
-  return absl::OkStatus();
+  // Last, so the table above shows where the memory goes.
+  return CheckRankMemory(p, f.max_rank_memory_mib);
 }
 
 }  // namespace
@@ -192,6 +196,7 @@ int PlanCommand(int argc, char** argv) {
                "fp32 (how ladder trains on the CPU) or bf16 (mixed precision: bf16 activations "
                "and weight copy, fp32 master weights, gradients and AdamW)");
   flags.Bool("json", &f.json, "print the plan as one JSON object");
+  AddRankMemoryFlag(flags, &f.max_rank_memory_mib);
   flags.Double("mtbf-hours", &f.mtbf_hours,
                "mean time between failures of the job: prints the Young/Daly checkpoint interval");
   flags.Double("checkpoint-seconds", &f.checkpoint_seconds,

@@ -20,6 +20,7 @@
 #include "src/parallel/mpi_comm.h"
 #include "src/tokenizer/tokenizer_dir.h"
 #include "src/tools/ceiling.h"
+#include "src/tools/plan.h"
 #include "src/train/fault_env.h"
 #include "src/train/run.h"
 #include "src/train/step_trace.h"
@@ -47,6 +48,7 @@ struct TrainFlags {
   int64_t max_bad_steps = 3;
   int64_t straggler_window = 5;
   std::string trace_steps = "2:3";  // --trace-steps (src/train/step_trace.h)
+  double max_rank_memory_mib = 0;   // --max-rank-memory (src/tools/plan.h CheckRankMemory)
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -121,6 +123,14 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   // The device before the slow preparations (tokenizer, corpus, ceiling),
   // so an unusable one is refused at once.
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
+  if (f.max_rank_memory_mib > 0) {
+    // What each rank will hold, predicted as `ladder plan` does, before any
+    // of it is allocated.
+    ASSIGN_OR_RETURN(const DType storage, ParsePrecision(f.layout.precision, *backend));
+    ASSIGN_OR_RETURN(const PlanLayout layout, ToPlanLayout(f.layout, storage));
+    ASSIGN_OR_RETURN(const Plan plan, MakePlan(rc, layout));
+    RETURN_IF_ERROR(CheckRankMemory(plan, f.max_rank_memory_mib));
+  }
 
   // --init-from: a trained or imported model to start from. Its shape must
   // be the config's (nothing is silently reshaped), and its tokenizer is
@@ -177,9 +187,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const double mib = 1.0 / (1 << 20);
   if (lead)
     std::fprintf(stderr,
-                 "layout: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d microbatches of %d "
+                 "layout: %s (%d ranks), ZeRO-%d, %d microbatches of %d "
                  "sequences per DP rank, %s schedule\n",
-                 grid.dp_size(), grid.tp_size(), grid.pp_size(), grid.world_size(),
+                 LayoutName(grid.shape()).c_str(), grid.world_size(),
                  static_cast<int>(f.layout.zero), trainer->microbatches(), trainer->micro_rows(),
                  f.layout.pp_schedule.c_str());
   if (lead)
@@ -238,6 +248,7 @@ int TrainCommand(int argc, char** argv) {
   AddLayoutFlags(flags, &f.layout);
   AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
+  AddRankMemoryFlag(flags, &f.max_rank_memory_mib);
   flags.Int("save-every", &f.policy.save_every,
             "steps between checkpoints (and at the end); 0 = none");
   flags.Double("save-every-minutes", &f.policy.save_every_minutes,

@@ -76,9 +76,10 @@ const char* RecomputeName(Recompute r) {
 }
 
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, Recompute recompute,
-                                  DType storage, bool sequence_parallel, const Tensor& arena,
+                                  int64_t T, const ActivationOptions& options, const Tensor& arena,
                                   GptActivations* acts) {
+  const int slots = options.slots;
+  const Recompute recompute = options.recompute;
   GptActivations local;
   GptActivations& a = acts ? *acts : local;
   // Tensor parallelism splits heads, the MLP's hidden width and the
@@ -87,11 +88,11 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   const int64_t tp = layout.tp_size;
   const int64_t C = cfg.n_embd, N = B * T, NH = cfg.n_head / tp, Vp = cfg.padded_vocab() / tp;
   const int64_t Cl = C / tp;  // this rank's attention width
-  const bool split = sequence_parallel && tp > 1;
+  const bool split = options.sequence_parallel && tp > 1;
   const int64_t Ns = split ? N / tp : N;
   const LayerRange stage = StageLayers(cfg.n_layer, layout.pp_size, layout.pp_rank);
   const bool last_stage = layout.pp_rank == layout.pp_size - 1;
-  Bump bump(arena, storage);
+  Bump bump(arena, options.storage);
   // The residual stream's rows: [B,T,C] whole, [Ns,C] split.
   const auto stream = [&] { return split ? bump.Act({Ns, C}) : bump.Act({B, T, C}); };
   a.slots.assign(slots, {});
@@ -134,8 +135,11 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   if (recompute == Recompute::kGelu) a.recompute.fch_gelu = bump.Act({N, 4 * Cl});
   a.seq_whole = split ? bump.Act({N, C}) : Tensor();
   a.seq_partial = split ? bump.Act({N, C}) : Tensor();
+  const int64_t R = options.context_parallel;
+  a.ring_positions = R > 1 ? bump.I32({R, T}) : Tensor();
+  a.ring = R > 1 ? bump.Act({4, B, T, 3 * Cl}) : Tensor();
   sizes.scratch_bytes = bump.used() - saved;
-  if (with_backward) {
+  if (options.backward) {
     a.d_resid = stream();
     a.d_ln = bump.Act({Ns, C});
     a.datty = bump.Act({B, T, Cl});

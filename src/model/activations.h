@@ -100,6 +100,12 @@ struct GptActivations {
   // reduce-scattered output pass through (tp::Group whole and partial);
   // empty otherwise.
   Tensor seq_whole, seq_partial;
+  // Context parallelism over R ranks (empty otherwise): ring_positions
+  // [R, T] i32, the positions of the tokens each rank of the ring holds
+  // (the same for every sequence); ring [4, B, T, 3C'], two buffers of two
+  // blocks each: keys and values in transit (packed as qkv) and, in the
+  // backward, their gradient travelling with them.
+  Tensor ring_positions, ring;
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
   Tensor d_ln;     // [N,C] gradient of a LayerNorm output
@@ -116,17 +122,28 @@ struct ActivationSizes {       // bytes
   int64_t total_bytes() const { return slots * slot_bytes + scratch_bytes + backward_bytes; }
 };
 
+// How a rank's activations are kept, beside its shard of the parameters.
+struct ActivationOptions {
+  bool backward = true;  // lay out the backward's scratch too (training)
+  int slots = 1;         // microbatches kept at once
+  Recompute recompute = Recompute::kNone;
+  DType storage = DType::kF32;  // activations: f32 or bf16
+  // Sequence parallelism: the LayerNorm regions split over the
+  // tensor-parallel ranks (then tp divides B T).
+  bool sequence_parallel = false;
+  // Context parallelism over this many ranks: T is then the rank's share
+  // of each sequence, and the ring attention's buffers are laid out.
+  int context_parallel = 1;
+};
+
 // Lays out the activations of one rank of `layout` (its pipeline stage's
 // layers, its tensor-parallel share of heads, MLP width and vocabulary) for
-// `slots` microbatches of B sequences of T tokens in `arena` (a flat device
-// buffer of at least total_bytes() bytes, 16-byte aligned, whose device the
-// views carry; empty to only measure), activations stored as `storage` (f32
-// or bf16), keeping what `recompute` says, the LayerNorm regions split over
-// the tensor-parallel ranks if `sequence_parallel` (then tp divides B T).
-// Returns the sizes; fills *acts if non-null.
+// microbatches of B sequences of T tokens in `arena` (a flat device buffer
+// of at least total_bytes() bytes, 16-byte aligned, whose device the views
+// carry; empty to only measure), as `options` say. Returns the sizes; fills
+// *acts if non-null.
 ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layout, int64_t B,
-                                  int64_t T, bool with_backward, int slots, Recompute recompute,
-                                  DType storage, bool sequence_parallel, const Tensor& arena,
+                                  int64_t T, const ActivationOptions& options, const Tensor& arena,
                                   GptActivations* acts);
 
 }  // namespace ladder

@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
     layout.pp_size = par.pp->size();
     layout.pp_rank = par.pp->rank();
   }
+  if (par.cp != nullptr && par.cp->size() > 1 && cfg.context % (2 * par.cp->size()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context parallelism cuts the context (", cfg.context,
+        ") into 2 x cp = ", 2 * par.cp->size(), " equal chunks, which does not divide it"));
+  }
   if (par.storage != DType::kF32 && par.storage != DType::kBF16) {
     return absl::InvalidArgumentError("activations are stored as fp32 or bf16");
   }
@@ -61,9 +66,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
-  m->arena_sizes_ =
-      LayoutActivations(cfg, layout, max_batch, cfg.context, training, par.slots, par.recompute,
-                        par.storage, par.sequence_parallel, Tensor(), nullptr);
+  m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context / m->cp_size(),
+                                      m->activation_options(), Tensor(), nullptr);
   ASSIGN_OR_RETURN(m->arena_,
                    backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_bytes())));
   if (par.storage == DType::kBF16) {
@@ -172,10 +176,15 @@ absl::Status Gpt::ZeroGrads() {
 }
 
 absl::Status Gpt::SetBatchShape(int B, int T) {
-  if (B <= 0 || B > max_batch_ || T <= 0 || T > cfg_.context) {
+  const int R = cp_size();
+  if (B <= 0 || B > max_batch_ || T <= 0 || T > cfg_.context / R) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " x ", T,
                                                    " tokens exceeds the model's arena (",
-                                                   max_batch_, " x ", cfg_.context, ")"));
+                                                   max_batch_, " x ", cfg_.context / R, ")"));
+  }
+  if (R > 1 && T % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context parallelism: a rank's ", T, " tokens per sequence are not two equal chunks"));
   }
   const int tp = table_.layout().tp_size;
   if (par_.sequence_parallel && tp > 1 && int64_t{B} * T % tp != 0) {
@@ -186,13 +195,24 @@ absl::Status Gpt::SetBatchShape(int B, int T) {
   if (B != bound_B_ || T != bound_T_) {
     const Tensor arena =
         Tensor(arena_.get(), DType::kI8, {arena_sizes_.total_bytes()}, device());  // raw bytes
-    LayoutActivations(cfg_, table_.layout(), B, T, training_, par_.slots, par_.recompute,
-                      par_.storage, par_.sequence_parallel, arena, &acts_);
+    LayoutActivations(cfg_, table_.layout(), B, T, activation_options(), arena, &acts_);
     bound_B_ = 0;  // until the positions are in place
+    // Each token's position in its sequence: 0..T-1, or with context
+    // parallelism where this rank's chunks stand (cp::ChunkPosition).
+    const int r = par_.cp == nullptr ? 0 : par_.cp->rank();
     if (!acts_.positions.empty()) {
       std::vector<int32_t> positions(static_cast<size_t>(B) * T);
-      for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i % T);
+      for (size_t i = 0; i < positions.size(); ++i) {
+        positions[i] = static_cast<int32_t>(cp::ChunkPosition(r, R, T, i % T));
+      }
       RETURN_IF_ERROR(backend_->CopyFromHost(acts_.positions, positions.data()));
+    }
+    if (!acts_.ring_positions.empty()) {
+      std::vector<int32_t> ring(static_cast<size_t>(R) * T);
+      for (size_t i = 0; i < ring.size(); ++i) {
+        ring[i] = static_cast<int32_t>(cp::ChunkPosition(static_cast<int>(i / T), R, T, i % T));
+      }
+      RETURN_IF_ERROR(backend_->CopyFromHost(acts_.ring_positions, ring.data()));
     }
     bound_B_ = B;
     bound_T_ = T;
@@ -245,6 +265,36 @@ Tensor Gpt::StageOutput() const { return acts_.stage_out; }
 Tensor Gpt::OutputGrad() const { return acts_.d_resid; }
 Tensor Gpt::InputGrad() const { return acts_.d_resid; }
 
+ActivationOptions Gpt::activation_options() const {
+  ActivationOptions o;
+  o.backward = training_;
+  o.slots = par_.slots;
+  o.recompute = par_.recompute;
+  o.storage = par_.storage;
+  o.sequence_parallel = par_.sequence_parallel;
+  o.context_parallel = cp_size();
+  return o;
+}
+
+cp::RingTensors Gpt::ring_tensors(const LayerActivations& la) const {
+  return {la.qkv, la.atty, la.lse, acts_.ring, acts_.ring_positions};
+}
+
+absl::Status Gpt::AttentionForward(const LayerActivations& la, int heads) {
+  if (cp_size() > 1) return cp::RingAttentionForward(*backend_, par_.cp, ring_tensors(la), heads);
+  return backend_->AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention,
+                                    acts_.attn_scratch);
+}
+
+absl::Status Gpt::AttentionBackward(const LayerActivations& la, int heads) {
+  if (cp_size() > 1) {
+    return cp::RingAttentionBackward(*backend_, par_.cp, ring_tensors(la), acts_.dqkv, acts_.datty,
+                                     heads);
+  }
+  return backend_->AttentionBackward(acts_.dqkv, acts_.datty, la.qkv, la.atty, la.lse, heads,
+                                     cfg_.attention, acts_.attn_scratch);
+}
+
 absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) {
   Backend& be = *backend_;
   const LayerTensors& w = w_.layers[l];
@@ -264,8 +314,7 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
   }
   {
     TraceSpan span(TraceTrack::kCompute, "attention", "attention");
-    RETURN_IF_ERROR(
-        be.AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention, acts_.attn_scratch));
+    RETURN_IF_ERROR(AttentionForward(la, heads));
   }
   {
     TraceSpan span(TraceTrack::kCompute, "matmul", "proj matmul");
@@ -429,8 +478,7 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     }
     {
       TraceSpan attention(TraceTrack::kCompute, "attention", "attention bwd");
-      RETURN_IF_ERROR(be.AttentionBackward(a.dqkv, a.datty, la.qkv, la.atty, la.lse, heads,
-                                           cfg_.attention, a.attn_scratch));
+      RETURN_IF_ERROR(AttentionBackward(la, heads));
     }
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "qkv matmul bwd");

@@ -16,6 +16,7 @@
 #include "src/model/parameters.h"
 #include "src/model/weight_format.h"
 #include "src/parallel/comm.h"
+#include "src/parallel/context_parallel/ring_attention.h"
 #include "src/parallel/tensor_parallel/layers.h"
 
 namespace ladder {
@@ -30,6 +31,14 @@ struct GptParallel {
   // pp->rank() of pp->size() (parameters.h StageLayers), the embedding on the
   // first stage and the final LayerNorm and head on the last.
   Communicator* pp = nullptr;
+  // Context parallelism (size R > 1): this rank holds 2 of every
+  // sequence's 2R equal chunks of tokens, chunk r and chunk 2R - 1 - r for
+  // group rank r (an early and a late one, so causal attention's work is
+  // the same on every rank), and attention runs as a ring over the group
+  // (RingAttentionForward). Forward and Backward then take B sequences of
+  // T / R tokens: this rank's chunks, side by side. The context must divide
+  // into 2R chunks.
+  Communicator* cp = nullptr;
   // Sequence parallelism (with tp of size > 1; tensor_parallel/layers.h):
   // the LayerNorm regions and the residual stream keep only this rank's
   // B T / tp token rows, and the pipeline's hand-over tensors are those
@@ -125,10 +134,10 @@ class Gpt {
   absl::Status SetLogicalWeights(const std::vector<float>& whole);
 
   absl::Status ZeroGrads();
-  // Lays out the activation slots for microbatches of B x T tokens (and on
-  // the first stage copies the shape's token positions to the device, once
-  // per shape). Forward does it itself; a later pipeline stage calls it
-  // before receiving its first input into StageInput().
+  // Lays out the activation slots for microbatches of B x T tokens (T: this
+  // rank's share with context parallelism) and copies the shape's token
+  // positions to the device, once per shape. Forward does it itself; a later pipeline stage calls
+  // it before receiving its first input into StageInput().
   absl::Status SetBatchShape(int B, int T);
   // Forward of this rank's stage over B sequences of T <= context tokens
   // (host arrays of B*T ids), keeping its state in activation slot `slot`.
@@ -217,6 +226,15 @@ class Gpt {
   // last Forward), to the host as floats: LogitsAt and HiddenAt.
   absl::Status RowAt(const char* what, const Tensor& rows, int64_t stride, int64_t count, int b,
                      int t, std::vector<float>* out) const;
+  // Attention of layer activations `la` (la.atty, la.lse from la.qkv): the
+  // backend's causal attention, or with context parallelism the ring
+  // (context_parallel/ring_attention.h).
+  absl::Status AttentionForward(const LayerActivations& la, int heads);
+  // Its backward: acts_.dqkv from acts_.datty.
+  absl::Status AttentionBackward(const LayerActivations& la, int heads);
+  cp::RingTensors ring_tensors(const LayerActivations& la) const;
+  int cp_size() const { return par_.cp == nullptr ? 1 : par_.cp->size(); }
+  ActivationOptions activation_options() const;
   // Layer l's forward from its input la.x up to the MLP's GELU; the MLP's
   // down projection goes to acts_.branch when `project` (the backward's
   // recomputation does not need it).

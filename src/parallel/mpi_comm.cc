@@ -430,7 +430,7 @@ absl::StatusOr<Communicators> CreateHostCommunicators(const Grid& grid, double t
                          Watchdog(timeout_seconds, grid.rank(), "barrier", Axis::kWorld, others)));
   }
   Communicators comms;
-  for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
+  for (Axis axis : kAllAxes) {
     ASSIGN_OR_RETURN(comms.by_axis[static_cast<int>(axis)],
                      CreateMpiCommunicator(axis, grid.Members(axis), timeout_seconds));
   }

@@ -1,6 +1,7 @@
 #include "src/tools/plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/core/status.h"
 #include "src/model/activations.h"
 
@@ -25,31 +26,39 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
 
   const bool bf16 = l.storage == DType::kBF16;
   const int64_t e = bf16 ? 2 : 4;  // activation bytes (gradients and statistics stay fp32)
-  const bool zero = l.zero1 && D > 1;
-  const int64_t C = rc.model.n_embd, T = rc.model.context;
+  // The data group: every rank holding the same weights, dp x cp of them
+  // (ZeRO-1 shards over all of it).
+  const int R = l.cp, shards = D * R;
+  const bool zero = l.zero1 && shards > 1;
+  const int64_t C = rc.model.n_embd, T = rc.model.context / R;  // a rank's tokens per sequence
   const int64_t N = int64_t{plan.micro_rows} * T;
   double state_bytes = 0;
   for (int s = 0; s < P; ++s) {
     StagePlan sp;
     sp.stage = s;
-    sp.first_rank = s * D * Tp;
-    sp.last_rank = (s + 1) * D * Tp - 1;
+    sp.first_rank = s * shards * Tp;
+    sp.last_rank = (s + 1) * shards * Tp - 1;
     ShardLayout shard{Tp, 0, P, s};
     ASSIGN_OR_RETURN(ParameterTable table,
                      ParameterTable::Create(GptParameterSpecs(rc.model), shard));
     sp.layers = StageLayers(rc.model.n_layer, P, s);
     sp.local_parameters = table.total_floats();
-    // ZeRO-1 pads the flat buffers to 16 D floats and cuts them in D shards.
-    const int64_t multiple = zero ? 16 * D : 1;
+    // ZeRO-1 pads the flat buffers to 16 x shards floats and cuts them.
+    const int64_t multiple = zero ? 16 * shards : 1;
     const int64_t buffer = (table.total_floats() + multiple - 1) / multiple * multiple;
-    const int64_t updated = zero ? buffer / D : table.total_floats();
+    const int64_t updated = zero ? buffer / shards : table.total_floats();
     sp.weight_bytes = buffer * (bf16 ? 6 : 4);
     sp.grad_bytes = buffer * 4 + (zero ? updated * 4 : 0);
     sp.optimizer_bytes = updated * 8;
     sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
+    ActivationOptions options;
+    options.slots = sp.slots;
+    options.recompute = l.recompute;
+    options.storage = l.storage;
+    options.sequence_parallel = l.sp;
+    options.context_parallel = l.cp;
     const ActivationSizes acts =
-        LayoutActivations(rc.model, shard, plan.micro_rows, T, true, sp.slots, l.recompute,
-                          l.storage, l.sp, Tensor(), nullptr);
+        LayoutActivations(rc.model, shard, plan.micro_rows, T, options, Tensor(), nullptr);
     sp.activation_bytes = acts.total_bytes();
 
     const bool first = s == 0, last = s == P - 1;
@@ -78,7 +87,16 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
       // all-gather or reduce-scatter (t-1)/t.
       sp.tensor_wire_bytes = (2 * reduced + gathered) * (Tp - 1) / Tp;
     }
-    if (D > 1) {
+    if (R > 1) {
+      // Per layer: R - 1 hops of a qkv block forward; in the backward the
+      // first hop a block, R - 2 a block and its gradient, the last a
+      // gradient (SendRecv counts what it sends and receives); recomputing
+      // a layer runs the forward ring again.
+      const int64_t block = N * 3 * (C / Tp) * e;
+      const int64_t per_layer = (recompute ? 4 : 2) * (R - 1) * block + 4 * (R - 1) * block;
+      sp.context_bytes = M * Ls * per_layer;
+    }
+    if (shards > 1) {
       sp.data_bytes =
           4 + (zero ? 2 * buffer * 4 + (bf16 ? buffer * 2 : 0) + 8 : table.total_floats() * 4);
     }
@@ -97,6 +115,22 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
   }
   plan.state_bytes_per_parameter = state_bytes / static_cast<double>(plan.parameters);
   return plan;
+}
+
+absl::Status CheckRankMemory(const Plan& plan, double max_mib) {
+  if (max_mib <= 0) return absl::OkStatus();
+  const StagePlan* top = &plan.stages[0];
+  for (const StagePlan& s : plan.stages) {
+    if (s.memory_bytes() > top->memory_bytes()) top = &s;
+  }
+  const double mib = 1.0 / (1 << 20);
+  if (top->memory_bytes() * mib <= max_mib) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "a rank of stage %d needs %.1f MiB (weights %.1f, gradients %.1f, optimizer %.1f, "
+      "activations %.1f), over --max-rank-memory %.1f MiB; --cp, --sp, --recompute, --tp, --pp, "
+      "--zero 1 or smaller microbatches divide it (ladder plan shows each)",
+      top->stage, top->memory_bytes() * mib, top->weight_bytes * mib, top->grad_bytes * mib,
+      top->optimizer_bytes * mib, top->activation_bytes * mib, max_mib));
 }
 
 }  // namespace ladder

@@ -42,6 +42,11 @@
 //              gradient out except on the first stage, activation out and
 //              gradient in except on the last; plus 12 (loss, norm)
 //   embedding  the tied embedding's local gradient x 4, first and last stage
+//   context    with R > 1 ring ranks, per layer and microbatch 6 blocks
+//              of N 3C/t e (the packed qkv; 8 recomputing layers):
+//              the forward's hops and the backward's with the gradients
+// With context parallelism N is a rank's share, B T / R tokens, and the
+// data group is dp x cp ranks (the weights' replicas; ZeRO-1 over all).
 // and the textbook bubble (P-1)/(M+P-1).
 #pragma once
 
@@ -59,6 +64,7 @@ namespace ladder {
 struct PlanLayout {
   int dp = 1, tp = 1, pp = 1;
   bool sp = false;  // sequence parallelism (tp > 1)
+  int cp = 1;       // context parallelism
   bool zero1 = false;
   int microbatches = 0;  // 0: the config's accumulation steps
   pp::Schedule schedule = pp::Schedule::k1F1B;
@@ -74,7 +80,8 @@ struct StagePlan {
   int64_t local_parameters = 0;  // one rank's
   int slots = 1;
   int64_t weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
-  int64_t tensor_bytes = 0, data_bytes = 0, pipeline_bytes = 0, embedding_bytes = 0;
+  int64_t tensor_bytes = 0, data_bytes = 0, pipeline_bytes = 0, embedding_bytes = 0,
+          context_bytes = 0;
   // What tensor_bytes puts on the wire per rank with ring algorithms
   // (comm.h): the fair measure of sequence parallelism against without.
   int64_t tensor_wire_bytes = 0;
@@ -95,5 +102,10 @@ struct Plan {
 // InvalidArgument for a layout that does not fit the config (the same rules
 // as the trainer's).
 absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& layout);
+
+// OK when every rank's predicted memory fits `max_mib` MiB (0: no cap);
+// else InvalidArgument naming the largest rank's total and where it goes,
+// and what would shrink it.
+absl::Status CheckRankMemory(const Plan& plan, double max_mib);
 
 }  // namespace ladder

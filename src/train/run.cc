@@ -30,33 +30,35 @@ void OnStopRequest(int) { g_stop_requested = 1; }
 // step, gathered to rank 0 and written as JSON (docs/formats.md): the
 // measurement `ladder plan` is held to.
 absl::Status WriteRankReport(const std::string& path, const RunParts& parts, const StepRecord& r) {
-  constexpr int kFields = 9;
+  constexpr int kFields = 10;
   const Trainer& trainer = *parts.trainer;
   const Gpt& m = trainer.model();
   std::vector<int64_t> mine = {m.weight_memory_bytes(), trainer.gradient_bytes(),
                                trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
                                parts.backend->bytes_allocated()};
   mine.resize(kFields, 0);  // then the bytes per axis
-  const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding};
+  const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding,
+                       Axis::kContext};
   for (const StepRecord::AxisComm& c : r.comm) {
-    for (int a = 0; a < 4; ++a) {
+    for (int a = 0; a < 5; ++a) {
       if (c.axis == AxisName(axes[a])) mine[5 + a] = c.bytes;
     }
   }
   const int world = parts.grid->world_size();
   ASSIGN_OR_RETURN(const std::vector<int64_t> all, AllGatherValues(*parts.world, std::move(mine)));
   if (parts.grid->rank() != 0) return absl::OkStatus();
-  const GridShape& g = parts.grid->shape();
   std::string json = "[";
   for (int q = 0; q < world; ++q) {
     const int64_t* v = &all[static_cast<size_t>(q) * kFields];
+    ASSIGN_OR_RETURN(const Grid at, Grid::Create(parts.grid->shape(), world, q));
     absl::StrAppendFormat(
         &json,
-        "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"tp\":%d,\"memory\":{\"weights\":%d,"
-        "\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
-        "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d}}",
-        q ? "," : "", q, q / (g.dp * g.tp), q / g.tp % g.dp, q % g.tp, v[0], v[1], v[2], v[3], v[4],
-        v[5], v[6], v[7], v[8]);
+        "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"cp\":%d,\"tp\":%d,\"memory\":{"
+        "\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
+        "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d,"
+        "\"context\":%d}}",
+        q ? "," : "", q, at.pp_rank(), at.dp_rank(), at.cp_rank(), at.tp_rank(), v[0], v[1], v[2],
+        v[3], v[4], v[5], v[6], v[7], v[8], v[9]);
   }
   return WriteFileAtomically(path, json + "\n]\n");
 }
@@ -110,8 +112,7 @@ absl::Status TrainingRun::Run() {
   }
   const GridShape& g = parts_.grid->shape();
   RETURN_IF_ERROR(Event(trainer.step(), "start",
-                        absl::StrFormat("dp %d x tp %d x pp %d, %d steps", g.dp, g.tp, g.pp,
-                                        trainer.config().steps)));
+                        absl::StrFormat("%s, %d steps", LayoutName(g), trainer.config().steps)));
   const int64_t fresh_step = trainer.step();
   RETURN_IF_ERROR(Restore());
   RETURN_IF_ERROR(OpenMetrics(trainer.step() == fresh_step && !resuming()));

@@ -7,6 +7,7 @@
 #include "src/core/status.h"
 #include "src/core/timer.h"
 #include "src/core/trace.h"
+#include "src/parallel/context_parallel/ring_attention.h"
 #include "src/train/lr_schedule.h"
 
 namespace ladder {
@@ -31,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   RETURN_IF_ERROR(cfg.Validate());
   std::unique_ptr<Trainer> t(new Trainer(cfg, peak_gflops, groups));
   t->guard_ = StepGuard(groups.guard);
-  const int D = t->dp_size(), P = t->pp_size(), A = cfg.AccumulationSteps();
+  const int D = t->replicas(), P = t->pp_size(), A = cfg.AccumulationSteps();
   const int64_t G = int64_t{cfg.batch_size} * A;
   t->microbatches_ = groups.microbatches > 0 ? groups.microbatches : A;
   if (G % (int64_t{D} * t->microbatches_) != 0) {
@@ -47,16 +48,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   t->micro_rows_ = static_cast<int>(G / (int64_t{D} * t->microbatches_));
   const int stage = groups.pp ? groups.pp->rank() : 0;
   t->slots_ = pp::ActivationSlots(groups.schedule, P, stage, t->microbatches_);
-  const bool zero = groups.zero1 && D > 1;
+  // ZeRO-1 shards over the whole data group (replicas and ring ranks).
+  const int shards = t->dp_size();
+  const bool zero = groups.zero1 && shards > 1;
   GptParallel par;
   par.tp = groups.tp;
   par.pp = groups.pp;
+  par.cp = groups.cp;
   par.slots = t->slots_;
   par.recompute = groups.recompute;
   par.sequence_parallel = groups.sequence_parallel;
   par.storage = groups.storage;
-  // ZeRO-1 cuts the flat buffers into D equal, 64-byte aligned shards.
-  par.buffer_multiple = zero ? 16 * D : 1;
+  // ZeRO-1 cuts the flat buffers into equal, 64-byte aligned shards.
+  par.buffer_multiple = zero ? 16 * shards : 1;
   ASSIGN_OR_RETURN(t->model_,
                    Gpt::Create(cfg.model, backend, t->micro_rows_, /*training=*/true, par));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
@@ -68,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   opt.grad_clip = cfg.grad_clip;
   int64_t begin = 0, end = t->model_->table().total_floats();
   if (zero) {
-    t->shard_floats_ = t->model_->buffer_floats() / D;
+    t->shard_floats_ = t->model_->buffer_floats() / shards;
     begin = t->dp_rank() * t->shard_floats_;
     end = begin + t->shard_floats_;
     ASSIGN_OR_RETURN(t->grad_shard_,
@@ -81,11 +85,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
   t->train_loader_.emplace(std::move(tl));
   t->val_loader_.emplace(std::move(vl));
-  // This rank's rows of one global batch.
+  // This rank's rows of one global batch, and its tokens of them.
   const size_t n = static_cast<size_t>(G / D) * cfg.model.context;
-  t->inputs_.resize(n);
-  t->targets_.resize(n);
+  t->whole_inputs_.resize(n);
+  t->whole_targets_.resize(n);
+  t->inputs_.resize(n / t->cp_size());
+  t->targets_.resize(n / t->cp_size());
   return t;
+}
+
+void Trainer::TakeTokens(const int32_t* whole, int rows, int32_t* local) const {
+  cp::TakeChunks(whole, rows, cfg_.model.context, cp_rank(), cp_size(), local);
 }
 
 int64_t Trainer::tokens_per_step() const {
@@ -94,7 +104,7 @@ int64_t Trainer::tokens_per_step() const {
 
 pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32_t* targets,
                                               int rows, int slots, float dloss, double* loss_sum) {
-  const int T = cfg_.model.context;
+  const int T = cfg_.model.context / cp_size();
   Gpt* m = model_.get();
   pp::StageFunctions f;
   f.forward = [=](int micro) -> absl::Status {
@@ -132,7 +142,7 @@ absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicat
 }
 
 absl::StatusOr<StepRecord> Trainer::Step() {
-  const int T = cfg_.model.context, D = dp_size(), M = microbatches_;
+  const int T = cfg_.model.context / cp_size(), D = replicas(), M = microbatches_;
   const int64_t G = int64_t{cfg_.batch_size} * cfg_.AccumulationSteps();
   StepRecord r;
   // The time split reads one chain of clock readings: each part starts where
@@ -140,18 +150,20 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   // is the step, and the trace's spans (src/core/trace.h) are the same
   // intervals.
   const int64_t step_begin = NowNanos();
-  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
+  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding, groups_.cp}) {
     if (c != nullptr) c->ResetStats();
   }
   RETURN_IF_ERROR(model_->ZeroGrads());
-  train_loader_->Next(G, dp_rank() * (G / D), G / D, inputs_.data(), targets_.data());
+  train_loader_->Next(G, replica() * (G / D), G / D, whole_inputs_.data(), whole_targets_.data());
+  TakeTokens(whole_inputs_.data(), static_cast<int>(G / D), inputs_.data());
+  TakeTokens(whole_targets_.data(), static_cast<int>(G / D), targets_.data());
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
   const int64_t data_end = NowNanos();
   r.t_data = StepSpan("data", step_begin, data_end);
 
   // The microbatches, in this stage's schedule. Only the last stage sees
   // losses; it hands their mean to the other stages afterwards.
-  const float dloss = 1.0f / static_cast<float>(G * T);
+  const float dloss = 1.0f / static_cast<float>(G * cfg_.model.context);
   double loss_sum = 0.0;
   const int P = pp_size(), stage = groups_.pp ? groups_.pp->rank() : 0;
   pp::StageTiming timing;
@@ -186,13 +198,14 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   Tensor weights = model_->weights(), grads = model_->grads();
   Communicator* range_group = nullptr;
-  if (D > 1) {
-    // The mean loss over the global batch, and the summed gradient of all rows.
+  if (dp_size() > 1) {
+    // The mean loss over the global batch (each rank's is over an equal
+    // share of its tokens), and the summed gradient of all rows.
     RETURN_IF_ERROR(groups_.dp->AllReduce(host_loss, ReduceOp::kSum));
-    loss /= static_cast<float>(D);
+    loss /= static_cast<float>(dp_size());
     RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
-  r.loss = D > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
+  r.loss = dp_size() > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
   RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->backend(), grads));
   {
     TraceSpan span(TraceTrack::kCompute, "optimizer", "grad norm");
@@ -236,7 +249,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
               model_->activation_sizes().total_bytes()};
-  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding}) {
+  for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding, groups_.cp}) {
     if (Parallel(c)) {
       r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});
     }
@@ -259,8 +272,9 @@ absl::StatusOr<StepRecord> Trainer::Step() {
 absl::StatusOr<double> Trainer::ValidationLoss() {
   // The same windows whatever the layout: eval_batches x batch_size of them,
   // in microbatches that fit the arena (every DP rank scores all of them),
-  // passed forward through the pipeline stages.
-  const int T = cfg_.model.context, rows = micro_rows_;
+  // passed forward through the pipeline stages; with context parallelism
+  // each ring rank scores its chunks and the ring averages.
+  const int T = cfg_.model.context / cp_size(), rows = micro_rows_;
   const int64_t windows = cfg_.eval_batches * cfg_.batch_size;
   const int64_t chunks = (windows + rows - 1) / rows;
   double sum = 0.0;
@@ -268,7 +282,10 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
   pp::StageFunctions f;
   f.forward = [&](int) -> absl::Status {
     const int n = static_cast<int>(std::min<int64_t>(rows, windows - w));
-    val_loader_->ReadSequential(static_cast<uint64_t>(w), n, inputs_.data(), targets_.data());
+    val_loader_->ReadSequential(static_cast<uint64_t>(w), n, whole_inputs_.data(),
+                                whole_targets_.data());
+    TakeTokens(whole_inputs_.data(), n, inputs_.data());
+    TakeTokens(whole_targets_.data(), n, targets_.data());
     ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), n, T));
     sum += loss * n;
     w += n;
@@ -284,6 +301,11 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
   f.output = [&] { return model_->StageOutput(); };
   RETURN_IF_ERROR(pp::RunStage(pp::ForwardOps(static_cast<int>(chunks)), groups_.pp, f, nullptr));
   float mean = static_cast<float>(sum / static_cast<double>(windows));
+  if (cp_size() > 1) {
+    RETURN_IF_ERROR(groups_.cp->AllReduce(Tensor::F32(&mean, {1}, Device::kCpu), ReduceOp::kSum));
+    mean /= static_cast<float>(cp_size());
+    if (pp_size() == 1) return static_cast<double>(mean);
+  }
   if (pp_size() > 1) {
     RETURN_IF_ERROR(groups_.pp->Broadcast(Tensor::F32(&mean, {1}, Device::kCpu), pp_size() - 1));
     return static_cast<double>(mean);

@@ -13,7 +13,10 @@
 // gradients are all-reduced over the DP group in buckets (or, with ZeRO-1,
 // reduce-scattered), clipped by the global norm and applied by AdamW.
 // Tensor-parallel ranks of one DP rank and stage read the same rows and
-// compute one stage together. Everything is a pure function of (config,
+// compute one stage together; context-parallel ranks read the same rows
+// and each computes its chunks of every sequence
+// (src/parallel/context_parallel/ring_attention.h), their gradients summed
+// with the data-parallel ones. Everything is a pure function of (config,
 // seed, data, layout), so two runs give identical losses.
 #pragma once
 
@@ -40,7 +43,12 @@ namespace ladder {
 // the step uses them, and its guards.
 struct TrainerOptions {
   Communicator* tp = nullptr;
+  // Every rank holding the same weights (Axis::kData): the data-parallel
+  // replicas, and with context parallelism each replica's ring ranks.
   Communicator* dp = nullptr;
+  // Context parallelism (Axis::kContext; GptParallel::cp): the ranks that
+  // share each sequence. They read the same rows, each its chunks of them.
+  Communicator* cp = nullptr;
   Communicator* pp = nullptr;
   // The first and last stage of one (dp, tp) position: the tied embedding.
   Communicator* embedding = nullptr;
@@ -112,6 +120,7 @@ class Trainer {
   absl::Status GetOptimizerState(std::vector<float>* m, std::vector<float>* v);
   // Sets this rank's part of the moments from whole-table arrays.
   absl::Status SetOptimizerState(const std::vector<float>& m, const std::vector<float>& v);
+  // This rank's place in the data group (the ZeRO-1 shard it updates).
   int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
   // The gradient buffer, and under ZeRO-1 the reduced shard beside it.
   int64_t gradient_bytes() const {
@@ -124,6 +133,15 @@ class Trainer {
   Trainer(const RunConfig& cfg, double peak_gflops, TrainerOptions groups)
       : cfg_(cfg), peak_gflops_(peak_gflops), groups_(groups) {}
   int dp_size() const { return groups_.dp ? groups_.dp->size() : 1; }
+  int cp_size() const { return groups_.cp ? groups_.cp->size() : 1; }
+  int cp_rank() const { return groups_.cp ? groups_.cp->rank() : 0; }
+  // The data-parallel replicas (the data group less its ring ranks), and
+  // this rank's: which rows of each batch it reads.
+  int replicas() const { return dp_size() / cp_size(); }
+  int replica() const { return dp_rank() / cp_size(); }
+  // This rank's tokens of `rows` whole sequences (whole_ -> the argument),
+  // chunked for context parallelism; a plain copy without.
+  void TakeTokens(const int32_t* whole, int rows, int32_t* local) const;
   int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
   // The hand-over functions of this rank's stage for the rows at `rows`.
   pp::StageFunctions StageFunctionsFor(const int32_t* inputs, const int32_t* targets, int rows,
@@ -142,7 +160,9 @@ class Trainer {
   int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
   DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient
   std::optional<DataLoader> train_loader_, val_loader_;
-  std::vector<int32_t> inputs_, targets_;
+  // This rank's rows of a batch, whole sequences as read (whole_*) and its
+  // tokens of them (with context parallelism its chunks; else the same).
+  std::vector<int32_t> whole_inputs_, whole_targets_, inputs_, targets_;
   int64_t step_ = 0;
 };
 

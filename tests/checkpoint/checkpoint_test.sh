@@ -5,8 +5,8 @@
 #    checkpoint and ends with bitwise-identical losses and model.bin (one
 #    process, and dp2 x tp2 x pp2 with ZeRO-1); this fails unless weights,
 #    AdamW moments, the step and the data position are all restored
-#  - resharding: 2x2x2 (ZeRO-1) -> 1x4x2 (sequence parallel) -> 1x1x1 ->
-#    2x1x1 (ZeRO-1), each
+#  - resharding: 2x2x2 (ZeRO-1) -> 1x4x2 (sequence parallel) -> cp2 x tp2
+#    -> 1x1x1 -> 2x1x1 (ZeRO-1), each
 #    killed and resumed in the next layout: within 1e-5 of one process
 #  - a crash between the shard writes and the commit leaves the previous
 #    checkpoint the latest, and the rerun resumes from it
@@ -66,12 +66,13 @@ grep -q "resumed from $tmp/cut3d/checkpoints/step-00000005 at step 5" "$tmp/cut3
   fail "the asynchronous checkpoint was not committed and resumed"
 same "$tmp/full3d" "$tmp/cut3d"
 
-# Resharding through four layouts, one output directory.
-crash 8 "$tmp/reshard" --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1 --save-every 5 --inject-fault kill:3@7
-crash 8 "$tmp/reshard" --tp 4 --sp --pp 2 --microbatches 2 --save-every 5 --inject-fault kill:0@12
-crash 1 "$tmp/reshard" --save-every 5 --inject-fault kill:0@17
-run 2 "$tmp/reshard" --dp 2 --zero 1 --save-every 5
-for step in 5 10 15; do
+# Resharding through five layouts, one output directory.
+crash 8 "$tmp/reshard" --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1 --save-every 4 --inject-fault kill:3@6
+crash 8 "$tmp/reshard" --tp 4 --sp --pp 2 --microbatches 2 --save-every 4 --inject-fault kill:0@10
+crash 4 "$tmp/reshard" --cp 2 --tp 2 --save-every 4 --inject-fault kill:1@14
+crash 1 "$tmp/reshard" --save-every 4 --inject-fault kill:0@18
+run 2 "$tmp/reshard" --dp 2 --zero 1 --save-every 4
+for step in 4 8 12 16; do
   grep -q "resumed from $tmp/reshard/checkpoints/step-000000$(printf %02d $step) at step $step" "$tmp/reshard.log" ||
     fail "reshard: no resume at step $step"
 done

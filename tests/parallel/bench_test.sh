@@ -9,9 +9,9 @@ out=$("$mpirun" "${mpirun_args[@]}" -np 4 "$ladder" bench train --config "$src/t
   --steps 2 --tp 2 --pp 2 --microbatches 4 2>&1) || { echo "FAIL: bench exited non-zero"; echo "$out"; exit 1; }
 echo "$out"
 fail() { echo "FAIL: $*"; exit 1; }
-grep -q "rank  (pp,dp,tp)  step ms  compute ms  tensor comm ms  data comm ms  embed comm ms  bubble ms" <<<"$out" ||
+grep -q "rank  (pp,dp,cp,tp)  step ms  compute ms  tensor comm ms  context comm ms  data comm ms  embed comm ms  bubble ms" <<<"$out" ||
   fail "no per-rank table"
-for row in "0  (0,0,0)" "1  (0,0,1)" "2  (1,0,0)" "3  (1,0,1)"; do
+for row in "0  (0,0,0,0)" "1  (0,0,0,1)" "2  (1,0,0,0)" "3  (1,0,0,1)"; do
   grep -qF "   $row " <<<"$out" || fail "no row '$row'"
 done
 grep -qE '^pipeline bubble: [0-9.]+% of the schedule \(mean over ranks\), textbook \(P-1\)/\(M\+P-1\) = 20\.0% \(P = 2, M = 4\)$' <<<"$out" ||
@@ -38,4 +38,8 @@ refused "dp x tp x pp = 2 x 2 x 2 = 8 but the job has 4 ranks" \
   "${mpirun_args[@]}" -np 4 "$ladder" "${train[@]}" --dp 2 --tp 2 --pp 2
 refused "the global batch of 8 sequences does not split into dp (2) x microbatches (3) equal parts" \
   "${mpirun_args[@]}" -np 4 "$ladder" "${train[@]}" --dp 2 --pp 2 --microbatches 3
+refused "dp x cp x tp x pp = 1 x 2 x 2 x 1 = 4 but the job has 2 ranks" \
+  "${mpirun_args[@]}" -np 2 "$ladder" "${train[@]}" --cp 2 --tp 2
+refused "--sp needs --tp 2 or more: sequence parallelism splits the tokens of the tensor-parallel group" \
+  "${mpirun_args[@]}" -np 2 "$ladder" "${train[@]}" --dp 2 --sp
 echo "bad layouts refused on every rank with exit code 2"

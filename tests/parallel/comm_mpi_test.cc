@@ -347,7 +347,7 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
     return absl::InternalError("the watchdog did not end the job");
   }
 
-  for (Axis axis : {Axis::kWorld, Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding}) {
+  for (Axis axis : kAllAxes) {
     Communicator& c = comms[axis];
     const std::vector<int> want = grid.Members(axis);
     if (c.members() != want || c.rank() != grid.GroupRank(axis) || c.axis() != axis) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Parallel training equals single-process training (data, tensor, sequence
-# and pipeline parallelism, ZeRO-1 on and off, GPipe and 1F1B): 20 steps of a small model
+# Parallel training equals single-process training (data, tensor, sequence,
+# context and pipeline parallelism, ZeRO-1 on and off, GPipe and 1F1B): 20 steps of a small model
 # in each layout give per-step losses and final weights (every tensor, norm of
 # the difference over the norm) within 1e-5 relative of one process.
 #   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
@@ -11,7 +11,8 @@ OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { e
 failures=0
 # "ranks flags...": every parallel dimension alone and combined, ZeRO-1 on and
 # off, both pipeline schedules, more microbatches than the reference's one,
-# activation recomputation, and sequence parallelism with each of them.
+# activation recomputation, and sequence and context parallelism with each
+# of them.
 for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "2 --dp 2" "2 --dp 2 --zero 1" "2 --tp 2" "4 --dp 2 --tp 2" \
     "4 --dp 2 --tp 2 --zero 1" "4 --dp 4 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4" \
@@ -28,7 +29,12 @@ for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --recompute layer" \
     "2 --tp 2 --sp" "4 --tp 4 --sp --recompute gelu" "4 --dp 2 --tp 2 --sp --zero 1" \
     "4 --tp 2 --sp --pp 2 --microbatches 4" \
-    "8 --dp 2 --tp 2 --sp --pp 2 --microbatches 4 --zero 1 --recompute layer"; do
+    "8 --dp 2 --tp 2 --sp --pp 2 --microbatches 4 --zero 1 --recompute layer" \
+    "2 --cp 2" "4 --cp 4" "4 --dp 2 --cp 2 --zero 1" "4 --cp 2 --tp 2 --sp" \
+    "4 --cp 2 --pp 2 --microbatches 4 --recompute layer" "8 --cp 8" \
+    "8 --dp 2 --cp 2 --tp 2 --zero 1 --recompute gelu" \
+    "8 --cp 2 --tp 2 --sp --pp 2 --microbatches 4 --pp-schedule gpipe" \
+    "8 --dp 2 --cp 2 --pp 2 --microbatches 2 --zero 1"; do
   set -- $layout
   np=$1
   shift

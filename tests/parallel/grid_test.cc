@@ -12,7 +12,7 @@ namespace {
 using ::testing::ElementsAre;
 
 Grid MakeGrid(GridShape shape, int rank) {
-  auto g = Grid::Create(shape, shape.dp * shape.tp * shape.pp, rank);
+  auto g = Grid::Create(shape, shape.dp * shape.cp * shape.tp * shape.pp, rank);
   EXPECT_TRUE(g.ok()) << g.status();
   return *g;
 }
@@ -27,6 +27,24 @@ TEST(GridTest, RefusesBadShapesWithOneLine) {
   EXPECT_EQ(g.status().message(), "pp must be at least 1, got -1");
   g = Grid::Create({.dp = 2, .tp = 1, .pp = 1}, 2, 2);
   EXPECT_EQ(g.status().message(), "rank 2 is outside a world of 2 ranks");
+}
+
+TEST(GridTest, ContextParallelIsNextToTensorParallel) {
+  // [pp][dp][cp][tp] = [2][2][2][2]: rank 13 = (pp 1, dp 1, cp 0, tp 1).
+  Grid g = MakeGrid({.dp = 2, .tp = 2, .pp = 2, .cp = 2}, 13);
+  EXPECT_EQ(g.pp_rank(), 1);
+  EXPECT_EQ(g.dp_rank(), 1);
+  EXPECT_EQ(g.cp_rank(), 0);
+  EXPECT_EQ(g.tp_rank(), 1);
+  EXPECT_EQ(g.RankOf(1, 1, 1, 0), 13);
+  EXPECT_THAT(g.Members(Axis::kTensor), ElementsAre(12, 13));
+  EXPECT_THAT(g.Members(Axis::kContext), ElementsAre(13, 15));
+  // The data axis is every rank holding the same weights: dp x cp of them.
+  EXPECT_THAT(g.Members(Axis::kData), ElementsAre(9, 11, 13, 15));
+  EXPECT_EQ(g.GroupRank(Axis::kData), 2);
+  EXPECT_THAT(g.Members(Axis::kPipeline), ElementsAre(5, 13));
+  EXPECT_EQ(Grid::Create({.dp = 2, .tp = 2, .pp = 1, .cp = 2}, 4, 0).status().message(),
+            "dp*cp*tp*pp = 8 but the world has 4 ranks");
 }
 
 TEST(GridTest, TensorParallelIsInnermost) {
@@ -51,16 +69,17 @@ TEST(GridTest, TensorParallelIsInnermost) {
 // RankOf, every member of a group computes the same list with itself at
 // GroupRank, and (world aside) the groups of an axis partition the world.
 TEST(GridTest, GroupsAreConsistentAndPartitionTheWorld) {
-  const GridShape shapes[] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2},
-                              {3, 2, 4}, {4, 1, 3}, {1, 4, 2}, {2, 3, 1}};
+  const GridShape shapes[] = {{1, 1, 1},    {2, 1, 1},    {1, 2, 1},   {1, 1, 2}, {2, 2, 2},
+                              {3, 2, 4},    {4, 1, 3},    {1, 4, 2},   {2, 3, 1}, {1, 1, 1, 2},
+                              {2, 2, 2, 2}, {1, 2, 3, 4}, {3, 1, 2, 2}};
   for (const GridShape& s : shapes) {
-    const int world = s.dp * s.tp * s.pp;
-    for (Axis axis : {Axis::kWorld, Axis::kData, Axis::kTensor, Axis::kPipeline}) {
+    const int world = s.dp * s.cp * s.tp * s.pp;
+    for (Axis axis : {Axis::kWorld, Axis::kData, Axis::kTensor, Axis::kPipeline, Axis::kContext}) {
       std::set<int> seen;
       int groups = 0;
       for (int r = 0; r < world; ++r) {
         Grid g = MakeGrid(s, r);
-        ASSERT_EQ(g.RankOf(g.pp_rank(), g.dp_rank(), g.tp_rank()), r);
+        ASSERT_EQ(g.RankOf(g.pp_rank(), g.dp_rank(), g.tp_rank(), g.cp_rank()), r);
         std::vector<int> m = g.Members(axis);
         ASSERT_EQ(m[g.GroupRank(axis)], r) << AxisName(axis);
         for (int member : m) {
@@ -72,10 +91,11 @@ TEST(GridTest, GroupsAreConsistentAndPartitionTheWorld) {
         }
       }
       EXPECT_EQ(static_cast<int>(seen.size()), world) << AxisName(axis);
-      const int expected_size = axis == Axis::kWorld    ? world
-                                : axis == Axis::kData   ? s.dp
-                                : axis == Axis::kTensor ? s.tp
-                                                        : s.pp;
+      const int expected_size = axis == Axis::kWorld     ? world
+                                : axis == Axis::kData    ? s.dp * s.cp
+                                : axis == Axis::kTensor  ? s.tp
+                                : axis == Axis::kContext ? s.cp
+                                                         : s.pp;
       EXPECT_EQ(groups * expected_size, world) << AxisName(axis);
     }
   }

@@ -65,7 +65,7 @@ TEST(HostCommunicatorsTest, ASingleProcessGetsGroupsOfOneWithoutMpi) {
   ASSERT_TRUE(grid.ok());
   auto comms = CreateHostCommunicators(*grid, 300);
   ASSERT_TRUE(comms.ok()) << comms.status();
-  for (Axis axis : {Axis::kWorld, Axis::kData, Axis::kTensor, Axis::kPipeline, Axis::kEmbedding}) {
+  for (Axis axis : kAllAxes) {
     EXPECT_EQ((*comms)[axis].axis(), axis);
     EXPECT_EQ((*comms)[axis].size(), 1);
   }
