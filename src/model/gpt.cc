@@ -281,14 +281,14 @@ cp::RingTensors Gpt::ring_tensors(const LayerActivations& la) const {
 }
 
 absl::Status Gpt::AttentionForward(const LayerActivations& la, int heads) {
-  if (cp_size() > 1) return cp::RingAttentionForward(*backend_, par_.cp, ring_tensors(la), heads);
+  if (cp_size() > 1) return cp::RingAttentionForward(*backend_, *par_.cp, ring_tensors(la), heads);
   return backend_->AttentionForward(la.atty, la.lse, la.qkv, heads, cfg_.attention,
                                     acts_.attn_scratch);
 }
 
 absl::Status Gpt::AttentionBackward(const LayerActivations& la, int heads) {
   if (cp_size() > 1) {
-    return cp::RingAttentionBackward(*backend_, par_.cp, ring_tensors(la), acts_.dqkv, acts_.datty,
+    return cp::RingAttentionBackward(*backend_, *par_.cp, ring_tensors(la), acts_.dqkv, acts_.datty,
                                      heads);
   }
   return backend_->AttentionBackward(acts_.dqkv, acts_.datty, la.qkv, la.atty, la.lse, heads,

@@ -85,17 +85,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
   t->train_loader_.emplace(std::move(tl));
   t->val_loader_.emplace(std::move(vl));
-  // This rank's rows of one global batch, and its tokens of them.
+  // This rank's rows of one global batch, and with context parallelism
+  // its tokens of them (without, the rows are read into inputs_ directly).
   const size_t n = static_cast<size_t>(G / D) * cfg.model.context;
-  t->whole_inputs_.resize(n);
-  t->whole_targets_.resize(n);
   t->inputs_.resize(n / t->cp_size());
   t->targets_.resize(n / t->cp_size());
+  if (t->cp_size() > 1) {
+    t->whole_inputs_.resize(n);
+    t->whole_targets_.resize(n);
+  }
   return t;
 }
 
-void Trainer::TakeTokens(const int32_t* whole, int rows, int32_t* local) const {
-  cp::TakeChunks(whole, rows, cfg_.model.context, cp_rank(), cp_size(), local);
+int32_t* Trainer::read_inputs() { return cp_size() > 1 ? whole_inputs_.data() : inputs_.data(); }
+int32_t* Trainer::read_targets() { return cp_size() > 1 ? whole_targets_.data() : targets_.data(); }
+
+void Trainer::TakeTokens(int rows) {
+  if (cp_size() == 1) return;
+  const int T = cfg_.model.context;
+  cp::TakeChunks(whole_inputs_.data(), rows, T, cp_rank(), cp_size(), inputs_.data());
+  cp::TakeChunks(whole_targets_.data(), rows, T, cp_rank(), cp_size(), targets_.data());
 }
 
 int64_t Trainer::tokens_per_step() const {
@@ -154,9 +163,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     if (c != nullptr) c->ResetStats();
   }
   RETURN_IF_ERROR(model_->ZeroGrads());
-  train_loader_->Next(G, replica() * (G / D), G / D, whole_inputs_.data(), whole_targets_.data());
-  TakeTokens(whole_inputs_.data(), static_cast<int>(G / D), inputs_.data());
-  TakeTokens(whole_targets_.data(), static_cast<int>(G / D), targets_.data());
+  train_loader_->Next(G, replica() * (G / D), G / D, read_inputs(), read_targets());
+  TakeTokens(static_cast<int>(G / D));
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
   const int64_t data_end = NowNanos();
   r.t_data = StepSpan("data", step_begin, data_end);
@@ -282,10 +290,8 @@ absl::StatusOr<double> Trainer::ValidationLoss() {
   pp::StageFunctions f;
   f.forward = [&](int) -> absl::Status {
     const int n = static_cast<int>(std::min<int64_t>(rows, windows - w));
-    val_loader_->ReadSequential(static_cast<uint64_t>(w), n, whole_inputs_.data(),
-                                whole_targets_.data());
-    TakeTokens(whole_inputs_.data(), n, inputs_.data());
-    TakeTokens(whole_targets_.data(), n, targets_.data());
+    val_loader_->ReadSequential(static_cast<uint64_t>(w), n, read_inputs(), read_targets());
+    TakeTokens(n);
     ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), n, T));
     sum += loss * n;
     w += n;

@@ -139,9 +139,13 @@ class Trainer {
   // this rank's: which rows of each batch it reads.
   int replicas() const { return dp_size() / cp_size(); }
   int replica() const { return dp_rank() / cp_size(); }
-  // This rank's tokens of `rows` whole sequences (whole_ -> the argument),
-  // chunked for context parallelism; a plain copy without.
-  void TakeTokens(const int32_t* whole, int rows, int32_t* local) const;
+  // Where a batch's whole rows are read: whole_* with context parallelism,
+  // else inputs_ and targets_ themselves.
+  int32_t* read_inputs();
+  int32_t* read_targets();
+  // With context parallelism, this rank's chunks of `rows` whole sequences
+  // from whole_* into inputs_ and targets_; nothing without.
+  void TakeTokens(int rows);
   int pp_size() const { return groups_.pp ? groups_.pp->size() : 1; }
   // The hand-over functions of this rank's stage for the rows at `rows`.
   pp::StageFunctions StageFunctionsFor(const int32_t* inputs, const int32_t* targets, int rows,
@@ -160,8 +164,8 @@ class Trainer {
   int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
   DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient
   std::optional<DataLoader> train_loader_, val_loader_;
-  // This rank's rows of a batch, whole sequences as read (whole_*) and its
-  // tokens of them (with context parallelism its chunks; else the same).
+  // This rank's tokens of its rows of a batch; with context parallelism
+  // also the rows as read (whole_*), of which inputs_ hold its chunks.
   std::vector<int32_t> whole_inputs_, whole_targets_, inputs_, targets_;
   int64_t step_ = 0;
 };

@@ -1,13 +1,9 @@
 #include "src/parallel/context_parallel/ring_attention.h"
 
-#include <algorithm>
-
 #include "src/core/status.h"
 
 namespace ladder::cp {
 namespace {
-
-int Size(const Communicator* ring) { return ring == nullptr ? 1 : ring->size(); }
 
 // Ring rank r's positions, [T].
 Tensor Positions(const RingTensors& t, int r) {
@@ -43,9 +39,9 @@ void TakeChunks(const int32_t* whole, int B, int T, int rank, int ranks, int32_t
   }
 }
 
-absl::Status RingAttentionForward(Backend& be, Communicator* ring, const RingTensors& t,
+absl::Status RingAttentionForward(Backend& be, Communicator& ring, const RingTensors& t,
                                   int num_heads) {
-  const int R = Size(ring), r = ring == nullptr ? 0 : ring->rank();
+  const int R = ring.size(), r = ring.rank();
   const Tensor mine = Positions(t, r);
   RETURN_IF_ERROR(be.AttentionPartForward(t.out, t.lse, t.qkv, t.qkv, mine, mine, num_heads,
                                           /*merge=*/false));
@@ -54,7 +50,7 @@ absl::Status RingAttentionForward(Backend& be, Communicator* ring, const RingTen
   Tensor held = t.qkv;
   for (int h = 1; h < R; ++h) {
     const Tensor next = Block(t, 2 * (h % 2));
-    RETURN_IF_ERROR(ring->SendRecv(held, (r + 1) % R, next, (r + R - 1) % R));
+    RETURN_IF_ERROR(ring.SendRecv(held, (r + 1) % R, next, (r + R - 1) % R));
     RETURN_IF_ERROR(be.AttentionPartForward(t.out, t.lse, t.qkv, next, mine,
                                             Positions(t, (r + R - h) % R), num_heads,
                                             /*merge=*/true));
@@ -63,9 +59,9 @@ absl::Status RingAttentionForward(Backend& be, Communicator* ring, const RingTen
   return absl::OkStatus();
 }
 
-absl::Status RingAttentionBackward(Backend& be, Communicator* ring, const RingTensors& t,
+absl::Status RingAttentionBackward(Backend& be, Communicator& ring, const RingTensors& t,
                                    Tensor dqkv, Tensor dout, int num_heads) {
-  const int R = Size(ring), r = ring == nullptr ? 0 : ring->rank();
+  const int R = ring.size(), r = ring.rank();
   const Tensor mine = Positions(t, r);
   // The own block's share: query and key/value gradients into dqkv alike.
   RETURN_IF_ERROR(be.Fill(dqkv, 0.0f));
@@ -76,18 +72,18 @@ absl::Status RingAttentionBackward(Backend& be, Communicator* ring, const RingTe
   // Hops 2 .. R-1 send a block with its gradient so far; a last hop brings
   // each gradient home.
   int held = 1;
-  RETURN_IF_ERROR(ring->SendRecv(t.qkv, (r + 1) % R, Block(t, 2), (r + R - 1) % R));
+  RETURN_IF_ERROR(ring.SendRecv(t.qkv, (r + 1) % R, Block(t, 2), (r + R - 1) % R));
   for (int h = 1;; ++h) {
     const Tensor kv = Block(t, 2 * held), dkv = Block(t, 2 * held + 1);
     if (h == 1) RETURN_IF_ERROR(be.Fill(dkv, 0.0f));
     RETURN_IF_ERROR(be.AttentionPartBackward(dqkv, dkv, dout, t.qkv, kv, t.out, t.lse, mine,
                                              Positions(t, (r + R - h) % R), num_heads));
     if (h == R - 1) break;
-    RETURN_IF_ERROR(ring->SendRecv(Pair(t, held), (r + 1) % R, Pair(t, 1 - held), (r + R - 1) % R));
+    RETURN_IF_ERROR(ring.SendRecv(Pair(t, held), (r + 1) % R, Pair(t, 1 - held), (r + R - 1) % R));
     held = 1 - held;
   }
   const Tensor home = Block(t, 2 * (1 - held) + 1);
-  RETURN_IF_ERROR(ring->SendRecv(Block(t, 2 * held + 1), (r + 1) % R, home, (r + R - 1) % R));
+  RETURN_IF_ERROR(ring.SendRecv(Block(t, 2 * held + 1), (r + 1) % R, home, (r + R - 1) % R));
   // home: this rank's own keys' and values' gradient from every other
   // rank's queries (its query part was never written: zero).
   return be.ResidualAdd(dqkv, dqkv, home);

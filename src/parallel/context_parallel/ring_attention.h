@@ -24,8 +24,7 @@
 // R - 1 block-and-gradient pairs plus one gradient backward.
 //
 // The math is the backend's; this file is the order of the hops. Every
-// member of the group calls these with its own tensors; null or a group of
-// one is plain causal attention over the rank's tokens.
+// member of the group (two or more ranks) calls these with its own tensors.
 #pragma once
 
 #include <cstdint>
@@ -57,11 +56,11 @@ struct RingTensors {
 
 // out, lse = causal attention of this rank's queries over every rank's
 // keys and values. Collective over `ring`.
-absl::Status RingAttentionForward(Backend& be, Communicator* ring, const RingTensors& t,
+absl::Status RingAttentionForward(Backend& be, Communicator& ring, const RingTensors& t,
                                   int num_heads);
 // dqkv [B,T,3C'] (overwritten) from dout [B,T,C'], given RingAttentionForward's
 // out and lse. Collective over `ring`.
-absl::Status RingAttentionBackward(Backend& be, Communicator* ring, const RingTensors& t,
+absl::Status RingAttentionBackward(Backend& be, Communicator& ring, const RingTensors& t,
                                    Tensor dqkv, Tensor dout, int num_heads);
 
 }  // namespace ladder::cp
