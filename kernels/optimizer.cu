@@ -33,12 +33,10 @@
 // Per element it reads param, grad, m, v (16 bytes) and writes param, m, v
 // (12 bytes), ~15 FLOPs plus a sqrt and a divide: bound by memory bandwidth,
 // so each thread moves 16-byte vectors when a tensor's four arrays are
-// aligned. The arithmetic is the CPU backend's, operation for operation, with
-// IEEE-rounded sqrtf and division (nvcc's default). Both compilers may fuse a
-// multiply and an add into an FMA (g++ does with -march=native), each where it
-// likes, so the two agree to a few ulp of the terms, not bit for bit: where
-// beta1 m and (1 - beta1) g nearly cancel, one FMA more or less changes the
-// small result's low digits, harmlessly.
+// aligned. The arithmetic is kernels/adamw_element.h, the one definition the
+// CPU backend compiles too, written so that no compiler fuses a multiply and
+// an add: the GPU, the simulator and the host write the same bits (which is
+// what lets optimizer offload move the update to the host unchanged).
 //
 // Mixed precision: a bf16 model's ops read a bf16 copy of the fp32 master
 // weights. AdamW writes it in the same pass (2 more bytes per element, while
@@ -137,18 +135,6 @@ __device__ __forceinline__ bool DeviceAligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// One element, in the CPU's order of operations (src/backend/cpu/optimizer.cc).
-__device__ __forceinline__ void AdamWElement(float& w, float g, float& m, float& v, float wd,
-                                             const AdamWStep& s) {
-  const float gi = g * s.grad_scale;
-  const float mi = s.beta1 * m + (1.0f - s.beta1) * gi;
-  const float vi = s.beta2 * v + (1.0f - s.beta2) * gi * gi;
-  m = mi;
-  v = vi;
-  const float mhat = mi * s.inv_bc1, vhat = vi * s.inv_bc2;
-  w -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + wd * w);
-}
-
 // The bf16 copy of element i of tensor t after its update to w.
 __device__ __forceinline__ void RoundCopy(const AdamWTensor& t, int64_t i, float w,
                                           const AdamWStep& s) {
@@ -170,7 +156,7 @@ __device__ __forceinline__ void AdamWRange(const AdamWTensor& t, int64_t begin, 
     Vec<float, kVec> m = LoadVec<kVec>(t.m + i);
     Vec<float, kVec> v = LoadVec<kVec>(t.v + i);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) AdamWElement(w.v[k], g.v[k], m.v[k], v.v[k], t.weight_decay, s);
+    for (int k = 0; k < kVec; ++k) AdamWElement(w.v[k], g.v[k], m.v[k], v.v[k], t.weight_decay, s.scalars);
     StoreVec<kVec>(t.param + i, w);
     StoreVec<kVec>(t.m + i, m);
     StoreVec<kVec>(t.v + i, v);
@@ -181,7 +167,7 @@ __device__ __forceinline__ void AdamWRange(const AdamWTensor& t, int64_t begin, 
   }
   const int64_t i = begin + nvec * kVec + threadIdx.x;  // < kVec trailing elements
   if (i < end) {
-    AdamWElement(t.param[i], t.grad[i], t.m[i], t.v[i], t.weight_decay, s);
+    AdamWElement(t.param[i], t.grad[i], t.m[i], t.v[i], t.weight_decay, s.scalars);
     if (t.param16 != nullptr) RoundCopy(t, i, t.param[i], s);
   }
 }

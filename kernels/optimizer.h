@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/adamw_element.h"
 #include "kernels/namespace.h"
 
 LADDER_KERNELS_BEGIN
@@ -45,13 +46,11 @@ struct AdamWTensor {
   int64_t round_offset;
 };
 
-// The step's hyper-parameters shared by all tensors, in the form the kernel
-// uses: AdamWParams (src/backend/backend.h) with the bias corrections
-// 1 / (1 - beta^step) computed on the host in double, as the CPU backend does.
+// The step's hyper-parameters shared by all tensors: AdamW's scalars
+// (kernels/adamw_element.h) and the stochastic rounding of param16.
 struct AdamWStep {
-  float lr, beta1, beta2, eps, grad_scale;
-  float inv_bc1, inv_bc2;
-  uint64_t round_seed, round_step;  // stochastic rounding of param16
+  AdamWScalars scalars;
+  uint64_t round_seed, round_step;
 };
 
 // Elements per chunk: the unit of work a block takes at a time. A tensor's
@@ -62,11 +61,8 @@ inline constexpr int64_t kAdamWChunk = 16384;
 // number of chunks.
 int64_t PlanAdamWChunks(AdamWTensor* tensors, int count);
 
-// One launch updates every tensor, per element (the CPU backend's formula and
-// order of operations, src/backend/cpu/optimizer.cc):
-//   g = grad * grad_scale
-//   m = beta1 m + (1 - beta1) g;  v = beta2 v + ((1 - beta2) g) g
-//   param -= lr * ((m * inv_bc1) / (sqrt(v * inv_bc2) + eps) + weight_decay * param)
+// One launch updates every tensor, per element AdamWElement
+// (kernels/adamw_element.h, the CPU backend's arithmetic bit for bit), then
 //   param16 = StochasticRoundBf16(param, PhiloxWord(round_seed,
 //             kRoundingStream + round_step, round_offset + i))   (if param16)
 // tensors: `count` descriptors in DEVICE memory, planned by PlanAdamWChunks

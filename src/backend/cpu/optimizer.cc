@@ -8,15 +8,13 @@
 // one thread; the total is rounded to float once, into the output element.
 // Same input, same bits, whatever the thread count.
 //
-// AdamW (decoupled weight decay, Loshchilov & Hutter), per element:
-//   g = grad * grad_scale
-//   m = beta1 m + (1 - beta1) g          v = beta2 v + (1 - beta2) g^2
-//   mhat = m / (1 - beta1^step)          vhat = v / (1 - beta2^step)
-//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
-// One fused pass reads param, grad, m, v once and writes param, m, v.
+// AdamW: per element kernels/adamw_element.h, the definition the CUDA kernel
+// compiles too (same bits). One fused pass reads param, grad, m, v once and
+// writes param, m, v.
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/adamw_element.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
 #include "src/core/bf16.h"
@@ -81,11 +79,7 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
     int64_t n = 0;
     RETURN_IF_ERROR(CheckAdamWTensor(Device::kCpu, kOp, k, tensors[k], &n));
   }
-  // Bias corrections, computed once in double (beta2^step is close to 1 for
-  // small steps, so 1 - beta2^step would lose digits in float).
-  const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, p.step)));
-  const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta2}, p.step)));
-  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, gs = p.grad_scale;
+  const AdamWScalars s = MakeAdamWScalars(p.lr, p.beta1, p.beta2, p.eps, p.grad_scale, p.step);
   for (const AdamWTensor& t : tensors) {
     const int64_t n = t.param.numel();
     const float wd = t.weight_decay;
@@ -97,13 +91,7 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
     const int64_t round_base = t.round_offset;
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      const float gi = g[i] * gs;
-      const float mi = b1 * m1[i] + (1.0f - b1) * gi;
-      const float vi = b2 * m2[i] + (1.0f - b2) * gi * gi;
-      m1[i] = mi;
-      m2[i] = vi;
-      const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-      w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * w[i]);
+      AdamWElement(w[i], g[i], m1[i], m2[i], wd, s);
       if (w16 != nullptr) {
         w16[i] = FloatToBf16Stochastic(
             w[i], RoundingWord(p.round_seed, static_cast<uint64_t>(p.step), round_base + i));

@@ -76,15 +76,8 @@ absl::Status AdamWUpdate(const std::vector<AdamWTensor>& slots, const AdamWParam
   RETURN_IF_ERROR(CheckOnGpu(kAdamW, "descriptors", descriptors));
   const int64_t total_chunks = kernels::PlanAdamWChunks(host.data(), count);
 
-  // The bias corrections in double, as the CPU backend computes them.
   kernels::AdamWStep step;
-  step.lr = p.lr;
-  step.beta1 = p.beta1;
-  step.beta2 = p.beta2;
-  step.eps = p.eps;
-  step.grad_scale = p.grad_scale;
-  step.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, p.step)));
-  step.inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta2}, p.step)));
+  step.scalars = MakeAdamWScalars(p.lr, p.beta1, p.beta2, p.eps, p.grad_scale, p.step);
   step.round_seed = p.round_seed;
   step.round_step = static_cast<uint64_t>(p.step);
 
