@@ -32,6 +32,9 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
   flags.String("recompute", &f->recompute,
                "activation recomputation: none, gelu (rebuild each layer's GELU output in the "
                "backward) or layer (keep each layer's input only, redo the layer's forward)");
+  flags.String("offload", &f->offload,
+               "none, or optimizer: AdamW's moments and the fp32 master weights in host memory, "
+               "the update on the host (ZeRO-Offload; cuda or cuda-sim)");
 }
 
 void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
@@ -79,6 +82,7 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
                  : absl::StrCat("dp x tp x pp = ", f.dp, " x ", f.tp, " x ", f.pp, " = ",
                                 f.dp * f.tp * f.pp, " but the job has ", world_size, " ranks"));
   }
+  RETURN_IF_ERROR(ParseOffload(f.offload).status());
   if (rc.model.context % (2 * f.cp) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cp ", f.cp, " cuts each sequence into 2 x cp = ", 2 * f.cp,
@@ -157,6 +161,7 @@ absl::StatusOr<PlanLayout> ToPlanLayout(const LayoutFlags& f, DType storage) {
   l.microbatches = static_cast<int>(f.microbatches);
   ASSIGN_OR_RETURN(l.schedule, pp::ParseSchedule(f.pp_schedule));
   ASSIGN_OR_RETURN(l.recompute, ParseRecompute(f.recompute));
+  ASSIGN_OR_RETURN(l.offload, ParseOffload(f.offload));
   l.storage = storage;
   return l;
 }
@@ -209,6 +214,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.microbatches = static_cast<int>(f.microbatches);
   g.recompute = ParseRecompute(f.recompute).value_or(Recompute::kNone);
   g.sequence_parallel = f.sp;
+  g.offload = ParseOffload(f.offload).value_or(Offload::kNone);
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   return g;
 }

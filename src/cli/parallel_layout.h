@@ -25,12 +25,13 @@ struct LayoutFlags {
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25;
   std::string recompute = "none";
+  std::string offload = "none";
   double comm_timeout = 300;
   std::string precision = "auto";
 };
 
 // The layout: --dp --tp --sp --cp --pp --microbatches --pp-schedule --zero
-// --recompute.
+// --recompute --offload.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
 // What a run adds: --bucket-mb --comm-timeout --precision.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);

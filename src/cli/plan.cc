@@ -22,6 +22,7 @@ struct PlanFlags {
   double mtbf_hours = 0, checkpoint_seconds = 0;
   int64_t largest_for = 0;  // --largest-layout's rank count; 0: plan the layout given
   double max_rank_memory_mib = 0;
+  double link_gbps = 50;  // host-device link, GB/s
   LayoutFlags layout;
 };
 
@@ -37,11 +38,15 @@ std::string Json(const Plan& p) {
         "%s{\"stage\":%d,\"ranks\":[%d,%d],\"layers\":[%d,%d],\"slots\":%d,"
         "\"memory\":{\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,"
         "\"total\":%d},\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,"
-        "\"embedding\":%d,\"context\":%d},\"tensor_wire_bytes\":%d}",
+        "\"embedding\":%d,\"context\":%d},\"tensor_wire_bytes\":%d%s}",
         i ? "," : "", s.stage, s.first_rank, s.last_rank, s.layers.first, s.layers.last, s.slots,
         s.weight_bytes, s.grad_bytes, s.optimizer_bytes, s.activation_bytes, s.memory_bytes(),
         s.tensor_bytes, s.data_bytes, s.pipeline_bytes, s.embedding_bytes, s.context_bytes,
-        s.tensor_wire_bytes);
+        s.tensor_wire_bytes,
+        p.layout.offload == Offload::kNone
+            ? ""
+            : absl::StrFormat(",\"host_bytes\":%d,\"link_bytes\":{\"to_host\":%d,\"to_device\":%d}",
+                              s.host_bytes, s.link_to_host_bytes, s.link_to_device_bytes));
   }
   return out + "]}";
 }
@@ -61,6 +66,10 @@ std::string Bytes(double b) {
 
 absl::Status RunPlan(const PlanFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
+  if (!(f.link_gbps > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--link-gbps must be a positive bandwidth in GB/s, got ", f.link_gbps));
+  }
   if (f.precision != "fp32" && f.precision != "bf16") {
     return absl::InvalidArgumentError(
         absl::StrCat("--precision must be fp32 or bf16, got '", f.precision, "'"));
@@ -121,9 +130,14 @@ absl::Status RunPlan(const PlanFlags& f) {
                              .c_str()
                        : "");
   std::printf(
-      "model states: weights %d%s + gradients 4 + AdamW 8 (m, v) bytes per parameter%s = %.2f "
+      "model states%s: weights %d%s + gradients 4 + AdamW %s bytes per parameter%s = %.2f "
       "bytes per model parameter per replica%s\n",
-      bf16 ? 6 : 4, bf16 ? " (fp32 master, bf16 copy)" : "",
+      l.offload == Offload::kNone ? "" : " on the device",
+      l.offload == Offload::kNone ? (bf16 ? 6 : 4) : (bf16 ? 2 : 4),
+      l.offload == Offload::kNone ? (bf16 ? " (fp32 master, bf16 copy)" : "")
+                                  : (bf16 ? " (the bf16 copy; the masters offloaded)"
+                                          : " (the fp32 copy; the masters offloaded)"),
+      l.offload == Offload::kNone ? "8 (m, v)" : "0 (offloaded)",
       l.zero1 && l.dp > 1 ? absl::StrFormat(", the optimizer's over %d ZeRO-1 ranks", l.dp).c_str()
                           : "",
       p.state_bytes_per_parameter,
@@ -164,6 +178,19 @@ absl::Status RunPlan(const PlanFlags& f) {
     }
     std::printf("\n");
   }
+  if (l.offload != Offload::kNone) {
+    // The link's time if nothing overlaps it: what offload adds to a step.
+    std::printf(
+        "\noptimizer offload: the fp32 masters, AdamW's m and v and the staging in host memory; "
+        "per rank and step the gradients go to the host and the weight copy to the device");
+    for (const StagePlan& s : p.stages) {
+      const double bytes = static_cast<double>(s.link_to_host_bytes + s.link_to_device_bytes);
+      std::printf("\n  stage %d: host %s, link %s to host + %s to device = %.3f s at %.0f GB/s",
+                  s.stage, Bytes(s.host_bytes).c_str(), Bytes(s.link_to_host_bytes).c_str(),
+                  Bytes(s.link_to_device_bytes).c_str(), bytes / (f.link_gbps * 1e9), f.link_gbps);
+    }
+    std::printf("\n");
+  }
   std::printf("\npipeline bubble: (P-1)/(M+P-1) = %.1f%% of each step (P = %d, M = %d)\n",
               100 * p.bubble, l.pp, p.microbatches);
   if (f.mtbf_hours > 0) {
@@ -197,6 +224,9 @@ int PlanCommand(int argc, char** argv) {
                "and weight copy, fp32 master weights, gradients and AdamW)");
   flags.Bool("json", &f.json, "print the plan as one JSON object");
   AddRankMemoryFlag(flags, &f.max_rank_memory_mib);
+  flags.Double("link-gbps", &f.link_gbps,
+               "host-device link bandwidth in gigabytes per second (PCIe 5.0 x16 moves about 50): "
+               "the step time --offload's copies add");
   flags.Double("mtbf-hours", &f.mtbf_hours,
                "mean time between failures of the job: prints the Young/Daly checkpoint interval");
   flags.Double("checkpoint-seconds", &f.checkpoint_seconds,

@@ -16,7 +16,8 @@ Gpt::Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, P
       max_batch_(max_batch),
       training_(training),
       par_(par),
-      table_(std::move(table)) {}
+      table_(std::move(table)),
+      master_backend_(par.master_host != nullptr ? par.master_host : backend) {}
 
 absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* backend,
                                                  int max_batch, bool training,
@@ -52,6 +53,12 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   if (par.storage != DType::kF32 && par.storage != DType::kBF16) {
     return absl::InvalidArgumentError("activations are stored as fp32 or bf16");
   }
+  if (par.master_host != nullptr &&
+      (backend->device() == Device::kCpu || par.master_host->device() != Device::kCpu)) {
+    return absl::InvalidArgumentError(
+        "offloading the master weights needs a device backend (cuda or cuda-sim) and a host "
+        "backend for them; on the CPU backend the device memory is host memory already");
+  }
   if (par.storage == DType::kBF16 && backend->device() == Device::kCpu) {
     return absl::InvalidArgumentError(
         "bf16 precision needs a device backend (cuda or cuda-sim); the CPU backend computes in "
@@ -62,7 +69,7 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   const int64_t multiple = std::max<int64_t>(1, par.buffer_multiple);
   m->buffer_floats_ = (m->table_.total_floats() + multiple - 1) / multiple * multiple;
   const size_t param_bytes = static_cast<size_t>(m->buffer_floats_) * sizeof(float);
-  ASSIGN_OR_RETURN(m->weights_, backend->Allocate(param_bytes));
+  ASSIGN_OR_RETURN(m->weights_, m->master_backend_->Allocate(param_bytes));
   if (training) {
     ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
   }
@@ -70,8 +77,8 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
                                       m->activation_options(), Tensor(), nullptr);
   ASSIGN_OR_RETURN(m->arena_,
                    backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_bytes())));
-  if (par.storage == DType::kBF16) {
-    ASSIGN_OR_RETURN(m->weights16_, backend->Allocate(static_cast<size_t>(m->buffer_floats_) * 2));
+  if (m->copy_bytes() > 0) {
+    ASSIGN_OR_RETURN(m->copy_, backend->Allocate(static_cast<size_t>(m->copy_bytes())));
     m->w_ = BindGptTensors(m->table_, m->weight_copy(), cfg);
   } else {
     m->w_ = BindGptTensors(m->table_, m->weight_buffer(), cfg);
@@ -88,25 +95,44 @@ absl::Status Gpt::InitWeights(uint64_t seed) {
 
 absl::Status Gpt::SetWeights(const float* host) {
   RETURN_IF_ERROR(CheckNotQuantized("SetWeights"));
-  RETURN_IF_ERROR(backend_->CopyFromHost(weights(), host));
+  RETURN_IF_ERROR(master_backend_->CopyFromHost(weights(), host));
   return RoundWeightCopy(nullptr);
 }
 
+int64_t Gpt::copy_bytes() const {
+  if (par_.storage == DType::kBF16) return buffer_floats_ * 2;
+  return master_on_host() ? buffer_floats_ * 4 : 0;
+}
+
+Tensor Gpt::weight_copy() const {
+  if (copy_ == nullptr) return Tensor();
+  return par_.storage == DType::kBF16
+             ? Tensor::BF16(static_cast<uint16_t*>(copy_.get()), {buffer_floats_}, device())
+             : Tensor::F32(static_cast<float*>(copy_.get()), {buffer_floats_}, device());
+}
+
 absl::Status Gpt::RoundWeightCopy(const StochasticRounding* sr) {
-  if (weights16_ == nullptr) return absl::OkStatus();
-  const Tensor master = weights(), copy = weight_copy();
+  const Tensor copy = weight_copy();
+  if (copy.empty()) return absl::OkStatus();
+  const Tensor master = weight_buffer();
+  if (copy.dtype == DType::kF32) return backend_->CopyFromHost(copy, master.data);
+  // bf16: rounded where the masters are (on the host when offloaded, then
+  // one copy to the device; the host and device roundings are the same bits).
+  std::vector<uint16_t> staged(master_on_host() ? buffer_floats_ : 0);
+  const Tensor target =
+      master_on_host() ? Tensor::BF16(staged.data(), {buffer_floats_}, Device::kCpu) : copy;
   for (int i = 0; i < table_.size(); ++i) {
     StochasticRounding r;
     if (sr != nullptr) r = {sr->seed, sr->step, table_.RoundingOffset(i, 0)};
-    RETURN_IF_ERROR(backend_->RoundToBf16(table_.View(copy, i), table_.View(master, i),
-                                          sr != nullptr ? &r : nullptr));
+    RETURN_IF_ERROR(master_backend_->RoundToBf16(table_.View(target, i), table_.View(master, i),
+                                                 sr != nullptr ? &r : nullptr));
   }
-  return absl::OkStatus();
+  return master_on_host() ? backend_->CopyFromHost(copy, staged.data()) : absl::OkStatus();
 }
 
 absl::Status Gpt::GetWeights(float* host) const {
   RETURN_IF_ERROR(CheckNotQuantized("GetWeights"));
-  return backend_->CopyToHost(host, weights());
+  return master_backend_->CopyToHost(host, weights());
 }
 
 namespace {

@@ -60,6 +60,12 @@ struct GptParallel {
   // (weights()) and fp32 gradients, and the ops read a bf16 copy of the
   // weights (weight_copy()) that the optimizer rewrites at every step.
   DType storage = DType::kF32;
+  // Optimizer offload (src/train/offload.h): the fp32 master weights live in
+  // host memory allocated by this backend (a CPU backend; not owned), and the
+  // ops read a device copy in `storage` (weight_copy(), fp32 or bf16) that
+  // the host-side update refreshes. Null: the masters are on the device
+  // (and in fp32 the ops read them directly). Needs a device backend.
+  Backend* master_host = nullptr;
 };
 
 // A weight matrix [OC, C] in int8: q [OC, C] i8, scales [OC, C / group] f32
@@ -84,37 +90,42 @@ class Gpt {
   bool training() const { return training_; }
   bool is_first_stage() const { return table_.layout().pp_rank == 0; }
   bool is_last_stage() const { return table_.layout().pp_rank == table_.layout().pp_size - 1; }
-  // Flat views over all weights / gradients, laid out by table(), on the
-  // backend's device.
+  // Flat views over all weights / gradients, laid out by table(): the
+  // weights on master_device(), the gradients on the backend's device.
   Tensor weights() const { return weight_buffer().Slice(0, {table_.total_floats()}); }
   Tensor grads() const { return grad_buffer().Slice(0, {table_.total_floats()}); }
   // The same buffers with their zero padding (buffer_floats() long).
   int64_t buffer_floats() const { return buffer_floats_; }
   Tensor weight_buffer() const {
-    return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_}, device());
+    return Tensor::F32(static_cast<float*>(weights_.get()), {buffer_floats_}, master_device());
   }
+  // Where the fp32 master weights live: the host with optimizer offload
+  // (GptParallel::master_host), else the backend's device.
+  Device master_device() const { return master_backend_->device(); }
+  // The backend that owns the master weights' memory (copies in and out).
+  Backend* master_backend() const { return master_backend_; }
   Tensor grad_buffer() const {
     return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}, device());
   }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
   DType storage() const { return par_.storage; }
-  // Device memory the weights take: the fp32 buffer, plus a bf16 model's
-  // copy (padding included).
-  int64_t weight_memory_bytes() const { return buffer_floats_ * (weights16_ ? 6 : 4); }
-  // bf16 models: the copy of the weights the ops read, laid out like
-  // weight_buffer() (buffer_floats() bf16 elements, padding included); empty
-  // for fp32 models.
-  Tensor weight_copy() const {
-    return weights16_ == nullptr
-               ? Tensor()
-               : Tensor::BF16(static_cast<uint16_t*>(weights16_.get()), {buffer_floats_}, device());
+  // Device memory the weights take (padding included): the fp32 masters
+  // unless offloaded, plus the copy the ops read if there is one.
+  int64_t weight_memory_bytes() const {
+    return (master_on_host() ? 0 : buffer_floats_ * 4) + copy_bytes();
   }
-  // bf16 models: rebuilds weight_copy() from the fp32 master weights, each
+  bool master_on_host() const { return par_.master_host != nullptr; }
+  // The device copy of the weights the ops read, laid out like
+  // weight_buffer() (buffer_floats() elements, padding included): bf16 for a
+  // bf16 model, fp32 for an fp32 model whose masters are offloaded; empty
+  // when the ops read the masters themselves.
+  Tensor weight_copy() const;
+  // Rebuilds weight_copy() from the fp32 master weights: a bf16 copy each
   // element rounded to nearest even (sr null) or stochastically with the
   // random words of optimizer step sr->step (the copy that step's update
   // wrote; sr->offset is ignored: each tensor's words are its own,
-  // ParameterTable::RoundingOffset). SetWeights does it to nearest. No-op
-  // for fp32 models.
+  // ParameterTable::RoundingOffset); an fp32 copy exactly. SetWeights does
+  // it (to nearest). No-op without a copy.
   absl::Status RoundWeightCopy(const StochasticRounding* sr);
 
   // GPT-2 initialization from a seed (see ParameterTable::Initialize).
@@ -258,8 +269,11 @@ class Gpt {
   GptParallel par_;
   ParameterTable table_;
   int64_t buffer_floats_ = 0;
+  int64_t copy_bytes() const;
+  // The masters' backend: par_.master_host, or backend_.
+  Backend* master_backend_;
   DeviceBuffer weights_, grads_, arena_;
-  DeviceBuffer weights16_;  // bf16 models: the copy the ops read
+  DeviceBuffer copy_;  // weight_copy()'s memory
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;
   // Packed weights (QuantizeWeights) live in packed_buffer_: bf16 matrices

@@ -50,6 +50,15 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     sp.weight_bytes = buffer * (bf16 ? 6 : 4);
     sp.grad_bytes = buffer * 4 + (zero ? updated * 4 : 0);
     sp.optimizer_bytes = updated * 8;
+    if (l.offload == Offload::kOptimizer) {
+      // The masters and moments move to the host, beside the staging of
+      // the gradients and of a bf16 copy; the device keeps the copy.
+      sp.weight_bytes = buffer * e;
+      sp.optimizer_bytes = 0;
+      sp.host_bytes = buffer * 4 + updated * 8 + updated * 4 + (bf16 ? buffer * 2 : 0);
+      sp.link_to_host_bytes = updated * 4;
+      sp.link_to_device_bytes = buffer * e;
+    }
     sp.slots = pp::ActivationSlots(l.schedule, P, s, M);
     ActivationOptions options;
     options.slots = sp.slots;
@@ -128,6 +137,7 @@ absl::Status CheckRankMemory(const Plan& plan, double max_mib) {
   return absl::InvalidArgumentError(absl::StrFormat(
       "a rank of stage %d needs %.1f MiB (weights %.1f, gradients %.1f, optimizer %.1f, "
       "activations %.1f), over --max-rank-memory %.1f MiB; --cp, --sp, --recompute, --tp, --pp, "
+      "--offload optimizer, "
       "--zero 1 or smaller microbatches divide it (ladder plan shows each)",
       top->stage, top->memory_bytes() * mib, top->weight_bytes * mib, top->grad_bytes * mib,
       top->optimizer_bytes * mib, top->activation_bytes * mib, max_mib));

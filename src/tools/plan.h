@@ -9,6 +9,12 @@
 //   gradients    local parameters x 4 (always fp32), plus the reduced 1/D
 //                shard under ZeRO-1 (4 each)
 //   optimizer    AdamW's m and v: 8 per updated parameter (ZeRO-1 updates 1/D)
+// With optimizer offload (src/train/offload.h) the device keeps the weights
+// the ops read (local parameters x e) and the gradients; the host holds the
+// fp32 masters (x 4), m and v (8 per updated parameter), the gradients'
+// staging (4 per updated parameter) and a bf16 copy's staging (x 2). The
+// link carries, per step, the updated gradients to the host (x 4) and the
+// copy to the device (local parameters x e).
 //   activations  the activation arena, measured by its own layout function
 //                (src/model/activations.h: per layer and microbatch
 //                N (4C + 12C/t) activations at e bytes and N (NH/t + 4) fp32
@@ -57,6 +63,7 @@
 #include "src/model/activations.h"
 #include "src/model/parameters.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
+#include "src/train/offload.h"
 #include "src/train/run_config.h"
 
 namespace ladder {
@@ -70,6 +77,7 @@ struct PlanLayout {
   pp::Schedule schedule = pp::Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
   DType storage = DType::kF32;  // activations and the weights ops read (fp32 or bf16)
+  Offload offload = Offload::kNone;
 };
 
 // One pipeline stage; all its D x T ranks cost the same.
@@ -85,6 +93,8 @@ struct StagePlan {
   // What tensor_bytes puts on the wire per rank with ring algorithms
   // (comm.h): the fair measure of sequence parallelism against without.
   int64_t tensor_wire_bytes = 0;
+  // Optimizer offload: host memory and the link's bytes per step each way.
+  int64_t host_bytes = 0, link_to_host_bytes = 0, link_to_device_bytes = 0;
   int64_t memory_bytes() const {
     return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes;
   }
@@ -94,7 +104,8 @@ struct Plan {
   PlanLayout layout;
   int microbatches = 1, micro_rows = 1;
   int64_t parameters = 0;                // the whole model's
-  double state_bytes_per_parameter = 0;  // weights + gradients + optimizer, one replica
+  // Device weights + gradients + optimizer, one replica.
+  double state_bytes_per_parameter = 0;
   double bubble = 0;                     // textbook
   std::vector<StagePlan> stages;
 };

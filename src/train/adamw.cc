@@ -11,14 +11,15 @@ namespace ladder {
 
 absl::StatusOr<AdamW> AdamW::Create(const ParameterTable* table, Backend* backend,
                                     const AdamWConfig& cfg, int64_t begin, int64_t end,
-                                    Communicator* tp, Communicator* pp) {
+                                    Communicator* tp, Communicator* pp, Backend* state) {
   if (begin < 0 || end < begin) {
     return absl::InvalidArgumentError(absl::StrCat("bad optimizer range [", begin, ", ", end, ")"));
   }
-  AdamW opt(table, backend, cfg, begin, end, tp, pp);
+  if (state == nullptr) state = backend;
+  AdamW opt(table, backend, state, cfg, begin, end, tp, pp);
   const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
-  ASSIGN_OR_RETURN(opt.m_, backend->Allocate(bytes));
-  ASSIGN_OR_RETURN(opt.v_, backend->Allocate(bytes));
+  ASSIGN_OR_RETURN(opt.m_, state->Allocate(bytes));
+  ASSIGN_OR_RETURN(opt.v_, state->Allocate(bytes));
   ASSIGN_OR_RETURN(opt.sums_,
                    backend->Allocate(static_cast<size_t>(table->size()) * sizeof(float)));
   return opt;
@@ -94,7 +95,7 @@ absl::Status AdamW::Update(Tensor weights, Tensor grads, double grad_norm, doubl
                        copy.empty() ? Tensor() : at(copy), table_->RoundingOffset(i, index)});
     return absl::OkStatus();
   }));
-  return backend_->AdamWUpdate(tensors, p);
+  return state_->AdamWUpdate(tensors, p);
 }
 
 }  // namespace ladder

@@ -6,6 +6,10 @@
 // The range is the whole table, or with ZeRO-1 this data-parallel rank's
 // 1/D of the flat buffer: then each rank keeps only its shard of the moments
 // and updates only its shard of the weights (the trainer all-gathers them).
+//
+// Two places: the gradient norm runs where the gradients are (`backend`),
+// the moments and the update where the state lives (`state`: the same
+// backend, or a CPU backend with optimizer offload, src/train/offload.h).
 #pragma once
 
 #include <cstdint>
@@ -27,10 +31,12 @@ class AdamW {
   // Updates floats [begin, end) of buffers laid out by `table` (end may pass
   // table->total_floats(): padding is skipped). `tp` and `pp`: the tensor-
   // parallel and pipeline groups whose shards and stages together form the
-  // model (null for none).
+  // model (null for none). `state`: the backend whose memory holds the
+  // moments and which runs Update (null: `backend`). Neither is owned.
   static absl::StatusOr<AdamW> Create(const ParameterTable* table, Backend* backend,
                                       const AdamWConfig& cfg, int64_t begin, int64_t end,
-                                      Communicator* tp = nullptr, Communicator* pp = nullptr);
+                                      Communicator* tp = nullptr, Communicator* pp = nullptr,
+                                      Backend* state = nullptr);
 
   // Global L2 norm of the whole model's gradient (before clipping) from
   // `grads`, the gradient of this range (range-sized): split tensors summed
@@ -44,7 +50,7 @@ class AdamW {
   // here, whatever the number of tensors.
   absl::StatusOr<double> GradNorm(Tensor grads, Communicator* range_group);
   // One update at 1-based `step` with learning rate lr of `weights` (the
-  // range, range-sized) from `grads`, scaling the gradient by
+  // range, range-sized) from `grads`, all on the state backend's device, scaling the gradient by
   // min(1, grad_clip / grad_norm) first. `copy`, if not empty, is the range
   // of a bf16 model's weight copy: it receives the updated weights rounded
   // stochastically with the words of (round_seed, step) at each element's
@@ -53,24 +59,34 @@ class AdamW {
                       Tensor copy = Tensor(), uint64_t round_seed = 0);
 
   int64_t state_bytes() const;
-  // The moments of the range (range-sized device tensors), for checkpoints.
+  Backend* state_backend() const { return state_; }
+  // The moments of the range (range-sized tensors on the state backend's
+  // device), for checkpoints.
   Tensor moment_m() const { return RangeView(m_); }
   Tensor moment_v() const { return RangeView(v_); }
 
  private:
-  AdamW(const ParameterTable* table, Backend* backend, const AdamWConfig& cfg, int64_t begin,
-        int64_t end, Communicator* tp, Communicator* pp)
-      : table_(table), backend_(backend), cfg_(cfg), begin_(begin), end_(end), tp_(tp), pp_(pp) {}
+  AdamW(const ParameterTable* table, Backend* backend, Backend* state, const AdamWConfig& cfg,
+        int64_t begin, int64_t end, Communicator* tp, Communicator* pp)
+      : table_(table),
+        backend_(backend),
+        state_(state),
+        cfg_(cfg),
+        begin_(begin),
+        end_(end),
+        tp_(tp),
+        pp_(pp) {}
   // Calls f(i, first, count): the part of tensor i inside the range, as
   // offsets relative to the range's start.
   template <typename F>
   absl::Status ForEachSegment(F f) const;
   Tensor RangeView(const DeviceBuffer& b) const {
-    return Tensor::F32(static_cast<float*>(b.get()), {end_ - begin_}, backend_->device());
+    return Tensor::F32(static_cast<float*>(b.get()), {end_ - begin_}, state_->device());
   }
 
   const ParameterTable* table_;
   Backend* backend_;
+  Backend* state_;
   AdamWConfig cfg_;
   int64_t begin_, end_;
   Communicator* tp_;

@@ -43,7 +43,11 @@ std::string StepRecord::ToJson() const {
   }
   absl::StrAppend(&out, ",\"memory\":{\"weights\":", memory.weights, ",\"grads\":", memory.grads,
                   ",\"optimizer\":", memory.optimizer, ",\"activations\":", memory.activations,
-                  "}");
+                  memory.host > 0 ? absl::StrCat(",\"host\":", memory.host) : std::string(), "}");
+  if (link.to_host > 0 || link.to_device > 0) {
+    absl::StrAppend(&out, ",\"link\":{\"to_host\":", link.to_host,
+                    ",\"to_device\":", link.to_device, ",\"seconds\":", Num(link.seconds), "}");
+  }
   if (!rank_seconds.empty()) {
     out += ",\"rank_seconds\":[";
     for (size_t q = 0; q < rank_seconds.size(); ++q) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/train/offload.h"
 
 namespace ladder {
 
@@ -39,12 +40,16 @@ struct StepRecord {
   };
   std::vector<AxisComm> comm;
   // Device memory of this rank by category, bytes (what `ladder plan`
-  // predicts per stage): weights (fp32, plus a bf16 model's copy),
-  // gradients (with the ZeRO-1 shard), optimizer state, activation arena.
+  // predicts per stage): weights (fp32 masters unless offloaded, plus the
+  // copy the ops read if any), gradients (with the ZeRO-1 shard), optimizer
+  // state (0 when offloaded), activation arena; and the host memory the
+  // optimizer offload holds (masters, moments, staging).
   struct Memory {
-    int64_t weights = 0, grads = 0, optimizer = 0, activations = 0;
+    int64_t weights = 0, grads = 0, optimizer = 0, activations = 0, host = 0;
   };
   Memory memory;
+  // Optimizer offload: the host-device link this step (src/train/offload.h).
+  LinkTraffic link;
   // Every rank's compute seconds this step, in rank order (multi-rank runs;
   // src/train/straggler.h says what counts).
   std::vector<double> rank_seconds;

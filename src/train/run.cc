@@ -30,13 +30,16 @@ void OnStopRequest(int) { g_stop_requested = 1; }
 // step, gathered to rank 0 and written as JSON (docs/formats.md): the
 // measurement `ladder plan` is held to.
 absl::Status WriteRankReport(const std::string& path, const RunParts& parts, const StepRecord& r) {
-  constexpr int kFields = 10;
+  constexpr int kFields = 13;
   const Trainer& trainer = *parts.trainer;
   const Gpt& m = trainer.model();
   std::vector<int64_t> mine = {m.weight_memory_bytes(), trainer.gradient_bytes(),
                                trainer.optimizer_state_bytes(), m.activation_sizes().total_bytes(),
                                parts.backend->bytes_allocated()};
-  mine.resize(kFields, 0);  // then the bytes per axis
+  mine.resize(kFields, 0);  // then the bytes per axis, then the offload's
+  mine[10] = trainer.host_offload_bytes();
+  mine[11] = r.link.to_host;
+  mine[12] = r.link.to_device;
   const Axis axes[] = {Axis::kTensor, Axis::kData, Axis::kPipeline, Axis::kEmbedding,
                        Axis::kContext};
   for (const StepRecord::AxisComm& c : r.comm) {
@@ -54,11 +57,12 @@ absl::Status WriteRankReport(const std::string& path, const RunParts& parts, con
     absl::StrAppendFormat(
         &json,
         "%s\n{\"rank\":%d,\"pp\":%d,\"dp\":%d,\"cp\":%d,\"tp\":%d,\"memory\":{"
-        "\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d},"
+        "\"weights\":%d,\"grads\":%d,\"optimizer\":%d,\"activations\":%d,\"allocated\":%d,"
+        "\"host\":%d},"
         "\"comm_bytes\":{\"tensor\":%d,\"data\":%d,\"pipeline\":%d,\"embedding\":%d,"
-        "\"context\":%d}}",
+        "\"context\":%d},\"link_bytes\":{\"to_host\":%d,\"to_device\":%d}}",
         q ? "," : "", q, at.pp_rank(), at.dp_rank(), at.cp_rank(), at.tp_rank(), v[0], v[1], v[2],
-        v[3], v[4], v[5], v[6], v[7], v[8], v[9]);
+        v[3], v[4], v[10], v[5], v[6], v[7], v[8], v[9], v[11], v[12]);
   }
   return WriteFileAtomically(path, json + "\n]\n");
 }

@@ -61,6 +61,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   par.storage = groups.storage;
   // ZeRO-1 cuts the flat buffers into equal, 64-byte aligned shards.
   par.buffer_multiple = zero ? 16 * shards : 1;
+  // Optimizer offload: the masters and moments in host memory, which a CPU
+  // backend allocates (and runs the update in).
+  if (groups.offload == Offload::kOptimizer) {
+    ASSIGN_OR_RETURN(t->host_, OptimizerOffload::MakeHostBackend(*backend));
+    par.master_host = t->host_.get();
+  }
   ASSIGN_OR_RETURN(t->model_,
                    Gpt::Create(cfg.model, backend, t->micro_rows_, /*training=*/true, par));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
@@ -78,8 +84,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
     ASSIGN_OR_RETURN(t->grad_shard_,
                      backend->Allocate(static_cast<size_t>(t->shard_floats_) * sizeof(float)));
   }
+  if (t->host_ != nullptr) {
+    ASSIGN_OR_RETURN(t->offload_,
+                     OptimizerOffload::Create(backend, t->host_.get(), end - begin,
+                                              t->model_->buffer_floats(), groups.storage));
+  }
   ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt, begin, end,
-                                              groups.tp, groups.pp));
+                                              groups.tp, groups.pp, t->host_.get()));
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
@@ -228,17 +239,22 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   // update, rounded stochastically with this step's random words: after step
   // s it is always the master weights rounded with the words of step s, so
   // a run resumed at s rebuilds it bit for bit (Restore).
-  const Tensor copy = model_->weight_copy();
+  // With offload the update writes a bf16 copy into the host's staging and
+  // reads host gradients (src/train/offload.h).
+  const Tensor copy = offload_ != nullptr ? offload_->copy_staging() : model_->weight_copy();
   Tensor copy_range;  // the copy's part that matches `weights`
-  if (!copy.empty()) {
+  if (!copy.empty() && copy.dtype == DType::kBF16) {
     copy_range = range_group != nullptr ? copy.Slice(dp_rank() * shard_floats_, {shard_floats_})
                                         : copy.Slice(0, {model_->table().total_floats()});
   }
   if (!r.skipped) {
+    if (offload_ != nullptr) {
+      ASSIGN_OR_RETURN(grads, offload_->GradsToHost(grads));
+    }
     TraceSpan span(TraceTrack::kCompute, "optimizer", "adamw");
     RETURN_IF_ERROR(optimizer_->Update(weights, grads, r.grad_norm, r.lr,
                                        static_cast<int>(step_ + 1), copy_range, cfg_.seed));
-  } else if (!copy.empty()) {
+  } else if (!model_->weight_copy().empty()) {
     const StochasticRounding sr{cfg_.seed, static_cast<uint64_t>(step_ + 1), 0};
     RETURN_IF_ERROR(model_->RoundWeightCopy(&sr));
   }
@@ -246,7 +262,10 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     // Every rank gets every updated shard back (in place: its own block),
     // and a bf16 model's copy too (2 bytes a weight, rounded by its owner).
     RETURN_IF_ERROR(groups_.dp->AllGather(weights, model_->weight_buffer()));
-    if (!copy.empty()) RETURN_IF_ERROR(groups_.dp->AllGather(copy_range, copy));
+    if (!copy_range.empty()) RETURN_IF_ERROR(groups_.dp->AllGather(copy_range, copy));
+  }
+  if (offload_ != nullptr && !r.skipped) {
+    RETURN_IF_ERROR(offload_->CopyToDevice(model_->weight_copy(), model_->weight_buffer()));
   }
   const int64_t step_end = NowNanos();
   r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
@@ -256,7 +275,8 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     e->AddArg("step", step_ + 1);
   }
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
-              model_->activation_sizes().total_bytes()};
+              model_->activation_sizes().total_bytes(), host_offload_bytes()};
+  if (offload_ != nullptr) r.link = offload_->TakeLink();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding, groups_.cp}) {
     if (Parallel(c)) {
       r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});
@@ -336,6 +356,10 @@ absl::Status Trainer::Restore(const Position& p) {
   return absl::OkStatus();
 }
 
+int64_t Trainer::host_offload_bytes() const {
+  return host_ == nullptr ? 0 : host_->bytes_allocated();
+}
+
 absl::Status Trainer::GetOptimizerState(std::vector<float>* m, std::vector<float>* v) {
   const int64_t total = model_->table().total_floats();
   for (auto [host, dev] : {std::pair{m, optimizer_->moment_m()}, {v, optimizer_->moment_v()}}) {
@@ -344,11 +368,11 @@ absl::Status Trainer::GetOptimizerState(std::vector<float>* m, std::vector<float
       host->assign(model_->buffer_floats(), 0.0f);
       const Tensor all = Tensor::F32(host->data(), {model_->buffer_floats()}, Device::kCpu);
       const Tensor mine = all.Slice(dp_rank() * shard_floats_, {shard_floats_});
-      RETURN_IF_ERROR(model_->backend()->CopyToHost(mine.data, dev));
+      RETURN_IF_ERROR(optimizer_->state_backend()->CopyToHost(mine.data, dev));
       RETURN_IF_ERROR(groups_.dp->AllGather(mine, all));
     } else {
       host->assign(dev.numel(), 0.0f);
-      RETURN_IF_ERROR(model_->backend()->CopyToHost(host->data(), dev));
+      RETURN_IF_ERROR(optimizer_->state_backend()->CopyToHost(host->data(), dev));
     }
     host->resize(total);
   }
@@ -365,7 +389,7 @@ absl::Status Trainer::SetOptimizerState(const std::vector<float>& m, const std::
     // The range may run into the zero padding past the table.
     std::vector<float> range(dev.numel(), 0.0f);
     for (int64_t i = 0; i < dev.numel() && begin + i < total; ++i) range[i] = (*host)[begin + i];
-    RETURN_IF_ERROR(model_->backend()->CopyFromHost(dev, range.data()));
+    RETURN_IF_ERROR(optimizer_->state_backend()->CopyFromHost(dev, range.data()));
   }
   return absl::OkStatus();
 }

@@ -35,6 +35,7 @@
 #include "src/train/env.h"
 #include "src/train/guard.h"
 #include "src/train/metrics.h"
+#include "src/train/offload.h"
 #include "src/train/run_config.h"
 
 namespace ladder {
@@ -69,6 +70,9 @@ struct TrainerOptions {
   // Storage of activations and of the weights the ops read
   // (GptParallel::storage): kF32, or kBF16 for mixed precision.
   DType storage = DType::kF32;
+  // Optimizer offload (src/train/offload.h): AdamW's moments and the fp32
+  // master weights in host memory, the update on the host. Device backends.
+  Offload offload = Offload::kNone;
   GuardConfig guard;
   // Where the summed gradient is shown before the guard judges it
   // (Env::AfterGradients); not owned.
@@ -103,7 +107,13 @@ class Trainer {
   double peak_gflops() const { return peak_gflops_; }
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
-  int64_t optimizer_state_bytes() const { return optimizer_->state_bytes(); }
+  // AdamW's moments in device memory (0 when offloaded).
+  int64_t optimizer_state_bytes() const {
+    return offload_ != nullptr ? 0 : optimizer_->state_bytes();
+  }
+  // Host memory the offload holds, as its backend counts it: masters,
+  // moments and staging (0 without).
+  int64_t host_offload_bytes() const;
   StepGuard& guard() { return guard_; }
   // Where training stands: optimizer updates done and the data position.
   struct Position {
@@ -163,6 +173,10 @@ class Trainer {
   int microbatches_ = 1, micro_rows_ = 1, slots_ = 1;
   int64_t shard_floats_ = 0;  // ZeRO-1: this rank's slice of the flat buffers
   DeviceBuffer grad_shard_;   // ZeRO-1: its reduced gradient
+  // --offload optimizer: the host backend (masters, moments, update) and
+  // the step's host side.
+  std::unique_ptr<Backend> host_;
+  std::unique_ptr<OptimizerOffload> offload_;
   std::optional<DataLoader> train_loader_, val_loader_;
   // This rank's tokens of its rows of a batch; with context parallelism
   // also the rows as read (whole_*), of which inputs_ hold its chunks.

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Holds `ladder plan --json` to what a run measured (DIR/ranks.json written
 by `ladder train` after its first step): per rank, each memory category and
-the backend's allocated bytes against the predicted total, and the payload
-bytes per communication axis, each within a relative tolerance.
+the backend's allocated bytes against the predicted total, the payload
+bytes per communication axis, and with optimizer offload the host memory and
+the link's bytes each way, each within a relative tolerance.
 
   compare_plan.py PLAN_JSON RANKS_JSON [TOLERANCE]"""
 import json
@@ -32,6 +33,13 @@ def main():
         close(f"rank {r['rank']} allocated", want["total"], mem["allocated"])
         for axis, measured in r["comm_bytes"].items():
             close(f"rank {r['rank']} {axis} bytes", stage["comm_bytes"][axis], measured)
+        if "host_bytes" in stage:
+            close(f"rank {r['rank']} host", stage["host_bytes"], mem["host"])
+            for way in ("to_host", "to_device"):
+                close(f"rank {r['rank']} link {way}", stage["link_bytes"][way],
+                      r["link_bytes"][way])
+        elif mem.get("host", 0) != 0:
+            bad.append(f"rank {r['rank']} holds {mem['host']} host bytes the plan does not know")
     print(f"{len(ranks)} ranks, {checked} figures; worst {worst[0]:.2%} ({worst[1]})")
     for line in bad:
         print("  " + line)

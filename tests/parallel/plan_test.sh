@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `ladder plan` predicts what runs measure: for several layouts, every rank's
 # memory (weights, gradients, optimizer, activations, and all the backend
-# allocated) and its communication bytes per axis in a step are within 10% of
-# the plan (fp32 within 10%, bf16 mixed precision with each recomputation
+# allocated; with optimizer offload the host memory and the link's bytes) and
+# its communication bytes per axis in a step are within 10% of the plan (fp32 within 10%, bf16 mixed precision with each recomputation
 # level within 5%), and metrics.jsonl reports the same memory categories.
 # And the textbook case: Adam in bf16, 18 bytes per parameter before
 # activations (fp32 master, bf16 copy, fp32 gradients, m, v).
@@ -21,7 +21,9 @@ for layout in "1" "2 --dp 2 --zero 1" "4 --dp 2 --tp 2 --bucket-mb 0.01" "4 --tp
     "2 --tp 2 --device cuda-sim --precision bf16 --recompute gelu" \
     "2 --tp 2 --sp --device cuda-sim --precision bf16" \
     "4 --cp 2 --tp 2 --sp --recompute layer" "8 --dp 2 --cp 2 --pp 2 --microbatches 2 --zero 1" \
-    "2 --cp 2 --device cuda-sim --precision bf16"; do
+    "2 --cp 2 --device cuda-sim --precision bf16" \
+    "2 --dp 2 --zero 1 --device cuda-sim --precision bf16 --offload optimizer" \
+    "2 --pp 2 --microbatches 2 --device cuda-sim --offload optimizer"; do
   set -- $layout
   tol=0.10
   case "$*" in *bf16*) tol=0.05 ;; esac
