@@ -15,12 +15,11 @@ failures=0
 # of them.
 for layout in "1 --microbatches 4" "1 --microbatches 4 --pp-schedule gpipe" \
     "2 --dp 2" "2 --dp 2 --zero 1" "2 --tp 2" "4 --dp 2 --tp 2" \
-    "4 --dp 2 --tp 2 --zero 1" "4 --dp 4 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4" \
-    "8 --dp 2 --tp 4 --zero 1" \
+    "4 --dp 2 --tp 2 --zero 1" "4 --tp 4" "8 --dp 2 --tp 4 --zero 1" \
     "2 --pp 2 --microbatches 4" "2 --pp 2 --microbatches 4 --pp-schedule gpipe" \
-    "4 --dp 2 --pp 2 --microbatches 2" "4 --dp 2 --pp 2 --microbatches 2 --zero 1 --pp-schedule gpipe" \
+    "4 --dp 2 --pp 2 --microbatches 2 --zero 1 --pp-schedule gpipe" \
     "4 --dp 2 --pp 2 --microbatches 4 --zero 1" \
-    "4 --tp 2 --pp 2 --microbatches 4" "4 --tp 2 --pp 2 --microbatches 4 --pp-schedule gpipe" \
+    "4 --tp 2 --pp 2 --microbatches 4" \
     "4 --pp 4 --microbatches 8" "4 --pp 4 --microbatches 2 --pp-schedule gpipe" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 2" \
     "8 --dp 2 --tp 2 --pp 2 --microbatches 4 --zero 1 --pp-schedule gpipe" \
