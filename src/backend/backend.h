@@ -394,6 +394,16 @@ class Backend {
   // buffer may be reused at once.
   virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
   virtual absl::Status CopyFromHost(Tensor dst, const void* src) = 0;
+  // Prefetching (parameter offload): a host-to-device copy that may overlap
+  // the ops. It starts after every op called before it (so it may overwrite
+  // memory they read) and ops see it only after WaitCopies(); `src` must
+  // stay unchanged until WaitCopies returns. The default is CopyFromHost,
+  // ordered like an op; the CUDA backend runs it on a copy stream.
+  virtual absl::Status CopyFromHostAsync(Tensor dst, const void* src) {
+    return CopyFromHost(dst, src);
+  }
+  // Orders every op called after it behind every CopyFromHostAsync before.
+  virtual absl::Status WaitCopies() { return absl::OkStatus(); }
   // dst = src, bytes copied on the device (no round trip through the host).
   // Both live on this device, have one dtype and the same number of elements
   // (their shapes may differ: a copy is a reshape too) and must not overlap;

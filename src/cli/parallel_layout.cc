@@ -33,8 +33,9 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
                "activation recomputation: none, gelu (rebuild each layer's GELU output in the "
                "backward) or layer (keep each layer's input only, redo the layer's forward)");
   flags.String("offload", &f->offload,
-               "none, or optimizer: AdamW's moments and the fp32 master weights in host memory, "
-               "the update on the host (ZeRO-Offload; cuda or cuda-sim)");
+               "none; optimizer: AdamW's moments and the fp32 master weights in host memory, the "
+               "update on the host (ZeRO-Offload); params: also the weights and gradients, each "
+               "layer brought to the device when it runs (cuda or cuda-sim)");
 }
 
 void AddCommFlags(FlagSet& flags, LayoutFlags* f) {

@@ -129,19 +129,27 @@ absl::Status RunPlan(const PlanFlags& f) {
                                          m.context / l.cp)
                              .c_str()
                        : "");
-  std::printf(
-      "model states%s: weights %d%s + gradients 4 + AdamW %s bytes per parameter%s = %.2f "
-      "bytes per model parameter per replica%s\n",
-      l.offload == Offload::kNone ? "" : " on the device",
-      l.offload == Offload::kNone ? (bf16 ? 6 : 4) : (bf16 ? 2 : 4),
-      l.offload == Offload::kNone ? (bf16 ? " (fp32 master, bf16 copy)" : "")
-                                  : (bf16 ? " (the bf16 copy; the masters offloaded)"
-                                          : " (the fp32 copy; the masters offloaded)"),
-      l.offload == Offload::kNone ? "8 (m, v)" : "0 (offloaded)",
-      l.zero1 && l.dp > 1 ? absl::StrFormat(", the optimizer's over %d ZeRO-1 ranks", l.dp).c_str()
-                          : "",
-      p.state_bytes_per_parameter,
-      l.pp > 1 ? " (the tied embedding is held by both end stages)" : "");
+  if (l.offload == Offload::kParams) {
+    std::printf(
+        "model states on the device: the tensors outside the layers and two layers' slots, "
+        "weights (%d bytes) and gradients (4), = %.2f bytes per model parameter per replica\n",
+        bf16 ? 2 : 4, p.state_bytes_per_parameter);
+  } else {
+    std::printf(
+        "model states%s: weights %d%s + gradients 4 + AdamW %s bytes per parameter%s = %.2f "
+        "bytes per model parameter per replica%s\n",
+        l.offload == Offload::kNone ? "" : " on the device",
+        l.offload == Offload::kNone ? (bf16 ? 6 : 4) : (bf16 ? 2 : 4),
+        l.offload == Offload::kNone ? (bf16 ? " (fp32 master, bf16 copy)" : "")
+                                    : (bf16 ? " (the bf16 copy; the masters offloaded)"
+                                            : " (the fp32 copy; the masters offloaded)"),
+        l.offload == Offload::kNone ? "8 (m, v)" : "0 (offloaded)",
+        l.zero1 && l.dp > 1
+            ? absl::StrFormat(", the optimizer's over %d ZeRO-1 ranks", l.dp).c_str()
+            : "",
+        p.state_bytes_per_parameter,
+        l.pp > 1 ? " (the tied embedding is held by both end stages)" : "");
+  }
   std::printf(
       "activations: per layer and microbatch N x (%s + 12C/t) values at %d bytes and N x (NH/t "
       "+ %s) fp32 statistics%s, N = %d tokens, C = %d, NH = %d, t = %d; times the schedule's "
@@ -180,9 +188,13 @@ absl::Status RunPlan(const PlanFlags& f) {
   }
   if (l.offload != Offload::kNone) {
     // The link's time if nothing overlaps it: what offload adds to a step.
-    std::printf(
-        "\noptimizer offload: the fp32 masters, AdamW's m and v and the staging in host memory; "
-        "per rank and step the gradients go to the host and the weight copy to the device");
+    std::printf(l.offload == Offload::kParams
+                    ? "\nparameter offload: the fp32 masters, AdamW's m and v, the gradients and "
+                      "the weights the ops read in host memory; each layer's weights come to the "
+                      "device for its forward and backward, its gradient goes back and forth"
+                    : "\noptimizer offload: the fp32 masters, AdamW's m and v and the staging in "
+                      "host memory; per rank and step the gradients go to the host and the weight "
+                      "copy to the device");
     for (const StagePlan& s : p.stages) {
       const double bytes = static_cast<double>(s.link_to_host_bytes + s.link_to_device_bytes);
       std::printf("\n  stage %d: host %s, link %s to host + %s to device = %.3f s at %.0f GB/s",

@@ -59,6 +59,10 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
         "offloading the master weights needs a device backend (cuda or cuda-sim) and a host "
         "backend for them; on the CPU backend the device memory is host memory already");
   }
+  if (par.offload_params && (par.master_host == nullptr || !training)) {
+    return absl::InvalidArgumentError(
+        "parameter offload needs host memory for the masters and a training model");
+  }
   if (par.storage == DType::kBF16 && backend->device() == Device::kCpu) {
     return absl::InvalidArgumentError(
         "bf16 precision needs a device backend (cuda or cuda-sim); the CPU backend computes in "
@@ -71,18 +75,27 @@ absl::StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const GptConfig& cfg, Backend* 
   const size_t param_bytes = static_cast<size_t>(m->buffer_floats_) * sizeof(float);
   ASSIGN_OR_RETURN(m->weights_, m->master_backend_->Allocate(param_bytes));
   if (training) {
-    ASSIGN_OR_RETURN(m->grads_, backend->Allocate(param_bytes));
+    Backend* grads_home = par.offload_params ? m->master_backend_ : backend;
+    ASSIGN_OR_RETURN(m->grads_, grads_home->Allocate(param_bytes));
   }
   m->arena_sizes_ = LayoutActivations(cfg, layout, max_batch, cfg.context / m->cp_size(),
                                       m->activation_options(), Tensor(), nullptr);
   ASSIGN_OR_RETURN(m->arena_,
                    backend->Allocate(static_cast<size_t>(m->arena_sizes_.total_bytes())));
   if (m->copy_bytes() > 0) {
-    ASSIGN_OR_RETURN(m->copy_, backend->Allocate(static_cast<size_t>(m->copy_bytes())));
-    m->w_ = BindGptTensors(m->table_, m->weight_copy(), cfg);
-  } else {
-    m->w_ = BindGptTensors(m->table_, m->weight_buffer(), cfg);
+    Backend* copy_home = par.offload_params ? m->master_backend_ : backend;
+    ASSIGN_OR_RETURN(m->copy_, copy_home->Allocate(static_cast<size_t>(m->copy_bytes())));
   }
+  if (par.offload_params) {
+    const Tensor source = m->copy_ != nullptr ? m->weight_copy() : m->weight_buffer();
+    ASSIGN_OR_RETURN(m->stream_,
+                     LayerStream::Create(backend, &m->table_, cfg, source, m->grad_buffer()));
+    m->w_ = m->stream_->resident_weights();
+    m->g_ = m->stream_->resident_grads();
+    return m;
+  }
+  m->w_ =
+      BindGptTensors(m->table_, m->copy_ != nullptr ? m->weight_copy() : m->weight_buffer(), cfg);
   if (training) m->g_ = BindGptTensors(m->table_, m->grad_buffer(), cfg);
   return m;
 }
@@ -101,34 +114,61 @@ absl::Status Gpt::SetWeights(const float* host) {
 
 int64_t Gpt::copy_bytes() const {
   if (par_.storage == DType::kBF16) return buffer_floats_ * 2;
-  return master_on_host() ? buffer_floats_ * 4 : 0;
+  return master_on_host() && !par_.offload_params ? buffer_floats_ * 4 : 0;
+}
+
+int64_t Gpt::weight_memory_bytes() const {
+  if (stream_ != nullptr) return stream_->weight_bytes();
+  return (master_on_host() ? 0 : buffer_floats_ * 4) + copy_bytes();
+}
+
+int64_t Gpt::grad_memory_bytes() const {
+  if (!training_) return 0;
+  return stream_ != nullptr ? stream_->grad_bytes() : buffer_floats_ * 4;
 }
 
 Tensor Gpt::weight_copy() const {
   if (copy_ == nullptr) return Tensor();
+  const Device where = par_.offload_params ? master_device() : device();
   return par_.storage == DType::kBF16
-             ? Tensor::BF16(static_cast<uint16_t*>(copy_.get()), {buffer_floats_}, device())
-             : Tensor::F32(static_cast<float*>(copy_.get()), {buffer_floats_}, device());
+             ? Tensor::BF16(static_cast<uint16_t*>(copy_.get()), {buffer_floats_}, where)
+             : Tensor::F32(static_cast<float*>(copy_.get()), {buffer_floats_}, where);
 }
 
 absl::Status Gpt::RoundWeightCopy(const StochasticRounding* sr) {
-  const Tensor copy = weight_copy();
-  if (copy.empty()) return absl::OkStatus();
-  const Tensor master = weight_buffer();
-  if (copy.dtype == DType::kF32) return backend_->CopyFromHost(copy, master.data);
-  // bf16: rounded where the masters are (on the host when offloaded, then
-  // one copy to the device; the host and device roundings are the same bits).
-  std::vector<uint16_t> staged(master_on_host() ? buffer_floats_ : 0);
-  const Tensor target =
-      master_on_host() ? Tensor::BF16(staged.data(), {buffer_floats_}, Device::kCpu) : copy;
-  for (int i = 0; i < table_.size(); ++i) {
-    StochasticRounding r;
-    if (sr != nullptr) r = {sr->seed, sr->step, table_.RoundingOffset(i, 0)};
-    RETURN_IF_ERROR(master_backend_->RoundToBf16(table_.View(target, i), table_.View(master, i),
-                                                 sr != nullptr ? &r : nullptr));
+  const Tensor copy = weight_copy(), master = weight_buffer();
+  if (copy.empty()) {
+    // The ops read the masters (or, streamed, layers of them).
+  } else if (copy.dtype == DType::kF32) {
+    RETURN_IF_ERROR(backend_->CopyFromHost(copy, master.data));
+  } else {
+    // bf16: rounded where the masters are; with optimizer offload on the
+    // host, then one copy to the device (the host and device roundings are
+    // the same bits).
+    const bool staged = copy.device != master.device;
+    std::vector<uint16_t> staging(staged ? buffer_floats_ : 0);
+    const Tensor target =
+        staged ? Tensor::BF16(staging.data(), {buffer_floats_}, master.device) : copy;
+    for (int i = 0; i < table_.size(); ++i) {
+      StochasticRounding r;
+      if (sr != nullptr) r = {sr->seed, sr->step, table_.RoundingOffset(i, 0)};
+      RETURN_IF_ERROR(master_backend_->RoundToBf16(table_.View(target, i), table_.View(master, i),
+                                                   sr != nullptr ? &r : nullptr));
+    }
+    if (staged) RETURN_IF_ERROR(backend_->CopyFromHost(copy, staging.data()));
   }
-  return master_on_host() ? backend_->CopyFromHost(copy, staged.data()) : absl::OkStatus();
+  return WeightsChanged();
 }
+
+absl::Status Gpt::WeightsChanged() {
+  return stream_ != nullptr ? stream_->RefreshResident() : absl::OkStatus();
+}
+
+absl::Status Gpt::FinishGrads() {
+  return stream_ != nullptr ? stream_->FlushResidentGrads() : absl::OkStatus();
+}
+
+LinkTraffic Gpt::TakeLink() { return stream_ != nullptr ? stream_->TakeLink() : LinkTraffic{}; }
 
 absl::Status Gpt::GetWeights(float* host) const {
   RETURN_IF_ERROR(CheckNotQuantized("GetWeights"));
@@ -198,7 +238,8 @@ absl::Status Gpt::GetLogicalWeights(std::vector<float>* host) {
 
 absl::Status Gpt::ZeroGrads() {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
-  return backend_->Fill(grad_buffer(), 0.0f);
+  RETURN_IF_ERROR(grads_backend()->Fill(grad_buffer(), 0.0f));
+  return stream_ != nullptr ? stream_->ZeroGrads() : absl::OkStatus();
 }
 
 absl::Status Gpt::SetBatchShape(int B, int T) {
@@ -265,8 +306,11 @@ tp::Group Gpt::tp_group() const {
 absl::Status Gpt::ReduceSequenceGrads() {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
   if (!tp_group().splits_sequence()) return absl::OkStatus();
-  std::vector<Tensor> partial = {g_.lnf_w, g_.lnf_b};
-  for (const LayerTensors& l : g_.layers) {
+  // The whole gradient buffer's views (on the host under parameter offload,
+  // where the layers' gradients are).
+  const GptTensors g = BindGptTensors(table_, grad_buffer(), cfg_);
+  std::vector<Tensor> partial = {g.lnf_w, g.lnf_b};
+  for (const LayerTensors& l : g.layers) {
     partial.insert(partial.end(), {l.ln1_w, l.ln1_b, l.ln2_w, l.ln2_b});
   }
   for (const Tensor& t : partial) {
@@ -388,8 +432,12 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   // first layer starts from its input as it is).
   const int n_layers = static_cast<int>(s.layers.size());
   Tensor resid_mid;  // of the layer before
+  if (stream_ != nullptr) stream_->StartPass();
   for (int l = 0; l < n_layers; ++l) {
     TraceSpan span(TraceTrack::kCompute, "layer", "layer %d fwd", first_layer() + l);
+    if (stream_ != nullptr) {
+      ASSIGN_OR_RETURN(w_.layers[l], stream_->Weights(l, l + 1 < n_layers ? l + 1 : -1));
+    }
     LayerActivations la = par_.recompute == Recompute::kLayer ? a.recompute : s.layers[l];
     la.x = s.layers[l].x;
     if (par_.recompute == Recompute::kGelu) la.fch_gelu = a.recompute.fch_gelu;
@@ -462,8 +510,13 @@ absl::Status Gpt::Backward(float dloss, int slot) {
                                                  w_.lnf_w, s.lnf_mean, s.lnf_rstd));
   }
   // On other stages d_resid already holds the gradient of the stage output.
+  if (stream_ != nullptr) stream_->StartPass();
   for (int l = static_cast<int>(s.layers.size()) - 1; l >= 0; --l) {
     TraceSpan span(TraceTrack::kCompute, "layer", "layer %d bwd", first_layer() + l);
+    if (stream_ != nullptr) {
+      ASSIGN_OR_RETURN(w_.layers[l], stream_->Weights(l, l - 1));
+      ASSIGN_OR_RETURN(g_.layers[l], stream_->BeginGrads(l));
+    }
     const LayerTensors& w = w_.layers[l];
     const LayerTensors& g = g_.layers[l];
     LayerActivations la = s.layers[l];
@@ -514,6 +567,7 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     }
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));
+    if (stream_ != nullptr) RETURN_IF_ERROR(stream_->EndGrads(l));
   }
   // d_resid is now the gradient of the stage input: a later stage hands it
   // back (InputGrad). The first stage ends at the embedding: d_resid is whole

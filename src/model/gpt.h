@@ -13,6 +13,7 @@
 #include "src/model/activations.h"
 #include "src/model/gpt_config.h"
 #include "src/model/kv_cache.h"
+#include "src/model/layer_stream.h"
 #include "src/model/parameters.h"
 #include "src/model/weight_format.h"
 #include "src/parallel/comm.h"
@@ -66,6 +67,12 @@ struct GptParallel {
   // the host-side update refreshes. Null: the masters are on the device
   // (and in fp32 the ops read them directly). Needs a device backend.
   Backend* master_host = nullptr;
+  // Parameter offload (with master_host; src/model/layer_stream.h): the
+  // weights the ops read (a bf16 copy, or the fp32 masters) and the
+  // gradients live in host memory too, and each layer's block comes to the
+  // device for its forward and backward; the device keeps the tensors
+  // outside the layers and two layers' slots.
+  bool offload_params = false;
 };
 
 // A weight matrix [OC, C] in int8: q [OC, C] i8, scales [OC, C / group] f32
@@ -105,20 +112,26 @@ class Gpt {
   // The backend that owns the master weights' memory (copies in and out).
   Backend* master_backend() const { return master_backend_; }
   Tensor grad_buffer() const {
-    return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_}, device());
+    return Tensor::F32(static_cast<float*>(grads_.get()), {buffer_floats_},
+                       grads_backend()->device());
   }
+  // The backend whose memory holds the gradient buffer: the host's under
+  // parameter offload, else the model's.
+  Backend* grads_backend() const { return stream_ != nullptr ? master_backend_ : backend_; }
   const ActivationSizes& activation_sizes() const { return arena_sizes_; }
   DType storage() const { return par_.storage; }
   // Device memory the weights take (padding included): the fp32 masters
   // unless offloaded, plus the copy the ops read if there is one.
-  int64_t weight_memory_bytes() const {
-    return (master_on_host() ? 0 : buffer_floats_ * 4) + copy_bytes();
-  }
+  int64_t weight_memory_bytes() const;
+  // Device memory the gradients take: the buffer, or under parameter
+  // offload the resident tensors' and two layers'.
+  int64_t grad_memory_bytes() const;
   bool master_on_host() const { return par_.master_host != nullptr; }
-  // The device copy of the weights the ops read, laid out like
-  // weight_buffer() (buffer_floats() elements, padding included): bf16 for a
-  // bf16 model, fp32 for an fp32 model whose masters are offloaded; empty
-  // when the ops read the masters themselves.
+  // The copy of the weights the ops read, laid out like weight_buffer()
+  // (buffer_floats() elements, padding included): bf16 for a bf16 model,
+  // fp32 for an fp32 model whose masters are offloaded; empty when the ops
+  // read the masters themselves. On the device, or under parameter offload
+  // on the host (a bf16 copy; fp32 layers stream from the masters).
   Tensor weight_copy() const;
   // Rebuilds weight_copy() from the fp32 master weights: a bf16 copy each
   // element rounded to nearest even (sr null) or stochastically with the
@@ -127,6 +140,16 @@ class Gpt {
   // ParameterTable::RoundingOffset); an fp32 copy exactly. SetWeights does
   // it (to nearest). No-op without a copy.
   absl::Status RoundWeightCopy(const StochasticRounding* sr);
+  // Parameter offload: after the optimizer rewrote the host copy (or the
+  // masters), the device's resident tensors are refreshed from it. No-op
+  // otherwise.
+  absl::Status WeightsChanged();
+  // Parameter offload: brings the resident tensors' gradients to the host
+  // buffer, after the step's last Backward. No-op otherwise.
+  absl::Status FinishGrads();
+  // Parameter offload: the link's traffic since the last call (zeros
+  // otherwise), and resets it.
+  LinkTraffic TakeLink();
 
   // GPT-2 initialization from a seed (see ParameterTable::Initialize).
   absl::Status InitWeights(uint64_t seed);
@@ -274,6 +297,7 @@ class Gpt {
   Backend* master_backend_;
   DeviceBuffer weights_, grads_, arena_;
   DeviceBuffer copy_;  // weight_copy()'s memory
+  std::unique_ptr<LayerStream> stream_;  // parameter offload
   ActivationSizes arena_sizes_;
   GptTensors w_, g_;
   // Packed weights (QuantizeWeights) live in packed_buffer_: bf16 matrices

@@ -138,8 +138,11 @@ absl::StatusOr<int> ParameterTable::Find(const std::string& name) const {
 }
 
 Tensor ParameterTable::View(const Tensor& buffer, int i) const {
+  return ViewAt(buffer, i, local_[i].offset);
+}
+
+Tensor ParameterTable::ViewAt(const Tensor& buffer, int i, int64_t at) const {
   const std::vector<int64_t>& shape = local_[i].shape;
-  const int64_t at = local_[i].offset;
   return shape.size() == 1 ? buffer.Slice(at, {shape[0]}) : buffer.Slice(at, {shape[0], shape[1]});
 }
 
@@ -185,9 +188,14 @@ void ParameterTable::Initialize(float* base, uint64_t seed) const {
 }
 
 GptTensors BindGptTensors(const ParameterTable& table, const Tensor& buffer, const GptConfig& cfg) {
+  return BindGptTensors(table, cfg, [&](int i) { return table.View(buffer, i); });
+}
+
+GptTensors BindGptTensors(const ParameterTable& table, const GptConfig& cfg,
+                          const std::function<Tensor(int)>& view) {
   auto get = [&](const std::string& name) {
     absl::StatusOr<int> i = table.Find(name);
-    return i.ok() ? table.View(buffer, *i) : Tensor();
+    return i.ok() ? view(*i) : Tensor();
   };
   GptTensors t;
   t.wte = get("wte");

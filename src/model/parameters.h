@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,9 @@ class ParameterTable {
   // View of local tensor i inside `buffer`, a flat f32 tensor laid out by
   // this table (at least total_floats() long), on buffer's device.
   Tensor View(const Tensor& buffer, int i) const;
+  // Local tensor i's shape at element `at` of `buffer` (a buffer that holds
+  // only part of the table, laid out its own way).
+  Tensor ViewAt(const Tensor& buffer, int i, int64_t at) const;
   // The logical row of local row r of tensor i, and the first logical column
   // its local columns start at (a shard is a set of whole rows or a column
   // range of every row).
@@ -148,5 +152,10 @@ struct GptTensors {
 // views will carry); tensors the table does not hold stay empty, and
 // `layers` has one entry per layer of the table's stage.
 GptTensors BindGptTensors(const ParameterTable& table, const Tensor& buffer, const GptConfig& cfg);
+// The same with each tensor's view from `view(i)` (local tensor i; an empty
+// tensor leaves it empty): for tensors that do not share one buffer, as
+// under parameter offload (src/model/layer_stream.h).
+GptTensors BindGptTensors(const ParameterTable& table, const GptConfig& cfg,
+                          const std::function<Tensor(int)>& view);
 
 }  // namespace ladder

@@ -50,6 +50,28 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     sp.weight_bytes = buffer * (bf16 ? 6 : 4);
     sp.grad_bytes = buffer * 4 + (zero ? updated * 4 : 0);
     sp.optimizer_bytes = updated * 8;
+    const int64_t Ls = sp.layers.last - sp.layers.first;
+    if (l.offload == Offload::kParams) {
+      // The layers stream through two slots (src/model/layer_stream.h): the
+      // device keeps the resident tensors and two layers, weights and
+      // gradients; the host the masters, moments, gradients (and the ZeRO-1
+      // shard) and a bf16 copy. Per microbatch every layer's weights come
+      // twice, its gradient goes back once and comes once after the first;
+      // the resident tensors' gradients go once a step, their weights come
+      // after the update.
+      int64_t layer = 0;
+      for (int i = 0; i < table.size(); ++i) {
+        if (table.spec(i).layer == sp.layers.first) layer += table.numel(i);
+      }
+      const int64_t resident = table.total_floats() - Ls * layer;
+      sp.weight_bytes = (resident + 2 * layer) * e;
+      sp.grad_bytes = (resident + 2 * layer) * 4;
+      sp.optimizer_bytes = 0;
+      sp.host_bytes = buffer * 4 + updated * 8 + buffer * 4 + (zero ? updated * 4 : 0) +
+                      (bf16 ? buffer * 2 : 0);
+      sp.link_to_device_bytes = M * 2 * Ls * layer * e + (M - 1) * Ls * layer * 4 + resident * e;
+      sp.link_to_host_bytes = M * Ls * layer * 4 + resident * 4;
+    }
     if (l.offload == Offload::kOptimizer) {
       // The masters and moments move to the host, beside the staging of
       // the gradients and of a bf16 copy; the device keeps the copy.
@@ -71,7 +93,6 @@ absl::StatusOr<Plan> MakePlan(const RunConfig& rc, const PlanLayout& l) {
     sp.activation_bytes = acts.total_bytes();
 
     const bool first = s == 0, last = s == P - 1;
-    const int64_t Ls = sp.layers.last - sp.layers.first;
     const bool recompute = l.recompute == Recompute::kLayer;
     if (Tp > 1) {
       // All-reduced: the cross-entropy statistics and the gradient norm

@@ -14,7 +14,12 @@
 // fp32 masters (x 4), m and v (8 per updated parameter), the gradients'
 // staging (4 per updated parameter) and a bf16 copy's staging (x 2). The
 // link carries, per step, the updated gradients to the host (x 4) and the
-// copy to the device (local parameters x e).
+// copy to the device (local parameters x e). Parameter offload
+// (src/model/layer_stream.h) keeps on the device only the tensors outside
+// the layers and two layers' slots, weights (x e) and gradients (x 4); the
+// host adds the gradient buffer and a bf16 copy; per step the link carries,
+// with l a layer's parameters, 2 M L_s l e + (M - 1) L_s l 4 + resident e to
+// the device and M L_s l 4 + resident 4 to the host.
 //   activations  the activation arena, measured by its own layout function
 //                (src/model/activations.h: per layer and microbatch
 //                N (4C + 12C/t) activations at e bytes and N (NH/t + 4) fp32

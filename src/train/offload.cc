@@ -11,11 +11,14 @@ namespace ladder {
 absl::StatusOr<Offload> ParseOffload(const std::string& name) {
   if (name == "none") return Offload::kNone;
   if (name == "optimizer") return Offload::kOptimizer;
+  if (name == "params") return Offload::kParams;
   return absl::InvalidArgumentError(
-      absl::StrCat("--offload must be none or optimizer, got '", name, "'"));
+      absl::StrCat("--offload must be none, optimizer or params, got '", name, "'"));
 }
 
-const char* OffloadName(Offload o) { return o == Offload::kOptimizer ? "optimizer" : "none"; }
+const char* OffloadName(Offload o) {
+  return o == Offload::kParams ? "params" : o == Offload::kOptimizer ? "optimizer" : "none";
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> OptimizerOffload::MakeHostBackend(const Backend& device) {
   if (device.device() == Device::kCpu) {

@@ -29,22 +29,18 @@
 
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
+#include "src/model/layer_stream.h"
 
 namespace ladder {
 
-enum class Offload { kNone, kOptimizer };
+// kParams: the optimizer's offload plus the parameters'
+// (src/model/layer_stream.h): the weights the ops read and the gradients
+// stay on the host too, and each layer comes to the device when it runs.
+enum class Offload { kNone, kOptimizer, kParams };
 
-// "none" or "optimizer"; InvalidArgument naming the accepted values.
+// "none", "optimizer" or "params"; InvalidArgument naming the accepted values.
 absl::StatusOr<Offload> ParseOffload(const std::string& name);
 const char* OffloadName(Offload o);
-
-// The host-device link of one step: bytes each way and the seconds the
-// copies took (CopyToHost waits for the device, so this includes waiting
-// for the backward's last kernels on a GPU).
-struct LinkTraffic {
-  int64_t to_host = 0, to_device = 0;
-  double seconds = 0;
-};
 
 // The host side of an offloaded step: the staging buffers and the link's
 // counters. The masters and moments live in the host backend's memory

@@ -63,10 +63,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   par.buffer_multiple = zero ? 16 * shards : 1;
   // Optimizer offload: the masters and moments in host memory, which a CPU
   // backend allocates (and runs the update in).
-  if (groups.offload == Offload::kOptimizer) {
+  if (groups.offload != Offload::kNone) {
     ASSIGN_OR_RETURN(t->host_, OptimizerOffload::MakeHostBackend(*backend));
     par.master_host = t->host_.get();
+    par.offload_params = groups.offload == Offload::kParams;
   }
+  // Under parameter offload the gradients are on the host: their norm and
+  // reductions run there too.
+  Backend* grads_home = groups.offload == Offload::kParams ? t->host_.get() : backend;
   ASSIGN_OR_RETURN(t->model_,
                    Gpt::Create(cfg.model, backend, t->micro_rows_, /*training=*/true, par));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
@@ -82,14 +86,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
     begin = t->dp_rank() * t->shard_floats_;
     end = begin + t->shard_floats_;
     ASSIGN_OR_RETURN(t->grad_shard_,
-                     backend->Allocate(static_cast<size_t>(t->shard_floats_) * sizeof(float)));
+                     grads_home->Allocate(static_cast<size_t>(t->shard_floats_) * sizeof(float)));
   }
-  if (t->host_ != nullptr) {
+  if (groups.offload == Offload::kOptimizer) {
     ASSIGN_OR_RETURN(t->offload_,
                      OptimizerOffload::Create(backend, t->host_.get(), end - begin,
                                               t->model_->buffer_floats(), groups.storage));
   }
-  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), backend, opt, begin, end,
+  ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), grads_home, opt, begin, end,
                                               groups.tp, groups.pp, t->host_.get()));
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
@@ -145,7 +149,8 @@ absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicat
   Communicator* dp = groups_.dp;
   if (shard_floats_ > 0) {
     // ZeRO-1: each rank receives the sum of its shard only.
-    *grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_}, model_->device());
+    *grads = Tensor::F32(static_cast<float*>(grad_shard_.get()), {shard_floats_},
+                         model_->grad_buffer().device);
     *weights = model_->weight_buffer().Slice(dp_rank() * shard_floats_, {shard_floats_});
     *range_group = dp;
     return dp->ReduceScatter(model_->grad_buffer(), *grads);
@@ -173,6 +178,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding, groups_.cp}) {
     if (c != nullptr) c->ResetStats();
   }
+  model_->TakeLink();  // validation's, before this step
   RETURN_IF_ERROR(model_->ZeroGrads());
   train_loader_->Next(G, replica() * (G / D), G / D, read_inputs(), read_targets());
   TakeTokens(static_cast<int>(G / D));
@@ -206,6 +212,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
         static_cast<double>(optimizer_begin - timing.begin_ns) * 1e-9 - r.t_forward - r.t_backward;
   }
 
+  RETURN_IF_ERROR(model_->FinishGrads());
   // Sequence parallelism: each TP rank's LayerNorm gradients cover its rows.
   RETURN_IF_ERROR(model_->ReduceSequenceGrads());
   // The tied embedding: the first stage's lookup and the last stage's head
@@ -225,7 +232,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
   r.loss = dp_size() > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
-  RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->backend(), grads));
+  RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->grads_backend(), grads));
   {
     TraceSpan span(TraceTrack::kCompute, "optimizer", "grad norm");
     ASSIGN_OR_RETURN(r.grad_norm, optimizer_->GradNorm(grads, range_group));
@@ -267,6 +274,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   if (offload_ != nullptr && !r.skipped) {
     RETURN_IF_ERROR(offload_->CopyToDevice(model_->weight_copy(), model_->weight_buffer()));
   }
+  if (!r.skipped) RETURN_IF_ERROR(model_->WeightsChanged());
   const int64_t step_end = NowNanos();
   r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
   r.t_step = static_cast<double>(step_end - step_begin) * 1e-9;
@@ -277,6 +285,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   r.memory = {model_->weight_memory_bytes(), gradient_bytes(), optimizer_state_bytes(),
               model_->activation_sizes().total_bytes(), host_offload_bytes()};
   if (offload_ != nullptr) r.link = offload_->TakeLink();
+  r.link += model_->TakeLink();
   for (Communicator* c : {groups_.tp, groups_.dp, groups_.pp, groups_.embedding, groups_.cp}) {
     if (Parallel(c)) {
       r.comm.push_back({AxisName(c->axis()), c->stats().seconds, c->stats().bytes});

@@ -70,8 +70,10 @@ struct TrainerOptions {
   // Storage of activations and of the weights the ops read
   // (GptParallel::storage): kF32, or kBF16 for mixed precision.
   DType storage = DType::kF32;
-  // Optimizer offload (src/train/offload.h): AdamW's moments and the fp32
-  // master weights in host memory, the update on the host. Device backends.
+  // Offload (src/train/offload.h): AdamW's moments and the fp32 master
+  // weights in host memory, the update on the host; with kParams the
+  // weights the ops read and the gradients too, streamed a layer at a time
+  // (src/model/layer_stream.h). Device backends.
   Offload offload = Offload::kNone;
   GuardConfig guard;
   // Where the summed gradient is shown before the guard judges it
@@ -108,9 +110,7 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   int64_t tokens_per_step() const;
   // AdamW's moments in device memory (0 when offloaded).
-  int64_t optimizer_state_bytes() const {
-    return offload_ != nullptr ? 0 : optimizer_->state_bytes();
-  }
+  int64_t optimizer_state_bytes() const { return host_ != nullptr ? 0 : optimizer_->state_bytes(); }
   // Host memory the offload holds, as its backend counts it: masters,
   // moments and staging (0 without).
   int64_t host_offload_bytes() const;
@@ -134,7 +134,8 @@ class Trainer {
   int dp_rank() const { return groups_.dp ? groups_.dp->rank() : 0; }
   // The gradient buffer, and under ZeRO-1 the reduced shard beside it.
   int64_t gradient_bytes() const {
-    return static_cast<int64_t>(model_->grad_buffer().bytes()) + shard_floats_ * 4;
+    const bool shard_on_device = model_->grad_buffer().device == model_->device();
+    return model_->grad_memory_bytes() + (shard_on_device ? shard_floats_ * 4 : 0);
   }
   int microbatches() const { return microbatches_; }
   int micro_rows() const { return micro_rows_; }

@@ -23,7 +23,9 @@ for layout in "1" "2 --dp 2 --zero 1" "4 --dp 2 --tp 2 --bucket-mb 0.01" "4 --tp
     "4 --cp 2 --tp 2 --sp --recompute layer" "8 --dp 2 --cp 2 --pp 2 --microbatches 2 --zero 1" \
     "2 --cp 2 --device cuda-sim --precision bf16" \
     "2 --dp 2 --zero 1 --device cuda-sim --precision bf16 --offload optimizer" \
-    "2 --pp 2 --microbatches 2 --device cuda-sim --offload optimizer"; do
+    "2 --pp 2 --microbatches 2 --device cuda-sim --offload optimizer" \
+    "2 --dp 2 --zero 1 --microbatches 2 --device cuda-sim --precision bf16 --offload params" \
+    "2 --pp 2 --microbatches 4 --device cuda-sim --offload params"; do
   set -- $layout
   tol=0.10
   case "$*" in *bf16*) tol=0.05 ;; esac

@@ -35,6 +35,11 @@ CudaBackend::CudaBackend(cudaStream_t stream, std::unique_ptr<Matmuls> matmuls)
 CudaBackend::~CudaBackend() {
   matmuls_.reset();
   if (scratch_ != nullptr) cudaFree(scratch_);
+  if (copy_stream_ != nullptr) {
+    cudaEventDestroy(ops_done_);
+    cudaEventDestroy(copies_done_);
+    cudaStreamDestroy(copy_stream_);
+  }
   cudaStreamDestroy(stream_);
 }
 
@@ -282,6 +287,28 @@ absl::Status CudaBackend::CopyFromHost(Tensor dst, const void* src) {
   // `src` may be reused at once (the contract of Backend::CopyFromHost).
   return CudaStatus(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
                     "CopyFromHost");
+}
+
+absl::Status CudaBackend::CopyFromHostAsync(Tensor dst, const void* src) {
+  constexpr char kOp[] = "CopyFromHostAsync";
+  RETURN_IF_ERROR(CheckOnGpu(kOp, "dst", dst));
+  if (copy_stream_ == nullptr) {
+    RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&copy_stream_), kOp));
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&ops_done_), kOp));
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&copies_done_), kOp));
+  }
+  // The copy waits for the ops enqueued so far (it may overwrite what they
+  // read), then runs beside the ones enqueued after it.
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ops_done_, stream_), kOp));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(copy_stream_, ops_done_), kOp));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, copy_stream_), kOp));
+  return CudaStatus(cudaEventRecord(copies_done_, copy_stream_), kOp);
+}
+
+absl::Status CudaBackend::WaitCopies() {
+  if (copy_stream_ == nullptr) return absl::OkStatus();
+  return CudaStatus(cudaStreamWaitEvent(stream_, copies_done_), "WaitCopies");
 }
 
 absl::Status CudaBackend::Copy(Tensor dst, Tensor src) {

@@ -98,6 +98,8 @@ class CudaBackend final : public Backend {
   absl::Status Fill(Tensor x, float value) override;
   absl::Status CopyToHost(void* dst, Tensor src) override;
   absl::Status CopyFromHost(Tensor dst, const void* src) override;
+  absl::Status CopyFromHostAsync(Tensor dst, const void* src) override;
+  absl::Status WaitCopies() override;
   absl::Status Copy(Tensor dst, Tensor src) override;
 
  private:
@@ -108,6 +110,11 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_;
   EventTimer timer_;  // marks on stream_
+  // CopyFromHostAsync's stream and its two events (created on first use):
+  // ops_done_ marks stream_ where a copy may start, copies_done_ marks the
+  // copy stream where WaitCopies makes stream_ wait.
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t ops_done_ = nullptr, copies_done_ = nullptr;
   std::unique_ptr<Matmuls> matmuls_;
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
