@@ -184,10 +184,4 @@ absl::Status LayerStream::RefreshResident() {
   return absl::OkStatus();
 }
 
-LinkTraffic LayerStream::TakeLink() {
-  const LinkTraffic l = link_;
-  link_ = {};
-  return l;
-}
-
 }  // namespace ladder

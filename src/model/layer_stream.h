@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -86,7 +87,7 @@ class LayerStream {
   int64_t weight_bytes() const { return (resident_floats_ + 2 * layer_floats_) * elem_; }
   int64_t grad_bytes() const { return (resident_floats_ + 2 * layer_floats_) * 4; }
   // The link since the last call, and resets it.
-  LinkTraffic TakeLink();
+  LinkTraffic TakeLink() { return std::exchange(link_, {}); }
 
  private:
   LayerStream() = default;

@@ -69,10 +69,4 @@ absl::Status OptimizerOffload::CopyToDevice(Tensor device_copy, Tensor masters) 
   return absl::OkStatus();
 }
 
-LinkTraffic OptimizerOffload::TakeLink() {
-  const LinkTraffic l = link_;
-  link_ = {};
-  return l;
-}
-
 }  // namespace ladder

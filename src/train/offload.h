@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
@@ -70,7 +71,7 @@ class OptimizerOffload {
   // from copy_staging(), or from `masters` (the host fp32 buffer).
   absl::Status CopyToDevice(Tensor device_copy, Tensor masters);
   // The link since the last call, and resets it.
-  LinkTraffic TakeLink();
+  LinkTraffic TakeLink() { return std::exchange(link_, {}); }
 
  private:
   OptimizerOffload() = default;
