@@ -26,6 +26,7 @@ constexpr Subcommand kSubcommands[] = {
      "hf | llmc: a Hugging Face or llm.c GPT-2 into a ladder model"},
     {"export", ladder::ExportCommand, "hf | gguf: a ladder model for Hugging Face or llama.cpp"},
     {"report", ladder::ReportCommand, "an HTML page and PNG plots of a training run's output"},
+    {"plot", ladder::PlotCommand, "a tab-separated table drawn as lines into a PNG"},
     {"plan", ladder::PlanCommand, "predict memory, communication and bubble of a parallel layout"},
     {"bench", ladder::BenchCommand,
      "train | decode | matmul | ops | serve | checkpoint: measure against this machine's ceilings"},

@@ -19,6 +19,7 @@ int BenchOpsCommand(int argc, char** argv);         // bench_ops.cc
 int BenchServeCommand(int argc, char** argv);       // bench_serve.cc
 int PlanCommand(int argc, char** argv);             // plan.cc
 int ReportCommand(int argc, char** argv);           // report.cc: the HTML report of a run
+int PlotCommand(int argc, char** argv);             // plot.cc: a table as a PNG of lines
 int CheckpointCommand(int argc, char** argv);       // checkpoint.cc: inspect | convert
 int ImportCommand(int argc, char** argv);           // import.cc: hf | llmc
 int ExportCommand(int argc, char** argv);           // export.cc: hf | gguf
