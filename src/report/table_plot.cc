@@ -67,8 +67,11 @@ absl::StatusOr<Plot> TablePlot(const std::string& tsv, const TablePlotSpec& spec
       return absl::InvalidArgumentError(
           absl::StrCat("row ", r, " has ", cells.size(), " cells, the header ", header.size()));
     }
+    // Only the plotted columns need numbers (others may hold names).
     std::vector<double> v(cells.size());
-    for (size_t c = 0; c < cells.size(); ++c) {
+    std::vector<int> used = y_cols;
+    used.push_back(*x_col);
+    for (const int c : used) {
       if (!ParseCell(cells[c], &v[c])) {
         return absl::InvalidArgumentError(absl::StrCat("row ", r, ", column '", header[c], "': '",
                                                        cells[c], "' is not a number"));

@@ -1,7 +1,8 @@
 // A table drawn as lines: what the teaching experiments plot
 // (scripts/experiments/, through `ladder plot`). The table is tab-separated
-// text: a header line of column names, then one line of numbers per row; a
-// cell "nan" or "-" is a gap in its line.
+// text: a header line of column names, then one line per row; the plotted
+// columns hold numbers (a cell "nan" or "-" is a gap in its line), the
+// others anything.
 //
 // Pure function; any thread may call it.
 #pragma once

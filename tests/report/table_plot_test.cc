@@ -45,6 +45,8 @@ TEST(TablePlotTest, ErrorsNameTheProblem) {
   EXPECT_NE(error("T\tnaive\n1\t2\n", spec).find("no column 'flash'"), std::string::npos);
   EXPECT_NE(error("T\tflash\n1\n", spec).find("row 1 has 1 cells"), std::string::npos);
   EXPECT_NE(error("T\tflash\n1\tabc\n", spec).find("'abc' is not a number"), std::string::npos);
+  // A column that is not plotted may hold text.
+  EXPECT_TRUE(TablePlot("name\tT\tflash\nrun a\t1\t2\n", spec).ok());
   spec.log_y = true;
   EXPECT_NE(error("T\tflash\n1\t0\n", spec).find("has no logarithm"), std::string::npos);
 }
