@@ -9,6 +9,22 @@
 
 namespace ladder {
 
+absl::Status LinkTraffic::ToDevice(Backend& device, Tensor dst, const void* src) {
+  const int64_t begin = NowNanos();
+  RETURN_IF_ERROR(device.CopyFromHost(dst, src));
+  seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
+  to_device += static_cast<int64_t>(dst.bytes());
+  return absl::OkStatus();
+}
+
+absl::Status LinkTraffic::ToHost(Backend& device, void* dst, Tensor src) {
+  const int64_t begin = NowNanos();
+  RETURN_IF_ERROR(device.CopyToHost(dst, src));
+  seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
+  to_host += static_cast<int64_t>(src.bytes());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<LayerStream>> LayerStream::Create(Backend* device,
                                                                  const ParameterTable* table,
                                                                  const GptConfig& cfg,
@@ -92,22 +108,6 @@ LayerTensors LayerStream::Bind(int l, const Tensor& slot) const {
   return t.layers[l];
 }
 
-absl::Status LayerStream::CopyDown(Tensor dst, const void* src) {
-  const int64_t begin = NowNanos();
-  RETURN_IF_ERROR(device_->CopyFromHost(dst, src));
-  link_.seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
-  link_.to_device += static_cast<int64_t>(dst.bytes());
-  return absl::OkStatus();
-}
-
-absl::Status LayerStream::CopyUp(void* dst, Tensor src) {
-  const int64_t begin = NowNanos();
-  RETURN_IF_ERROR(device_->CopyToHost(dst, src));
-  link_.seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
-  link_.to_host += static_cast<int64_t>(src.bytes());
-  return absl::OkStatus();
-}
-
 absl::StatusOr<LayerTensors> LayerStream::Weights(int l, int next) {
   if (l < 0 || l >= layers_ || next >= layers_) {
     return absl::InvalidArgumentError(absl::StrCat("LayerStream: no layer ", l, " or ", next));
@@ -135,8 +135,8 @@ absl::StatusOr<LayerTensors> LayerStream::BeginGrads(int l) {
   if (grads_zero_[l]) {
     RETURN_IF_ERROR(device_->Fill(slot, 0.0f));
   } else {
-    RETURN_IF_ERROR(
-        CopyDown(slot, grads_.Slice(layers_begin_ + l * layer_floats_, {layer_floats_}).data));
+    RETURN_IF_ERROR(link_.ToDevice(
+        *device_, slot, grads_.Slice(layers_begin_ + l * layer_floats_, {layer_floats_}).data));
   }
   return Bind(l, slot);
 }
@@ -144,8 +144,9 @@ absl::StatusOr<LayerTensors> LayerStream::BeginGrads(int l) {
 absl::Status LayerStream::EndGrads(int l) {
   TraceSpan span(TraceTrack::kCompute, "offload", "layer gradients to host");
   grads_zero_[l] = false;
-  return CopyUp(grads_.Slice(layers_begin_ + l * layer_floats_, {layer_floats_}).data,
-                SlotGrads(l % 2));
+  return link_.ToHost(*device_,
+                      grads_.Slice(layers_begin_ + l * layer_floats_, {layer_floats_}).data,
+                      SlotGrads(l % 2));
 }
 
 absl::Status LayerStream::ZeroGrads() {
@@ -162,11 +163,11 @@ absl::Status LayerStream::FlushResidentGrads() {
   const Tensor dev(resident_g_buf_.get(), DType::kF32, {resident_floats_}, device_->device());
   const int64_t tail = table_->total_floats() - layers_end_;
   if (layers_begin_ > 0) {
-    RETURN_IF_ERROR(CopyUp(grads_.data, dev.Slice(0, {layers_begin_})));
+    RETURN_IF_ERROR(link_.ToHost(*device_, grads_.data, dev.Slice(0, {layers_begin_})));
   }
   if (tail > 0) {
-    RETURN_IF_ERROR(
-        CopyUp(grads_.Slice(layers_end_, {tail}).data, dev.Slice(layers_begin_, {tail})));
+    RETURN_IF_ERROR(link_.ToHost(*device_, grads_.Slice(layers_end_, {tail}).data,
+                                 dev.Slice(layers_begin_, {tail})));
   }
   return absl::OkStatus();
 }
@@ -176,10 +177,11 @@ absl::Status LayerStream::RefreshResident() {
   if (resident_floats_ == 0) return absl::OkStatus();
   const Tensor dev(resident_w_buf_.get(), source_.dtype, {resident_floats_}, device_->device());
   const int64_t tail = table_->total_floats() - layers_end_;
-  if (layers_begin_ > 0) RETURN_IF_ERROR(CopyDown(dev.Slice(0, {layers_begin_}), source_.data));
+  if (layers_begin_ > 0)
+    RETURN_IF_ERROR(link_.ToDevice(*device_, dev.Slice(0, {layers_begin_}), source_.data));
   if (tail > 0) {
-    RETURN_IF_ERROR(
-        CopyDown(dev.Slice(layers_begin_, {tail}), source_.Slice(layers_end_, {tail}).data));
+    RETURN_IF_ERROR(link_.ToDevice(*device_, dev.Slice(layers_begin_, {tail}),
+                                   source_.Slice(layers_end_, {tail}).data));
   }
   return absl::OkStatus();
 }

@@ -40,6 +40,9 @@ namespace ladder {
 struct LinkTraffic {
   int64_t to_host = 0, to_device = 0;
   double seconds = 0;
+  // The backend's copies, timed and counted here.
+  absl::Status ToDevice(Backend& device, Tensor dst, const void* src);
+  absl::Status ToHost(Backend& device, void* dst, Tensor src);
   LinkTraffic& operator+=(const LinkTraffic& o) {
     to_host += o.to_host;
     to_device += o.to_device;
@@ -99,8 +102,6 @@ class LayerStream {
   LayerTensors Bind(int l, const Tensor& slot) const;
   Tensor SlotWeights(int s) const;
   Tensor SlotGrads(int s) const;
-  absl::Status CopyDown(Tensor dst, const void* src);  // waits; counted
-  absl::Status CopyUp(void* dst, Tensor src);          // waits; counted
 
   Backend* device_ = nullptr;
   const ParameterTable* table_ = nullptr;

@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/backend_factory.h"
 #include "src/core/status.h"
-#include "src/core/timer.h"
 #include "src/core/trace.h"
 
 namespace ladder {
@@ -47,10 +46,7 @@ absl::StatusOr<Tensor> OptimizerOffload::GradsToHost(Tensor grads) {
   TraceSpan span(TraceTrack::kCompute, "optimizer", "offload: gradients to host");
   const Tensor staged =
       Tensor::F32(static_cast<float*>(grads_.get()), {range_floats_}, Device::kCpu);
-  const int64_t begin = NowNanos();
-  RETURN_IF_ERROR(device_->CopyToHost(staged.data, grads));
-  link_.seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
-  link_.to_host += static_cast<int64_t>(grads.bytes());
+  RETURN_IF_ERROR(link_.ToHost(*device_, staged.data, grads));
   return staged;
 }
 
@@ -62,11 +58,7 @@ Tensor OptimizerOffload::copy_staging() const {
 absl::Status OptimizerOffload::CopyToDevice(Tensor device_copy, Tensor masters) {
   TraceSpan span(TraceTrack::kCompute, "optimizer", "offload: weights to device");
   const Tensor from = copy_ == nullptr ? masters : copy_staging();
-  const int64_t begin = NowNanos();
-  RETURN_IF_ERROR(device_->CopyFromHost(device_copy, from.data));
-  link_.seconds += static_cast<double>(NowNanos() - begin) * 1e-9;
-  link_.to_device += static_cast<int64_t>(device_copy.bytes());
-  return absl::OkStatus();
+  return link_.ToDevice(*device_, device_copy, from.data);
 }
 
 }  // namespace ladder
