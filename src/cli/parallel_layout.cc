@@ -10,6 +10,7 @@
 #include "src/core/status.h"
 #include "src/parallel/mpi_comm.h"
 #include "src/parallel/routed_comm.h"
+#include "src/parallel/slow_link.h"
 
 namespace ladder {
 
@@ -45,6 +46,10 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
   flags.String("precision", &f->precision,
                "auto (bf16 on a GPU, else fp32), fp32, or bf16: mixed precision (bf16 activations "
                "and weight copy, fp32 master weights, gradients and AdamW; cuda or cuda-sim)");
+  flags.String("slow-link", &f->slow_link,
+               "AXES:US:GBPS: the groups of these axes (tensor, data, pipeline, context, "
+               "embedding; comma-separated) wait as if every call crossed a link of this latency "
+               "(microseconds) and bandwidth (GB/s), as between nodes (src/parallel/slow_link.h)");
 }
 
 namespace {
@@ -223,6 +228,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend) {
   // The rank grid [pp][dp][cp][tp], TP innermost, and one communicator per
   // axis.
+  ASSIGN_OR_RETURN(const SlowLink slow, ParseSlowLink(f.slow_link));
   GridShape shape{static_cast<int>(f.dp), static_cast<int>(f.tp), static_cast<int>(f.pp),
                   static_cast<int>(f.cp)};
   ASSIGN_OR_RETURN(Grid grid,
@@ -237,6 +243,11 @@ absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend
       ASSIGN_OR_RETURN(std::unique_ptr<Communicator> device,
                        MakeDeviceCommunicator(backend, *host, f.comm_timeout));
       host = std::make_unique<RoutedCommunicator>(std::move(host), std::move(device));
+    }
+  }
+  for (std::unique_ptr<Communicator>& c : comms.by_axis) {
+    if (c->size() > 1 && slow.Crosses(c->axis())) {
+      c = std::make_unique<SlowLinkCommunicator>(std::move(c), slow);
     }
   }
   return ParallelRun{grid, std::move(comms)};

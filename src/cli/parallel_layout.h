@@ -28,12 +28,13 @@ struct LayoutFlags {
   std::string offload = "none";
   double comm_timeout = 300;
   std::string precision = "auto";
+  std::string slow_link;  // --slow-link (src/parallel/slow_link.h); "": none
 };
 
 // The layout: --dp --tp --sp --cp --pp --microbatches --pp-schedule --zero
 // --recompute --offload.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
-// What a run adds: --bucket-mb --comm-timeout --precision.
+// What a run adds: --bucket-mb --comm-timeout --precision --slow-link.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);
 
 // The storage dtype of a run's activations (GptParallel::storage) from
@@ -79,7 +80,9 @@ struct ParallelRun {
 // Builds the grid and the communicators (collective over all ranks). On the
 // CPU, MPI carries every buffer. With a device backend each group of two or
 // more is a RoutedCommunicator: host buffers over MPI, the backend's tensors
-// over MakeDeviceCommunicator's carrier (NCCL on a GPU).
+// over MakeDeviceCommunicator's carrier (NCCL on a GPU). The groups of
+// the axes --slow-link names wait as if over that link; a malformed
+// --slow-link is InvalidArgument before any communicator is made.
 absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend& backend);
 
 // Runs a command body under MPI when launched by mpirun: initializes MPI,

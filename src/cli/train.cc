@@ -49,6 +49,9 @@ struct TrainFlags {
   int64_t straggler_window = 5;
   std::string trace_steps = "2:3";  // --trace-steps (src/train/step_trace.h)
   double max_rank_memory_mib = 0;   // --max-rank-memory (src/tools/plan.h CheckRankMemory)
+  bool prefetch = false;
+  int64_t local_sgd = 0;
+  std::string resume_forget = "nothing";
 };
 
 // The tokenizer for a run: an explicit file (or directory holding either
@@ -106,6 +109,21 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   policy.keep = static_cast<int>(f.keep);
   policy.zero = static_cast<int>(f.layout.zero);
   policy.straggler.window = static_cast<int>(f.straggler_window);
+  if (f.local_sgd < 0) return absl::InvalidArgumentError("--local-sgd must be >= 0");
+  if (f.local_sgd > 1 &&
+      (policy.save_every > 0 || policy.save_every_minutes > 0 || policy.mem_save_every > 0)) {
+    return absl::InvalidArgumentError(
+        "--local-sgd does not checkpoint: its replicas' weights and moments differ between "
+        "averages, and a checkpoint holds one replica's");
+  }
+  if (f.resume_forget == "data") {
+    policy.resume_forget = Trainer::Forget::kData;
+  } else if (f.resume_forget == "rng") {
+    policy.resume_forget = Trainer::Forget::kRng;
+  } else if (f.resume_forget != "nothing") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resume-forget must be nothing, data or rng, got '", f.resume_forget, "'"));
+  }
   if (flags.IsSet("trace-steps") && policy.trace.empty()) {
     return absl::InvalidArgumentError("--trace-steps needs --trace FILE");
   }
@@ -168,6 +186,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
   options.env = env.get();
+  options.prefetch = f.prefetch;
+  options.local_sgd = static_cast<int>(f.local_sgd);
   ASSIGN_OR_RETURN(auto trainer,
                    Trainer::Create(rc, backend.get(), &data.train, &data.val, peak, options));
   Gpt& model = trainer->model();
@@ -245,6 +265,11 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("log-every", &f.log_every, "steps between progress lines", kConfig);
   flags.Int("eval-every", &f.eval_every, "steps between validation losses, 0 = at the end only",
             kConfig);
+  flags.Int("local-sgd", &f.local_sgd,
+            "H > 1: data-parallel replicas apply their own gradients and average their weights "
+            "every H steps (local SGD, src/train/trainer.h); 0 or 1: synchronous steps");
+  flags.Bool("prefetch", &f.prefetch,
+             "read the next batch on a loading thread while the step computes (the same batches)");
   AddLayoutFlags(flags, &f.layout);
   AddDeviceFlag(flags, &f.device);
   AddCommFlags(flags, &f.layout);
@@ -266,6 +291,10 @@ int TrainCommand(int argc, char** argv) {
   flags.String("resume", &f.policy.resume,
                "resume from this checkpoint directory (its latest) or step directory, in any "
                "layout");
+  flags.String("resume-forget", &f.resume_forget,
+               "what a resume deliberately does not restore, to show why it must: data (the "
+               "batches start again at the beginning) or rng (the batch order is drawn anew); "
+               "nothing restores everything");
   flags.Double("spike-z", &f.spike_z,
                "skip an update whose loss is this many standard deviations above its running "
                "mean (0: off; non-finite losses and norms are always skipped)");
@@ -273,9 +302,11 @@ int TrainCommand(int argc, char** argv) {
             "consecutive skipped steps before rolling back to the last checkpoint");
   flags.Bool("strict", &f.policy.strict,
              "refuse a corrupt checkpoint instead of using an earlier one");
-  flags.String("inject-fault", &f.inject_fault,
-               "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
-               "enospc@STEP or slow:RANK:MS (src/train/fault_env.h), for recovery tests");
+  flags.String(
+      "inject-fault", &f.inject_fault,
+      "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
+      "enospc@STEP, slow:RANK:MS or slow-data:MS (src/train/fault_env.h), for recovery tests "
+      "and experiments");
   flags.Int("straggler-window", &f.straggler_window,
             "steps over which each rank's compute time is averaged to find a straggler");
   flags.Double("straggler-factor", &f.policy.straggler.factor,

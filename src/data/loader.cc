@@ -89,6 +89,11 @@ void DataLoader::ReadSequential(uint64_t first_window, int row_count, int32_t* i
   }
 }
 
+void DataLoader::Reseed(uint64_t seed) {
+  seed_ = seed;
+  order_epoch_ = std::numeric_limits<uint64_t>::max();
+}
+
 absl::Status DataLoader::Restore(Position position) {
   if (position.index >= windows_) {
     return absl::InvalidArgumentError(

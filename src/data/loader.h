@@ -56,6 +56,10 @@ class DataLoader {
   // data or context changed since it was saved).
   absl::Status Restore(Position position);
 
+  // Draws every epoch's order from `seed` from now on, keeping the
+  // position: a loader whose random state was not restored.
+  void Reseed(uint64_t seed);
+
   uint64_t num_windows() const { return windows_; }
   int context() const { return context_; }
 

@@ -15,6 +15,8 @@ absl::Status Env::WriteFileAtomically(const std::string& path, const std::string
 
 absl::Status Env::AfterGradients(int64_t, Backend&, const Tensor&) { return absl::OkStatus(); }
 
+void Env::LoadingBatch() {}
+
 void Env::AfterStep(int, int64_t) {}
 
 void Env::StepDone(int, int64_t) {}

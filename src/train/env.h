@@ -10,8 +10,10 @@
 // a fault field; the faults live only in the Env a test owns.
 //
 // Threads: WriteFileAtomically may be called from the checkpoint writer's
-// background thread while the training thread calls the step hooks, so an
-// Env must be safe for that (the default one holds no state). The Env must
+// background thread, and LoadingBatch from the loading thread of
+// --prefetch (src/train/batch_reader.h), while the training thread calls
+// the step hooks, so an Env must be safe for that (the default one holds
+// no state). The Env must
 // outlive every object it was passed to.
 #pragma once
 
@@ -40,6 +42,10 @@ class Env {
   // become), after the data-parallel reduction and before the norm that the
   // step guard judges. May change it through `backend`. Default: nothing.
   virtual absl::Status AfterGradients(int64_t step, Backend& backend, const Tensor& grads);
+
+  // A batch of training data is about to be read, on the thread that reads
+  // it. Default: nothing.
+  virtual void LoadingBatch();
 
   // Rank `rank` finished computing `step` (before the run decides on a
   // checkpoint). Default: nothing.

@@ -41,11 +41,13 @@ absl::StatusOr<std::unique_ptr<FaultEnv>> FaultEnv::Parse(const std::string& spe
   } else if (std::sscanf(s, "slow:%d:%lld%c", &rank, &a, &tail) == 2 && rank >= 0 && a >= 0) {
     f->slow_rank_ = rank;
     f->slow_ms_ = a;
+  } else if (std::sscanf(s, "slow-data:%lld%c", &a, &tail) == 1 && a >= 0) {
+    f->slow_data_ms_ = a;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--inject-fault '", spec,
         "' is not one of kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
-        "enospc@STEP, slow:RANK:MS"));
+        "enospc@STEP, slow:RANK:MS, slow-data:MS"));
   }
   return f;
 }
@@ -72,6 +74,10 @@ absl::Status FaultEnv::AfterGradients(int64_t step, Backend& backend, const Tens
   nan_done_ = true;
   const float nan = std::nanf("");
   return backend.CopyFromHost(grads.Slice(0, {1}), &nan);
+}
+
+void FaultEnv::LoadingBatch() {
+  if (slow_data_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_data_ms_));
 }
 
 void FaultEnv::AfterStep(int rank, int64_t step) {

@@ -12,6 +12,9 @@
 //                            as on a full disk
 //   slow:RANK:MS             rank RANK sleeps MS milliseconds after computing
 //                            every step (a straggler: the others wait for it)
+//   slow-data:MS             every rank's loading of every training batch
+//                            takes MS milliseconds more, as a loader
+//                            waiting on storage would (src/train/batch_reader.h)
 //   kill-node:NODE@STEP      node NODE (src/parallel/nodes.h) is gone for
 //                            good: once done with step STEP its first rank
 //                            deletes the node's line (line NODE, 0-based)
@@ -41,6 +44,7 @@ class FaultEnv : public Env {
 
   absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) override;
   absl::Status AfterGradients(int64_t step, Backend& backend, const Tensor& grads) override;
+  void LoadingBatch() override;
   void AfterStep(int rank, int64_t step) override;
   void StepDone(int rank, int64_t step) override;
 
@@ -53,6 +57,7 @@ class FaultEnv : public Env {
   int kill_node_ = -1, ranks_per_node_ = 1;
   int slow_rank_ = -1;
   int64_t slow_ms_ = 0;
+  int64_t slow_data_ms_ = 0;
   bool nan_done_ = false;  // the training thread's only
 };
 

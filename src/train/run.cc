@@ -180,11 +180,14 @@ absl::Status TrainingRun::WriteReport() {
 
 absl::Status TrainingRun::Restore() {
   Trainer& trainer = *parts_.trainer;
-  ASSIGN_OR_RETURN(const bool from_memory, RestoreFromMemory());
-  if (from_memory || !resuming()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string loaded,
-                   LoadCheckpoint(resume_from_, trainer, ckpt_, policy_.strict));
-  return Resumed(loaded);
+  ASSIGN_OR_RETURN(bool restored, RestoreFromMemory());
+  if (!restored && resuming()) {
+    ASSIGN_OR_RETURN(std::string loaded,
+                     LoadCheckpoint(resume_from_, trainer, ckpt_, policy_.strict));
+    RETURN_IF_ERROR(Resumed(loaded));
+    restored = true;
+  }
+  return restored ? trainer.ForgetOnResume(policy_.resume_forget) : absl::OkStatus();
 }
 
 absl::Status TrainingRun::Resumed(const std::string& from) {

@@ -61,6 +61,9 @@ struct RunPolicy {
   bool async_save = false;     // write shards in the background
   bool strict = false;         // refuse a corrupt checkpoint instead of an earlier one
   int zero = 0;                // ZeRO stage, recorded in manifests
+  // --resume-forget: what a resume deliberately does not restore
+  // (Trainer::ForgetOnResume), to show what restoring it is for.
+  Trainer::Forget resume_forget = Trainer::Forget::kNothing;
   StragglerOptions straggler;
   // What a named straggler triggers: "warn" (the progress line, metrics and
   // events name it) or "restart-without": the run also writes a checkpoint

@@ -45,6 +45,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
     return absl::InvalidArgumentError(
         absl::StrCat("n_layer (", cfg.model.n_layer, ") is smaller than pp (", P, ")"));
   }
+  if (t->local() && (groups.zero1 || t->cp_size() > 1 || groups.offload != Offload::kNone)) {
+    return absl::InvalidArgumentError(
+        "--local-sgd needs every replica to hold its whole optimizer state and gradient: not "
+        "with --zero 1, --cp or --offload");
+  }
   t->micro_rows_ = static_cast<int>(G / (int64_t{D} * t->microbatches_));
   const int stage = groups.pp ? groups.pp->rank() : 0;
   t->slots_ = pp::ActivationSlots(groups.schedule, P, stage, t->microbatches_);
@@ -98,7 +103,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   t->optimizer_.emplace(std::move(adamw));
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
-  t->train_loader_.emplace(std::move(tl));
+  t->train_batches_ = std::make_unique<BatchReader>(
+      std::move(tl), static_cast<int>(G), static_cast<int>(t->replica() * (G / D)),
+      static_cast<int>(G / D), groups.prefetch, groups.env);
   t->val_loader_.emplace(std::move(vl));
   // This rank's rows of one global batch, and with context parallelism
   // its tokens of them (without, the rows are read into inputs_ directly).
@@ -180,7 +187,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   model_->TakeLink();  // validation's, before this step
   RETURN_IF_ERROR(model_->ZeroGrads());
-  train_loader_->Next(G, replica() * (G / D), G / D, read_inputs(), read_targets());
+  train_batches_->Next(read_inputs(), read_targets());
   TakeTokens(static_cast<int>(G / D));
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));
   const int64_t data_end = NowNanos();
@@ -229,7 +236,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
     // share of its tokens), and the summed gradient of all rows.
     RETURN_IF_ERROR(groups_.dp->AllReduce(host_loss, ReduceOp::kSum));
     loss /= static_cast<float>(dp_size());
-    RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
+    if (!local()) RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
   r.loss = dp_size() > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
   RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->grads_backend(), grads));
@@ -274,6 +281,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   if (offload_ != nullptr && !r.skipped) {
     RETURN_IF_ERROR(offload_->CopyToDevice(model_->weight_copy(), model_->weight_buffer()));
   }
+  if (local() && (step_ + 1) % groups_.local_sgd == 0) RETURN_IF_ERROR(AverageReplicas(step_ + 1));
   if (!r.skipped) RETURN_IF_ERROR(model_->WeightsChanged());
   const int64_t step_end = NowNanos();
   r.t_optimizer = StepSpan("optimizer", optimizer_begin, step_end);
@@ -353,7 +361,7 @@ absl::Status Trainer::Restore(const Position& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resume at step ", p.step, " of a ", cfg_.steps, "-step run"));
   }
-  RETURN_IF_ERROR(train_loader_->Restore(p.loader));
+  RETURN_IF_ERROR(train_batches_->Restore(p.loader));
   step_ = p.step;
   guard_.Restore(p.guard);
   if (p.step > 0) {
@@ -362,6 +370,30 @@ absl::Status Trainer::Restore(const Position& p) {
     const StochasticRounding sr{cfg_.seed, static_cast<uint64_t>(p.step), 0};
     RETURN_IF_ERROR(model_->RoundWeightCopy(&sr));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AverageReplicas(int64_t step) {
+  TraceSpan span(TraceTrack::kCompute, "optimizer", "local SGD: average the replicas");
+  // The sum over the replicas, then a scale by 1/D on the host: Backend has
+  // no scale op, and this runs once every H steps.
+  const Tensor w = model_->weights();
+  RETURN_IF_ERROR(groups_.dp->AllReduce(w, ReduceOp::kSum));
+  std::vector<float> host(static_cast<size_t>(w.numel()));
+  RETURN_IF_ERROR(model_->master_backend()->CopyToHost(host.data(), w));
+  const float inv = 1.0f / static_cast<float>(dp_size());
+  for (float& x : host) x *= inv;
+  RETURN_IF_ERROR(model_->master_backend()->CopyFromHost(w, host.data()));
+  if (model_->weight_copy().empty()) return absl::OkStatus();
+  // A bf16 model's copy from the averaged masters, rounded with this step's
+  // words as the update rounds it.
+  const StochasticRounding sr{cfg_.seed, static_cast<uint64_t>(step), 0};
+  return model_->RoundWeightCopy(&sr);
+}
+
+absl::Status Trainer::ForgetOnResume(Forget what) {
+  if (what == Forget::kData) return train_batches_->Restore({});
+  if (what == Forget::kRng) train_batches_->Reseed(cfg_.seed + 1);
   return absl::OkStatus();
 }
 

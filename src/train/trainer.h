@@ -32,6 +32,7 @@
 #include "src/model/gpt.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/adamw.h"
+#include "src/train/batch_reader.h"
 #include "src/train/env.h"
 #include "src/train/guard.h"
 #include "src/train/metrics.h"
@@ -75,6 +76,17 @@ struct TrainerOptions {
   // weights the ops read and the gradients too, streamed a layer at a time
   // (src/model/layer_stream.h). Device backends.
   Offload offload = Offload::kNone;
+  // Local SGD (the lesson on asynchronous updates): with H > 1 the
+  // data-parallel replicas do not sum their gradients; each clips and
+  // applies its own, with its own AdamW moments, and every H steps the
+  // replicas' weights are averaged (one all-reduce of the weights instead
+  // of H of the gradients). Between averages the replicas drift apart, each
+  // seeing the others' progress up to H - 1 steps late. 0 or 1: the plain
+  // synchronous step. Not with ZeRO-1, context parallelism or offload.
+  int local_sgd = 0;
+  // Read each step's batch on a loading thread while the step before
+  // computes (src/train/batch_reader.h); the same batches either way.
+  bool prefetch = false;
   GuardConfig guard;
   // Where the summed gradient is shown before the guard judges it
   // (Env::AfterGradients); not owned.
@@ -121,9 +133,18 @@ class Trainer {
     DataLoader::Position loader;
     StepGuard::State guard;
   };
-  Position position() const { return {step_, train_loader_->position(), guard_.state()}; }
+  Position position() const { return {step_, train_batches_->position(), guard_.state()}; }
   // Continues from `p` (with weights and optimizer state set to match).
   absl::Status Restore(const Position& p);
+  // What a resume deliberately leaves out (--resume-forget, for the
+  // checkpoint lesson), called after Restore: kData, the data position (the
+  // batches start again at the stream's beginning, replaying what the run
+  // has seen); kRng, the random state (the batch order from here on is
+  // drawn from another seed, as a fresh generator would draw it). ladder's
+  // other random numbers (initialization, bf16 rounding) are counter-based,
+  // keyed by the seed and the step, so they have no state to lose.
+  enum class Forget { kNothing, kData, kRng };
+  absl::Status ForgetOnResume(Forget what);
   // AdamW's moments for every parameter of this rank's table (its
   // total_floats()), collective over the DP group under ZeRO-1 (each rank
   // holds 1/D of them).
@@ -164,6 +185,10 @@ class Trainer {
   // Sums the data-parallel gradients (bucketed all-reduce or ZeRO-1
   // reduce-scatter); returns the range of the buffers this rank updates.
   absl::Status ReduceGradients(Tensor* weights, Tensor* grads, Communicator** range_group);
+  // Local SGD: whether step `step` (1-based) ends by averaging the
+  // replicas' weights, and the average.
+  bool local() const { return groups_.local_sgd > 1 && dp_size() > 1; }
+  absl::Status AverageReplicas(int64_t step);
 
   RunConfig cfg_;
   double peak_gflops_;
@@ -178,7 +203,8 @@ class Trainer {
   // the step's host side.
   std::unique_ptr<Backend> host_;
   std::unique_ptr<OptimizerOffload> offload_;
-  std::optional<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<BatchReader> train_batches_;
+  std::optional<DataLoader> val_loader_;
   // This rank's tokens of its rows of a batch; with context parallelism
   // also the rows as read (whole_*), of which inputs_ hold its chunks.
   std::vector<int32_t> whole_inputs_, whole_targets_, inputs_, targets_;

@@ -88,6 +88,40 @@ TEST(TrainerTest, LearnsARepeatingPattern) {
   EXPECT_LT(after, 0.5);
 }
 
+// Loading ahead changes when a batch is read, not which.
+TEST(TrainerTest, PrefetchIsBitwiseIdentical) {
+  const auto data = RandomTokens(5000, 4);
+  TrainerOptions groups;
+  groups.prefetch = true;
+  std::vector<float> plain, ahead;
+  EXPECT_EQ(Losses(SmallRun(), data, {}, &plain), Losses(SmallRun(), data, groups, &ahead));
+  EXPECT_EQ(plain, ahead);
+}
+
+// What a resume leaves out on purpose (--resume-forget): the data position
+// goes back to the stream's start; a new shuffle seed keeps the position but
+// reads other windows, so the next loss differs.
+TEST(TrainerTest, ForgettingOnResumeChangesWhatIsRead) {
+  const auto data = RandomTokens(5000, 5);
+  CpuBackend be;
+  for (const Trainer::Forget what : {Trainer::Forget::kData, Trainer::Forget::kRng}) {
+    auto kept = *Trainer::Create(SmallRun(), &be, &data, &data, 0);
+    auto forgot = *Trainer::Create(SmallRun(), &be, &data, &data, 0);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(kept->Step().ok());
+      ASSERT_TRUE(forgot->Step().ok());
+    }
+    const Trainer::Position at = kept->position();
+    ASSERT_TRUE(forgot->ForgetOnResume(what).ok());
+    const uint64_t index = forgot->position().loader.index;
+    EXPECT_EQ(index, what == Trainer::Forget::kData ? 0 : at.loader.index);
+    EXPECT_NE(kept->Step()->loss, forgot->Step()->loss);
+  }
+  auto same = *Trainer::Create(SmallRun(), &be, &data, &data, 0);
+  ASSERT_TRUE(same->ForgetOnResume(Trainer::Forget::kNothing).ok());
+  EXPECT_EQ(same->position().loader.index, 0u);
+}
+
 TEST(TrainerTest, InvalidConfigIsRefused) {
   const auto data = RandomTokens(5000, 1);
   RunConfig rc = SmallRun();
