@@ -27,4 +27,13 @@ struct TokenLogprob {
 // over the vocabulary, plus a partial sort of `top` entries when top > 0.
 TokenLogprob ScoreToken(absl::Span<const float> logits, int32_t token, int top);
 
+// log sum_i exp(logits_i), in double, shifted by the largest logit so no
+// exponential overflows. `logits` is not empty.
+double LogSumExp(absl::Span<const float> logits);
+
+// KL(p || q) = sum_i p_i (log p_i - log q_i) of the softmaxes of two logit
+// rows of the same length: how far the distribution `q` (a quantized
+// model's, say) is from `p` (the reference's), in nats. In double.
+double KlDivergence(absl::Span<const float> p_logits, absl::Span<const float> q_logits);
+
 }  // namespace ladder

@@ -103,6 +103,13 @@ fp32_loss=$(loss_of)
 expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int8 --kv int8
 awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.01 && d > -0.01) }' ||
   fail "int8 eval loss $(loss_of) vs fp32 $fp32_loss"
+# --kl: the formats' next-token distributions against fp32's: zero for fp32
+# itself, small but not zero for int8.
+kl_of() { grep -o '"kl":[-0-9.e]*' "$tmp/out" | cut -d: -f2; }
+expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --kl
+[ "$(kl_of)" = 0 ] || fail "fp32 against itself: kl $(kl_of)"
+expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights int8 --kv int8 --kl
+awk -v k="$(kl_of)" 'BEGIN { exit !(k > 0 && k < 0.01) }' || fail "int8 kl $(kl_of)"
 expect_ok eval --model "$tmp/run" --text "$tmp/corpus.txt" --weights bf16
 awk -v a="$fp32_loss" -v b="$(loss_of)" 'BEGIN { d = (a - b) / a; exit !(d < 0.01 && d > -0.01) }' ||
   fail "bf16 eval loss $(loss_of) vs fp32 $fp32_loss"
