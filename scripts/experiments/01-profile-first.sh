@@ -19,11 +19,6 @@ steps=$(exp_pick 4 30 40)
 # One BLAS thread: on a shared 2-core machine a step's compute then varies
 # by a few percent between runs, where two threads' varies by tens.
 export OMP_NUM_THREADS=1
-# The loader's delays in ms: none, under the compute (~85 ms a step at
-# --size small on one core), about equal to it, and over twice it.
-delays=$(exp_pick "0 10" "0 50 100 200" "0 50 100 200 400")
-# The delay whose runs the notes read the trace of: about the compute's.
-traced=$(exp_pick 10 100 200)
 cat >"$EXP_WORK/model.conf" <<CONF
 n_layer = $layers
 n_head = 4
@@ -41,32 +36,54 @@ tokens=$((batch * context))
 # of another process's work on the shared machine lands on one run of a
 # setting, not on all of them.
 rounds=$(exp_pick 1 3 3)
+train() {  # SETTING ROUND: one run, MS_PREFETCH (e.g. 100_yes)
+  local s=$1 round=$2 ms=${1%_*} prefetch=${1#*_} run=exp_run
+  local name="d${s}_r$round"
+  local flags=()
+  [ "$ms" != 0 ] && flags+=(--inject-fault "slow-data:$ms")
+  [ "$prefetch" = yes ] && flags+=(--prefetch)
+  # The first round's commands are the page's; it traces step 3.
+  if [ "$round" = 1 ]; then
+    flags+=(--trace "$EXP_WORK/d$s.trace.json" --trace-steps 3:3)
+  else
+    run=""
+  fi
+  $run "$LADDER" train --config "$EXP_WORK/model.conf" --data "$EXP_CORPUS" --steps "$steps" \
+    --log-every "$steps" "${flags[@]}" --out "$EXP_WORK/$name" >"$EXP_WORK/$name.log" 2>&1 ||
+    { cat "$EXP_WORK/$name.log"; exit 1; }
+}
+# The loader's delays, from the baseline's step (c, its median, in ms; about
+# 85 ms at --size small on one core of a quiet machine): none, c/2 (under
+# the compute), c (about equal to it) and 2c (twice it), rounded to 10 ms
+# (1 ms under a 50 ms step; a delay that comes out twice runs once); with
+# --size test, 10 ms only. The notes read the trace of the c runs.
+train 0_no 1
+c=$(python3 -c "import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])][1:]
+print(statistics.median(x['time_s']['step'] for x in r) * 1000)" "$EXP_WORK/d0_no_r1/metrics.jsonl")
+delay() {  # F: c * F, rounded to 10 ms (to 1 ms where c is under 50 ms), at least 1
+  awk -v c="$c" -v f="$1" 'BEGIN { u = c < 50 ? 1 : 10; d = int(c * f / u + 0.5) * u
+    print d < 1 ? 1 : d }'
+}
+if [ "$EXP_SIZE" = test ]; then
+  delays="0 10" traced=10
+else
+  traced=$(delay 1)
+  delays=$(printf '%s\n' 0 "$(delay 0.5)" "$traced" "$(delay 2)" | awk '!seen[$0]++' | xargs)
+fi
 settings=()
 for ms in $delays; do settings+=("${ms}_no" "${ms}_yes"); done
 for round in $(seq "$rounds"); do
   for s in "${settings[@]}"; do
-    ms=${s%_*} prefetch=${s#*_} name="d${s}_r$round"
-    flags=()
-    [ "$ms" != 0 ] && flags+=(--inject-fault "slow-data:$ms")
-    [ "$prefetch" = yes ] && flags+=(--prefetch)
-    # The first round's commands are the page's; it traces step 3.
-    run=exp_run
-    if [ "$round" = 1 ]; then
-      flags+=(--trace "$EXP_WORK/d$s.trace.json" --trace-steps 3:3)
-    else
-      run=""
-    fi
-    $run "$LADDER" train --config "$EXP_WORK/model.conf" --data "$EXP_CORPUS" --steps "$steps" \
-      --log-every "$steps" "${flags[@]}" --out "$EXP_WORK/$name" >"$EXP_WORK/$name.log" 2>&1 ||
-      { cat "$EXP_WORK/$name.log"; exit 1; }
+    [ "$s/$round" = 0_no/1 ] || train "$s" "$round"
   done
 done
 
 # One setting's row, in one Python (each start costs a noticeable fraction
-# of a second on a busy machine): medians of metrics.jsonl's split over the
+# of a second on a busy machine): means of metrics.jsonl's split over the
 # steps after the first of every round (the first loads its batch
-# synchronously even with --prefetch, and warms the caches; a median
-# ignores a step another process slowed); the prediction from the
+# synchronously even with --prefetch, and warms the caches; means, unlike
+# medians, add up to the step); the prediction from the
 # baseline's; the data span's share of the traced step (rank 0's step
 # track: data, forward, backward, optimizer inside "step N"); and whether
 # every run's losses equal the baseline's, as written (9 digits).
@@ -79,7 +96,7 @@ def load(s, r):
     return [json.loads(l) for l in open(f"{work}/d{s}_r{r}/metrics.jsonl")]
 def split(s):
     later = [x for r in range(1, rounds + 1) for x in load(s, r)[1:]]
-    return {k: statistics.median(x["time_s"][k] for x in later)
+    return {k: statistics.mean(x["time_s"][k] for x in later)
             for k in ("data", "forward", "backward", "optimizer", "step")}
 s = f"{ms:g}_{prefetch}"
 t, base = split(s), split("0_no")
@@ -142,7 +159,7 @@ awk -F'\t' 'BEGIN { OFS = "\t"; print "slow_data_ms", "synchronous_ms", "prefetc
   "$EXP_TSV" >"$EXP_PLOT_TSV"
 exp_plot --x slow_data_ms --y synchronous_ms,prefetch_ms,predicted_sync_ms,predicted_prefetch_ms \
   --title "Step time against the loader's delay" --x-label "slow-data delay per batch, ms" \
-  --y-label "median step time, ms"
+  --y-label "mean step time, ms"
 
 # The rows by setting, for the notes.
 col() { awk -F'\t' -v s="$1" -v c="$2" '$1 == s { print $c }' "$EXP_TSV"; }
@@ -171,6 +188,7 @@ else
   equal_text="**Not every run's losses or weights equal the baseline's** (last column):
 prefetching should change when a batch is read, never which; this is a bug."
 fi
+unset OMP_NUM_THREADS  # the machine line's core count is nproc's, which honours it
 exp_finish "
 **Claim.** Before optimizing anything, measure where a step's time goes.
 One team found its GPU busy 30% of the time, waiting on host-to-device
@@ -182,9 +200,12 @@ longer of the two instead of their sum.
 
 A model of $layers layers, $width wide, trains $steps steps of $tokens tokens on
 \`$EXP_DEVICE\`. \`--inject-fault slow-data:MS\` (src/train/fault_env.h) makes
-every batch MS ms late, as a loader waiting on storage; \`--prefetch\`
+every batch MS ms late, as a loader waiting on storage, with MS set from the
+baseline's step c (its first run's median, here $(printf '%.0f' "$c") ms): c/2, c and 2c,
+rounded to 10 ms; \`--prefetch\`
 (src/train/batch_reader.h) loads the next batch on a background thread
-while the step computes. The columns are the medians, over the steps after
+while the step computes. One BLAS thread, as steadier on a shared machine,
+and every setting run $rounds times, interleaved. The columns are the means, over the steps after
 the first, of metrics.jsonl's \`time_s\` split; busy % is the share of the
 step spent in forward, backward and the optimizer; the prediction is the
 baseline's step plus MS without prefetch, the longer of the baseline's step
@@ -197,7 +218,7 @@ is busy $(col baseline 9)% of the step, all compute, and nothing but a smaller m
 faster machine would speed it up. A $traced ms loader, about one step's
 compute, turns the same model into the claim's case: the step takes
 $(col "$t" 8) ms (predicted $(col "$t" 11)), of which \`data\` is $(col "$t" 4) ms, the largest part of
-the split; busy falls to $(col "$t" 9)% ($(col "$b" 9)% at $big ms, near the anecdote's 30%).
+the split; busy falls to $(col "$t" 9)% ($(col "$b" 9)% at $big ms; the anecdote's GPU was busy 30%).
 Prefetching takes the delay off the step wherever it is shorter than the
 compute: at $small ms nothing is left of it (data $(col "$s + prefetch" 4) ms, step $(col "$s + prefetch" 8) ms),
 and at $traced ms the step falls to $(col "$t + prefetch" 8) ms, busy $(col "$t + prefetch" 9)%: $(col "$t + prefetch" 10) tokens/s
@@ -213,7 +234,7 @@ compute was not the same in every run: forward, backward and optimizer took
 $(compute baseline) ms in the baseline and $compute_range ms in the runs with a slow loader.
 Two other jobs shared the machine's 2 cores while this ran, and how much of
 them a run met decided its compute time; the predictions are off by about
-that difference (the rounds and the medians only narrow it). Against each
+that difference (the rounds only narrow it). Against each
 run's own compute (forward, backward, optimizer), the step is the
 loader's delay plus the compute without prefetch, and the longer of the two
 with it, to within $own_dev ms in every row.
@@ -223,7 +244,7 @@ distinct span names in all, with every layer's matmuls and attention on the
 compute track). In the $traced ms run, the \`data\` span is $trace_no% of
 the step; with prefetch the step's \`data\` span, now only the wait for the
 batch loaded ahead (\`wait for the prefetched batch\`), is $trace_yes%. One
-traced step agrees with the medians of the split, so either view finds the
+traced step agrees with the means of the split, so either view finds the
 bottleneck; the trace also shows what the split cannot, where inside
 forward and backward the time goes.
 
