@@ -41,6 +41,10 @@ void AddLayoutFlags(FlagSet& flags, LayoutFlags* f) {
 
 void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
   flags.Double("bucket-mb", &f->bucket_mb, "data-parallel all-reduce bucket size, MiB");
+  flags.Bool("overlap-grad-reduce", &f->overlap_grad_reduce,
+             "start each bucket's all-reduce as soon as the backward has finished it, so it "
+             "travels while the backward goes on (not with --zero 1, --sp, --local-sgd, --offload "
+             "params)");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
   flags.String("precision", &f->precision,
@@ -222,6 +226,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.sequence_parallel = f.sp;
   g.offload = ParseOffload(f.offload).value_or(Offload::kNone);
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
+  g.overlap_grad_reduce = f.overlap_grad_reduce;
   return g;
 }
 

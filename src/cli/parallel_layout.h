@@ -24,6 +24,7 @@ struct LayoutFlags {
   int64_t microbatches = 0;  // 0: the config's accumulation steps
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25;
+  bool overlap_grad_reduce = false;  // --overlap-grad-reduce
   std::string recompute = "none";
   std::string offload = "none";
   double comm_timeout = 300;

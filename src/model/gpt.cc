@@ -482,7 +482,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   return sum / static_cast<double>(losses.size());
 }
 
-absl::Status Gpt::Backward(float dloss, int slot) {
+absl::Status Gpt::Backward(float dloss, int slot,
+                           const std::function<absl::Status(int64_t offset)>& grads_ready) {
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
   if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
   RETURN_IF_ERROR(CheckSlot(slot));
@@ -568,6 +569,7 @@ absl::Status Gpt::Backward(float dloss, int slot) {
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g.ln1_w, g.ln1_b, a.d_ln, la.x, w.ln1_w,
                                                  la.ln1_mean, la.ln1_rstd));
     if (stream_ != nullptr) RETURN_IF_ERROR(stream_->EndGrads(l));
+    if (grads_ready) RETURN_IF_ERROR(grads_ready(LayerOffset(first_layer() + l)));
   }
   // d_resid is now the gradient of the stage input: a later stage hands it
   // back (InputGrad). The first stage ends at the embedding: d_resid is whole
@@ -578,6 +580,13 @@ absl::Status Gpt::Backward(float dloss, int slot) {
   TraceSpan span(TraceTrack::kCompute, "embedding", "embedding bwd");
   ASSIGN_OR_RETURN(Tensor d_out, tp::EnterColumn(group, a.d_resid));
   return be.EmbeddingBackward(g_.wte, g_.wpe, d_out, s.tokens, a.positions, vocab_start());
+}
+
+int64_t Gpt::LayerOffset(int layer) const {
+  for (int i = 0; i < table_.size(); ++i) {
+    if (table_.spec(i).layer == layer) return table_.offset(i);
+  }
+  return table_.total_floats();
 }
 
 absl::Status Gpt::LogitsAt(int b, int t, std::vector<float>* out) const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -190,7 +191,15 @@ class Gpt {
   // from OutputGrad(), which must hold the gradient of their StageOutput().
   // A stage other than the first ends with the gradient of its StageInput()
   // in InputGrad().
-  absl::Status Backward(float dloss, int slot = 0);
+  // `grads_ready`, if set, is called after each transformer layer's
+  // backward with the offset in grads() from which every gradient this
+  // backward writes is complete (the layer's first tensor: the buffer's
+  // layers and ln_f lie after it), so a caller that knows this is the
+  // step's last backward can start reducing them (src/parallel/
+  // data_parallel/gradient_buckets.h). Its error ends the backward. Not
+  // with a layer stream (offload of the parameters).
+  absl::Status Backward(float dloss, int slot = 0,
+                        const std::function<absl::Status(int64_t offset)>& grads_ready = nullptr);
   // The pipeline's hand-over tensors, [B,T,C] of the current batch shape
   // ([B T / tp, C] with sequence parallelism).
   Tensor StageInput(int slot) const;
@@ -279,6 +288,9 @@ class Gpt {
   tp::Group tp_group() const;
   // The model-wide index of this stage's first layer (trace span names).
   int first_layer() const;
+  // Where the first local tensor of transformer layer `layer` (a logical
+  // index this rank holds) lies in the parameter buffers.
+  int64_t LayerOffset(int layer) const;
   absl::Status CheckNotQuantized(const char* what) const;
   // out = inp @ W^T + bias for a weight matrix in any format: `weight`
   // (fp32 or bf16) unless it is empty, else its int8 form `q`.

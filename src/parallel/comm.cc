@@ -3,7 +3,9 @@
 // hang or a corrupted buffer on its peers.
 #include "src/parallel/comm.h"
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -64,6 +66,49 @@ absl::Status Communicator::CheckRoot(const char* op, int root) const {
     return absl::InvalidArgumentError(absl::StrCat(op, ": root ", root, " is outside the ",
                                                    AxisName(axis()), " group of size ", size()));
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// An operation that completed inside its Start call.
+class CompletedOp final : public PendingOp {
+ public:
+  absl::StatusOr<bool> Test() override { return true; }
+  absl::Status Wait() override { return absl::OkStatus(); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PendingOp>> Communicator::StartAllReduce(Tensor buf, ReduceOp op) {
+  RETURN_IF_ERROR(AllReduce(buf, op));
+  return std::make_unique<CompletedOp>();
+}
+
+void WrappedOp::Complete() {
+  complete_ = true;
+  if (done_) done_();
+}
+
+absl::StatusOr<bool> WrappedOp::Test() {
+  if (complete_ || !error_.ok()) return error_.ok() ? absl::StatusOr<bool>(true) : error_;
+  absl::StatusOr<bool> inner = inner_->Test();
+  if (!inner.ok()) {
+    error_ = inner.status();
+    return error_;
+  }
+  if (!*inner || (until_ns_ != 0 && NowNanos() < until_ns_)) return false;
+  Complete();
+  return true;
+}
+
+absl::Status WrappedOp::Wait() {
+  if (complete_ || !error_.ok()) return error_;
+  error_ = inner_->Wait();
+  if (!error_.ok()) return error_;
+  const int64_t left = until_ns_ - NowNanos();
+  if (until_ns_ != 0 && left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+  Complete();
   return absl::OkStatus();
 }
 

@@ -49,6 +49,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -65,6 +66,24 @@
 namespace ladder {
 
 enum class ReduceOp { kSum, kMax };
+
+// An operation a Start call began (Communicator::StartAllReduce), in flight
+// until Test or Wait finds it complete. Owned by the caller, used on the
+// communicator's thread. Its buffers must be neither read nor written until
+// then. Destroying it first waits for it (errors are dropped), so a buffer
+// never outlives an operation on it. After Test returns true, or either call
+// an error, later calls return the same at once.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  // True once complete: the buffers hold the result and are free. Also
+  // advances the operation: MPI progresses a non-blocking collective only
+  // inside MPI calls, so a caller that computes meanwhile tests between its
+  // pieces of work. Never blocks.
+  virtual absl::StatusOr<bool> Test() = 0;
+  // Blocks until complete, under the communicator's hang watchdog.
+  virtual absl::Status Wait() = 0;
+};
 
 struct CommStats {
   double seconds = 0;  // wall time inside calls
@@ -86,6 +105,17 @@ class Communicator {
 
   // buf = op over every member's buf, in place. f32 or i32.
   virtual absl::Status AllReduce(Tensor buf, ReduceOp op) = 0;
+  // AllReduce that returns with the operation in flight, so the caller can
+  // compute while it travels (the data-parallel gradient buckets overlapped
+  // with the backward: src/parallel/data_parallel/gradient_buckets.h). The
+  // same result, bit for bit, as AllReduce of the same buffer. Collective:
+  // every member starts the same operations in the same order. Until each
+  // is complete, no other call may be made on this communicator except
+  // further StartAllReduce calls. stats() counts the call when a Test or
+  // Wait finds it complete, its seconds from the start until then. The
+  // default runs AllReduce and returns the operation complete (no overlap);
+  // MPI, NCCL and the wrappers over them start it for real.
+  virtual absl::StatusOr<std::unique_ptr<PendingOp>> StartAllReduce(Tensor buf, ReduceOp op);
   // Sum of every member's `in` (size() * out.numel() elements), of which
   // member r receives block r (elements [r*n, (r+1)*n), n = out.numel()).
   // f32 or i32; in and out must not overlap.
@@ -152,6 +182,27 @@ class Communicator {
   std::vector<int> members_;
   int rank_;
   CommStats stats_;
+};
+
+// A PendingOp over a carrier's (the wrapping communicators': slow link,
+// routed): complete when `inner` is and, if `until_ns` is nonzero, the clock
+// (NowNanos) has reached it; then `done` runs once (the wrapper's record).
+class WrappedOp final : public PendingOp {
+ public:
+  WrappedOp(std::unique_ptr<PendingOp> inner, int64_t until_ns, std::function<void()> done)
+      : inner_(std::move(inner)), until_ns_(until_ns), done_(std::move(done)) {}
+  ~WrappedOp() override { Wait().IgnoreError(); }
+  absl::StatusOr<bool> Test() override;
+  absl::Status Wait() override;
+
+ private:
+  void Complete();
+
+  std::unique_ptr<PendingOp> inner_;
+  int64_t until_ns_;
+  std::function<void()> done_;
+  bool complete_ = false;
+  absl::Status error_;
 };
 
 // Every member's values (`mine`, the same count on every member), on every

@@ -177,14 +177,19 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status AllReduce(Tensor buf, ReduceOp op) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> pending, StartAllReduce(buf, op));
+    return pending->Wait();
+  }
+
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartAllReduce(Tensor buf, ReduceOp op) override {
     RETURN_IF_ERROR(CheckBuffer("AllReduce", "buf", buf, Addressable(buf)));
     RETURN_IF_ERROR(CheckReducible("AllReduce", buf));
     RETURN_IF_ERROR(CheckCount("AllReduce", buf));
-    Timer timer;
-    MPI_Request req;
+    auto pending = std::make_unique<Pending>(this, "all-reduce", static_cast<int64_t>(buf.bytes()));
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.numel()),
-                            MpiType(buf.dtype), MpiOp(op, buf.dtype), comm_, &req);
-    return Finish(rc, &req, "all-reduce", others_, timer, buf.bytes());
+                            MpiType(buf.dtype), MpiOp(op, buf.dtype), comm_, &pending->req);
+    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, "all-reduce"));
+    return pending;
   }
 
   absl::Status ReduceScatter(Tensor in, Tensor out) override {
@@ -333,6 +338,54 @@ class MpiCommunicator final : public Communicator {
   Watchdog Dog(const char* op, std::vector<int> waiting_for) const {
     return Watchdog(timeout_, members()[rank()], op, axis(), std::move(waiting_for));
   }
+
+  // A started operation: its request, completed by MPI_Test (which also
+  // advances libnbc's rounds) or by Wait under the watchdog, then recorded.
+  class Pending final : public PendingOp {
+   public:
+    Pending(MpiCommunicator* comm, const char* op, int64_t bytes)
+        : comm_(comm), op_(op), bytes_(bytes) {}
+    ~Pending() override { Wait().IgnoreError(); }
+    absl::StatusOr<bool> Test() override {
+      if (req == MPI_REQUEST_NULL || !error_.ok()) return Done();
+      int done = 0;
+      const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) error_ = MpiError(rc, op_);
+      if (!done && error_.ok()) return false;
+      return Done();
+    }
+    absl::Status Wait() override {
+      if (req != MPI_REQUEST_NULL && error_.ok()) {
+        error_ = ladder::Wait(&req, MPI_STATUS_IGNORE, op_, comm_->Dog(op_, comm_->others_));
+      }
+      return Done().status();
+    }
+
+    // A start that failed: nothing in flight, nothing recorded.
+    absl::Status Fail(absl::Status error) {
+      req = MPI_REQUEST_NULL;
+      error_ = error;
+      return error;
+    }
+
+    MPI_Request req = MPI_REQUEST_NULL;
+
+   private:
+    // Records the call once, when first found complete.
+    absl::StatusOr<bool> Done() {
+      if (!error_.ok()) return error_;
+      if (!recorded_) comm_->Record(op_, timer_, bytes_);
+      recorded_ = true;
+      return true;
+    }
+
+    MpiCommunicator* comm_;
+    const char* op_;
+    int64_t bytes_;
+    Timer timer_;
+    bool recorded_ = false;
+    absl::Status error_;
+  };
 
   MPI_Comm comm_;
   double timeout_;

@@ -51,10 +51,11 @@ absl::Status WaitReady(ncclComm_t comm, Watchdog dog, const char* op) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Axis axis, std::vector<int> members, int rank, ncclComm_t comm,
-                   cudaStream_t stream, int32_t* scratch, double timeout)
+                   cudaStream_t stream, cudaStream_t side, int32_t* scratch, double timeout)
       : Communicator(axis, std::move(members), rank),
         comm_(comm),
         stream_(stream),
+        side_(side),
         scratch_(scratch),
         timeout_(timeout) {
     for (int i = 0; i < size(); ++i) {
@@ -66,6 +67,7 @@ class NcclCommunicator final : public Communicator {
     ncclCommFinalize(comm_);
     WaitReady(comm_, Dog("finalize", others_), "finalize").IgnoreError();
     ncclCommDestroy(comm_);
+    cudaStreamDestroy(side_);
     cudaFree(scratch_);
   }
 
@@ -76,6 +78,25 @@ class NcclCommunicator final : public Communicator {
     ncclResult_t r = ncclAllReduce(buf.data, buf.data, buf.numel(), NcclType(buf.dtype),
                                    op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_);
     return Finish(r, "all-reduce", others_, timer, buf.bytes());
+  }
+
+  // On the side stream, after what the compute stream has enqueued so far:
+  // the kernels enqueued after this call run alongside the reduction.
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartAllReduce(Tensor buf, ReduceOp op) override {
+    RETURN_IF_ERROR(CheckBuffer("AllReduce", "buf", buf, Device::kCuda));
+    RETURN_IF_ERROR(CheckReducible("AllReduce", buf));
+    auto pending = std::make_unique<Pending>(this, static_cast<int64_t>(buf.bytes()));
+    RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&pending->ready, cudaEventDisableTiming)));
+    RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming)));
+    RETURN_IF_ERROR(Cuda(cudaEventRecord(pending->ready, stream_)));
+    RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(side_, pending->ready, 0)));
+    const ncclResult_t r = ncclAllReduce(buf.data, buf.data, buf.numel(), NcclType(buf.dtype),
+                                         op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, side_);
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError(r, comm_, "all-reduce");
+    RETURN_IF_ERROR(WaitReady(comm_, Dog("all-reduce", others_), "all-reduce"));
+    RETURN_IF_ERROR(Cuda(cudaEventRecord(pending->done, side_)));
+    pending->started = true;
+    return pending;
   }
 
   absl::Status ReduceScatter(Tensor in, Tensor out) override {
@@ -184,8 +205,65 @@ class NcclCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
+  static absl::Status Cuda(cudaError_t e) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("all-reduce: ", cudaGetErrorString(e)));
+  }
+
+  // A started all-reduce: complete when its `done` event has fired on the
+  // side stream; the communicator's asynchronous error reports a peer's
+  // failure meanwhile.
+  class Pending final : public PendingOp {
+   public:
+    Pending(NcclCommunicator* comm, int64_t bytes) : comm_(comm), bytes_(bytes) {}
+    ~Pending() override {
+      Wait().IgnoreError();
+      if (ready != nullptr) cudaEventDestroy(ready);
+      if (done != nullptr) cudaEventDestroy(done);
+    }
+    absl::StatusOr<bool> Test() override {
+      if (!started || !error_.ok()) return error_.ok() ? absl::StatusOr<bool>(true) : error_;
+      if (complete_) return true;
+      const cudaError_t q = cudaEventQuery(done);
+      if (q == cudaErrorNotReady) {
+        ncclResult_t state = ncclSuccess;
+        ncclCommGetAsyncError(comm_->comm_, &state);
+        if (state == ncclSuccess || state == ncclInProgress) return false;
+        error_ = NcclError(state, comm_->comm_, "all-reduce");
+        return error_;
+      }
+      if (q != cudaSuccess) {
+        error_ = Cuda(q);
+        return error_;
+      }
+      complete_ = true;
+      comm_->Record("all-reduce", timer_, bytes_);
+      return true;
+    }
+    absl::Status Wait() override {
+      Watchdog dog = comm_->Dog("all-reduce", comm_->others_);
+      for (;;) {
+        absl::StatusOr<bool> complete = Test();
+        if (!complete.ok()) return complete.status();
+        if (*complete) return absl::OkStatus();
+        dog.Pause();
+      }
+    }
+
+    cudaEvent_t ready = nullptr, done = nullptr;
+    bool started = false;  // false: the start failed, nothing in flight
+
+   private:
+    NcclCommunicator* comm_;
+    int64_t bytes_;
+    Timer timer_;
+    bool complete_ = false;
+    absl::Status error_;
+  };
+
   ncclComm_t comm_;
   cudaStream_t stream_;
+  cudaStream_t side_;  // started operations (StartAllReduce)
   int32_t* scratch_;  // one int on the device, for Barrier
   double timeout_;
   std::vector<int> others_;  // world ranks of the other members
@@ -226,8 +304,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicato
     ncclCommDestroy(comm);
     return absl::InternalError(absl::StrCat("cudaMalloc: ", cudaGetErrorString(e)));
   }
+  cudaStream_t side = nullptr;
+  e = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    ncclCommDestroy(comm);
+    cudaFree(scratch);
+    return absl::InternalError(absl::StrCat("cudaStreamCreate: ", cudaGetErrorString(e)));
+  }
   return std::make_unique<NcclCommunicator>(host.axis(), host.members(), host.rank(), comm, stream,
-                                            static_cast<int32_t*>(scratch), timeout_seconds);
+                                            side, static_cast<int32_t*>(scratch), timeout_seconds);
 }
 
 }  // namespace ladder

@@ -7,7 +7,11 @@
 //
 // Operations are enqueued on the stream given at creation, in stream order
 // with the kernels before them, and each call returns once its operation has
-// finished on the GPU (comm.h's contract). The communicator is created
+// finished on the GPU (comm.h's contract). StartAllReduce is the exception:
+// it enqueues on the communicator's own side stream, after an event that
+// orders it behind the kernels enqueued so far, and returns at once, so the
+// kernels enqueued next (the rest of the backward) run while it reduces;
+// its PendingOp polls the side stream's event. The communicator is created
 // non-blocking (ncclConfig_t::blocking = 0), so no NCCL call can block the
 // host: initialization and every operation are polled
 // (ncclCommGetAsyncError, cudaStreamQuery) under the Watchdog, which on a

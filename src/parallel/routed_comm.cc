@@ -51,6 +51,17 @@ absl::Status RoutedCommunicator::AllReduce(Tensor buf, ReduceOp op) {
   return Through(For(buf.device), [&](Communicator& c) { return c.AllReduce(buf, op); });
 }
 
+absl::StatusOr<std::unique_ptr<PendingOp>> RoutedCommunicator::StartAllReduce(Tensor buf,
+                                                                              ReduceOp op) {
+  const Timer timer;
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, For(buf.device).StartAllReduce(buf, op));
+  // The carrier records (and traces) the call when it completes; this
+  // group adds it to its own stats then.
+  return std::make_unique<WrappedOp>(std::move(inner), 0, [this, timer, bytes = buf.bytes()] {
+    RecordStats(timer.Seconds(), static_cast<int64_t>(bytes));
+  });
+}
+
 absl::Status RoutedCommunicator::ReduceScatter(Tensor in, Tensor out) {
   RETURN_IF_ERROR(SameDevice("ReduceScatter", "in", in, "out", out));
   return Through(For(in.device), [&](Communicator& c) { return c.ReduceScatter(in, out); });

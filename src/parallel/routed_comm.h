@@ -38,6 +38,7 @@ class RoutedCommunicator final : public Communicator {
   RoutedCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<Communicator> device);
 
   absl::Status AllReduce(Tensor buf, ReduceOp op) override;
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartAllReduce(Tensor buf, ReduceOp op) override;
   absl::Status ReduceScatter(Tensor in, Tensor out) override;
   absl::Status AllGather(Tensor in, Tensor out) override;
   absl::Status Broadcast(Tensor buf, int root) override;

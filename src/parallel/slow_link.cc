@@ -53,8 +53,7 @@ SlowLinkCommunicator::SlowLinkCommunicator(std::unique_ptr<Communicator> carrier
 absl::Status SlowLinkCommunicator::Wait(absl::Status status, const char* op, const Timer& timer,
                                         double steps, double wire_bytes, int64_t bytes) {
   if (!status.ok()) return status;
-  const double seconds = steps * link_.latency_s + wire_bytes / link_.bytes_per_s;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  std::this_thread::sleep_for(std::chrono::duration<double>(Seconds(steps, wire_bytes)));
   Record(op, timer, bytes);
   return status;
 }
@@ -64,6 +63,19 @@ absl::Status SlowLinkCommunicator::AllReduce(Tensor buf, ReduceOp op) {
   const double p = size(), n = static_cast<double>(buf.bytes());
   return Wait(carrier_->AllReduce(buf, op), "all-reduce", timer, 2 * (p - 1), 2 * (p - 1) * n / p,
               static_cast<int64_t>(n));
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> SlowLinkCommunicator::StartAllReduce(Tensor buf,
+                                                                                ReduceOp op) {
+  const Timer timer;
+  const double p = size(), n = static_cast<double>(buf.bytes());
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, carrier_->StartAllReduce(buf, op));
+  const double seconds = Seconds(2 * (p - 1), 2 * (p - 1) * n / p);
+  link_free_ns_ =
+      std::max(link_free_ns_, timer.start_nanos()) + static_cast<int64_t>(seconds * 1e9);
+  return std::make_unique<WrappedOp>(std::move(inner), link_free_ns_, [this, timer, n] {
+    Record("all-reduce", timer, static_cast<int64_t>(n));
+  });
 }
 
 absl::Status SlowLinkCommunicator::ReduceScatter(Tensor in, Tensor out) {

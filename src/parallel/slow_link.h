@@ -20,6 +20,10 @@
 //   Barrier                       2 (p - 1) a
 // The wait is a sleep, so like a network it occupies no core. stats() and
 // the trace count each call's whole time, carrier and wait.
+// A started all-reduce (StartAllReduce) is in flight on the link from its
+// start, or from when the operations started before it leave the link (one
+// link carries one transfer at a time): it completes when the carrier's has
+// and that transfer's time has passed, so computing meanwhile hides it.
 //
 // Contract: comm.h's; the carrier's results and errors unchanged (a failed
 // call does not wait). Thread safety: one thread at a time, like every
@@ -56,6 +60,7 @@ class SlowLinkCommunicator final : public Communicator {
   SlowLinkCommunicator(std::unique_ptr<Communicator> carrier, const SlowLink& link);
 
   absl::Status AllReduce(Tensor buf, ReduceOp op) override;
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartAllReduce(Tensor buf, ReduceOp op) override;
   absl::Status ReduceScatter(Tensor in, Tensor out) override;
   absl::Status AllGather(Tensor in, Tensor out) override;
   absl::Status Broadcast(Tensor buf, int root) override;
@@ -70,8 +75,14 @@ class SlowLinkCommunicator final : public Communicator {
   absl::Status Wait(absl::Status status, const char* op, const Timer& timer, double steps,
                     double wire_bytes, int64_t bytes);
 
+  // The link's time for a call of `steps` latencies and `wire_bytes`.
+  double Seconds(double steps, double wire_bytes) const {
+    return steps * link_.latency_s + wire_bytes / link_.bytes_per_s;
+  }
+
   std::unique_ptr<Communicator> carrier_;
   SlowLink link_;
+  int64_t link_free_ns_ = 0;  // when the started operations leave the link
 };
 
 }  // namespace ladder

@@ -91,6 +91,8 @@ absl::Status ReadMetrics(const std::string& path, RunData* run) {
       r.t_backward = Num(*t, "backward");
       r.t_optimizer = Num(*t, "optimizer");
       r.t_bubble = Num(*t, "bubble");
+      r.t_grad_overlapped = Num(*t, "grad_overlapped");
+      r.t_grad_exposed = Num(*t, "grad_exposed");
       r.t_checkpoint = Num(*t, "checkpoint");
       r.t_step = Num(*t, "step");
     }

@@ -26,13 +26,14 @@ std::string Duration(double seconds) {
 }  // namespace
 
 std::string StepRecord::ToJson() const {
-  std::string out =
-      absl::StrCat("{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
-                   ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
-                   ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data),
-                   ",\"forward\":", Num(t_forward), ",\"backward\":", Num(t_backward),
-                   ",\"optimizer\":", Num(t_optimizer), ",\"bubble\":", Num(t_bubble),
-                   ",\"checkpoint\":", Num(t_checkpoint), ",\"step\":", Num(t_step), "}");
+  std::string out = absl::StrCat(
+      "{\"step\":", step, ",\"loss\":", Num(loss), ",\"lr\":", Num(lr),
+      ",\"grad_norm\":", Num(grad_norm), ",\"tokens_per_s\":", Num(tokens_per_s),
+      ",\"mfu\":", Num(mfu), ",\"time_s\":{\"data\":", Num(t_data), ",\"forward\":", Num(t_forward),
+      ",\"backward\":", Num(t_backward), ",\"optimizer\":", Num(t_optimizer),
+      ",\"bubble\":", Num(t_bubble), ",\"grad_overlapped\":", Num(t_grad_overlapped),
+      ",\"grad_exposed\":", Num(t_grad_exposed), ",\"checkpoint\":", Num(t_checkpoint),
+      ",\"step\":", Num(t_step), "}");
   if (!comm.empty()) {
     absl::StrAppend(&out, ",\"comm\":{");
     for (size_t i = 0; i < comm.size(); ++i) {

@@ -28,6 +28,12 @@ struct StepRecord {
   // stage's loss), what was not forward or backward: the pipeline bubble
   // (waiting for the neighbouring stages), seconds; 0 with one stage.
   double t_bubble = 0;
+  // The data-parallel gradient sum (src/parallel/data_parallel/
+  // gradient_buckets.h): seconds a bucket was in flight while the backward
+  // still ran (overlapped: hidden behind compute, inside t_backward), and
+  // seconds the step waited for buckets after it (exposed: inside
+  // t_optimizer). 0 without a data group, with ZeRO-1 or local SGD.
+  double t_grad_overlapped = 0, t_grad_exposed = 0;
   // Writing a checkpoint after the step, on disk or in memory (the training
   // stall it caused).
   double t_checkpoint = 0;

@@ -50,6 +50,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
         "--local-sgd needs every replica to hold its whole optimizer state and gradient: not "
         "with --zero 1, --cp or --offload");
   }
+  if (groups.overlap_grad_reduce && (groups.zero1 || groups.sequence_parallel ||
+                                     groups.local_sgd > 1 || groups.offload == Offload::kParams)) {
+    return absl::InvalidArgumentError(
+        "--overlap-grad-reduce overlaps the bucketed all-reduce: not with --zero 1 (one "
+        "reduce-scatter), --sp (LayerNorm gradients summed after the backward), --local-sgd or "
+        "--offload params");
+  }
   t->micro_rows_ = static_cast<int>(G / (int64_t{D} * t->microbatches_));
   const int stage = groups.pp ? groups.pp->rank() : 0;
   t->slots_ = pp::ActivationSlots(groups.schedule, P, stage, t->microbatches_);
@@ -101,6 +108,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(&t->model_->table(), grads_home, opt, begin, end,
                                               groups.tp, groups.pp, t->host_.get()));
   t->optimizer_.emplace(std::move(adamw));
+  if (t->dp_size() > 1 && !zero && !t->local()) {
+    t->buckets_ = std::make_unique<dp::GradientBuckets>(
+        groups.dp, t->model_->grads(), groups.bucket_floats, groups.overlap_grad_reduce);
+  }
   ASSIGN_OR_RETURN(DataLoader tl, DataLoader::Create(*train, cfg.model.context, cfg.seed));
   ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(*val, cfg.model.context, cfg.seed));
   t->train_batches_ = std::make_unique<BatchReader>(
@@ -144,7 +155,16 @@ pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32
     *loss_sum += loss;
     return absl::OkStatus();
   };
-  f.backward = [=](int micro) -> absl::Status { return m->Backward(dloss, micro % slots); };
+  // The step's last backward (microbatch M - 1: every schedule runs the
+  // backwards in microbatch order) finishes the gradients layer by layer:
+  // the buckets behind it may start.
+  dp::GradientBuckets* buckets = groups_.overlap_grad_reduce ? buckets_.get() : nullptr;
+  const int last = microbatches_ - 1;
+  f.backward = [=](int micro) -> absl::Status {
+    if (buckets == nullptr || micro != last) return m->Backward(dloss, micro % slots);
+    return m->Backward(dloss, micro % slots,
+                       [buckets](int64_t offset) { return buckets->Ready(offset); });
+  };
   f.input = [=](int micro) { return m->StageInput(micro % slots); };
   f.output = [m] { return m->StageOutput(); };
   f.output_grad = [m] { return m->OutputGrad(); };
@@ -162,15 +182,9 @@ absl::Status Trainer::ReduceGradients(Tensor* weights, Tensor* grads, Communicat
     *range_group = dp;
     return dp->ReduceScatter(model_->grad_buffer(), *grads);
   }
-  // Buckets from the end of the buffer: the backward finishes the last
-  // layers' gradients first, so on a GPU each bucket can start while the
-  // backward still runs; here they run one after another once it is done.
-  const int64_t n = grads->numel(), bucket = std::max<int64_t>(1, groups_.bucket_floats);
-  for (int64_t end = n; end > 0; end -= bucket) {
-    const int64_t begin = std::max<int64_t>(0, end - bucket);
-    RETURN_IF_ERROR(dp->AllReduce(grads->Slice(begin, {end - begin}), ReduceOp::kSum));
-  }
-  return absl::OkStatus();
+  // Buckets from the end of the buffer; with overlap the backward has
+  // started some already, and this waits for the rest.
+  return buckets_->Finish();
 }
 
 absl::StatusOr<StepRecord> Trainer::Step() {
@@ -234,9 +248,15 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   if (dp_size() > 1) {
     // The mean loss over the global batch (each rank's is over an equal
     // share of its tokens), and the summed gradient of all rows.
+    // (The gradients first: started buckets may still be in flight on the
+    // group, and nothing else may use it until they are done.)
+    if (!local()) RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
+    if (buckets_ != nullptr) {
+      r.t_grad_overlapped = buckets_->overlapped_seconds();
+      r.t_grad_exposed = buckets_->exposed_seconds();
+    }
     RETURN_IF_ERROR(groups_.dp->AllReduce(host_loss, ReduceOp::kSum));
     loss /= static_cast<float>(dp_size());
-    if (!local()) RETURN_IF_ERROR(ReduceGradients(&weights, &grads, &range_group));
   }
   r.loss = dp_size() > 1 || P > 1 ? static_cast<double>(loss) : loss_sum / M;
   RETURN_IF_ERROR(groups_.env->AfterGradients(step_ + 1, *model_->grads_backend(), grads));

@@ -30,6 +30,7 @@
 #include "src/backend/backend.h"
 #include "src/data/loader.h"
 #include "src/model/gpt.h"
+#include "src/parallel/data_parallel/gradient_buckets.h"
 #include "src/parallel/pipeline_parallel/schedule.h"
 #include "src/train/adamw.h"
 #include "src/train/batch_reader.h"
@@ -63,6 +64,13 @@ struct TrainerOptions {
   // Without ZeRO-1, the DP all-reduce goes in buckets of this many floats,
   // last parameters first (the order the backward finishes them).
   int64_t bucket_floats = int64_t{25} << 18;  // 25 MiB
+  // Start each bucket's all-reduce as soon as the step's last backward has
+  // passed it, so it travels while the backward goes on
+  // (src/parallel/data_parallel/gradient_buckets.h); the same sums bit for
+  // bit. Not with ZeRO-1 (one reduce-scatter over the whole buffer),
+  // sequence parallelism (its LayerNorm gradients are summed after the
+  // backward), local SGD or parameter offload.
+  bool overlap_grad_reduce = false;
   // Sequence parallelism inside the tensor-parallel group
   // (GptParallel::sequence_parallel).
   bool sequence_parallel = false;
@@ -204,6 +212,8 @@ class Trainer {
   std::unique_ptr<Backend> host_;
   std::unique_ptr<OptimizerOffload> offload_;
   std::unique_ptr<BatchReader> train_batches_;
+  // The data-parallel gradient sum without ZeRO-1 (null without a data group).
+  std::unique_ptr<dp::GradientBuckets> buckets_;
   std::optional<DataLoader> val_loader_;
   // This rank's tokens of its rows of a batch; with context parallelism
   // also the rows as read (whole_*), of which inputs_ hold its chunks.

@@ -2,7 +2,8 @@
 //   comm_mpi_test --dp D --tp T --pp P
 // checks every operation on every axis of the grid against values computed by
 // hand from world ranks, that all-reduce results are bitwise identical on
-// every member and across repeats, and that stats count calls and bytes.
+// every member and across repeats (started or blocking), and that stats count
+// calls and bytes.
 // Prints one line per failed check and exits 1 if any rank failed.
 //
 // The watchdog mode
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -142,6 +144,55 @@ void CheckBitwiseIdentical(Communicator& c) {
     if (!Ok(c, "Broadcast", c.Broadcast(Tensor::F32(root.data(), {n}, Device::kCpu), 0))) return;
     if (std::memcmp(first.data(), root.data(), n * sizeof(float)) != 0) {
       Fail(c, absl::StrCat("AllReduce of ", n, " floats differs from group rank 0's bits"));
+    }
+  }
+}
+
+// StartAllReduce: three buffers in flight at once, tested until complete
+// (nothing else may use the group meanwhile), hold AllReduce's bits; stats
+// count each call once, with its payload.
+void CheckStartedAllReduce(Communicator& c) {
+  const int me = c.members()[c.rank()];
+  const std::vector<int64_t> sizes = {5, 4096, 100003};
+  std::vector<std::vector<float>> started, blocking;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<float> in(sizes[i]);
+    FillNormal(in.data(), 0, sizes[i], /*seed=*/me + 7, /*stream=*/i, 0.0f, 1.0f);
+    started.push_back(in);
+    blocking.push_back(in);
+  }
+  const CommStats before = c.stats();
+  std::vector<std::unique_ptr<PendingOp>> pending;
+  int64_t bytes = 0;
+  for (std::vector<float>& b : started) {
+    auto op = c.StartAllReduce(
+        Tensor::F32(b.data(), {static_cast<int64_t>(b.size())}, Device::kCpu), ReduceOp::kSum);
+    if (!Ok(c, "StartAllReduce", op.status())) return;
+    pending.push_back(*std::move(op));
+    bytes += static_cast<int64_t>(b.size() * sizeof(float));
+  }
+  // The first by polling (as the backward does), the rest by waiting.
+  for (;;) {
+    absl::StatusOr<bool> done = pending[0]->Test();
+    if (!Ok(c, "PendingOp::Test", done.status()) || *done) break;
+  }
+  for (auto& op : pending) {
+    if (!Ok(c, "PendingOp::Wait", op->Wait())) return;
+  }
+  if (c.size() > 1 &&
+      (c.stats().calls - before.calls != 3 || c.stats().bytes - before.bytes != bytes)) {
+    Fail(c,
+         absl::StrCat("started all-reduces counted ", c.stats().calls - before.calls, " calls and ",
+                      c.stats().bytes - before.bytes, " bytes, expected 3 and ", bytes));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!Ok(c, "AllReduce",
+            c.AllReduce(Tensor::F32(blocking[i].data(), {sizes[i]}, Device::kCpu),
+                        ReduceOp::kSum))) {
+      return;
+    }
+    if (std::memcmp(started[i].data(), blocking[i].data(), sizes[i] * sizeof(float)) != 0) {
+      Fail(c, absl::StrCat("StartAllReduce of ", sizes[i], " floats differs from AllReduce"));
     }
   }
 }
@@ -356,6 +407,7 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
     }
     CheckAllReduce(c);
     CheckBitwiseIdentical(c);
+    CheckStartedAllReduce(c);
     CheckReduceScatter(c);
     CheckAllGather(c);
     CheckBroadcast(c);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/core/timer.h"
 
 namespace ladder {
 namespace {
@@ -93,6 +94,36 @@ TEST(SlowLinkTest, EachCallWaitsItsAlphaBetaTime) {
   c.ResetStats();
   EXPECT_EQ(c.Barrier().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(c.stats().calls, 0);
+}
+
+// Started all-reduces share the link: the second's transfer begins when the
+// first's ends, so it completes no earlier than two transfer times after the
+// start. Until then Test says false; stats count each call once.
+TEST(SlowLinkTest, StartedAllReducesQueueOnTheLink) {
+  const SlowLink link = *ParseSlowLink("tensor:1000:0.001");  // 1 ms, 1 MB/s
+  int calls = 0;
+  SlowLinkCommunicator c(std::make_unique<FakeGroup>(&calls), link);
+  std::vector<float> a(1000), b(1000);
+  const double one = 2 * 3 * (1e-3 + 4000.0 / (4 * 1e6));  // 6 latencies + 6000 bytes: 12 ms
+  const Timer timer;
+  auto first = c.StartAllReduce(Tensor::F32(a.data(), {1000}, Device::kCpu), ReduceOp::kSum);
+  auto second = c.StartAllReduce(Tensor::F32(b.data(), {1000}, Device::kCpu), ReduceOp::kSum);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(calls, 2);  // both on the carrier at once
+  const absl::StatusOr<bool> early = (*second)->Test();
+  ASSERT_TRUE(early.ok());
+  EXPECT_FALSE(*early);
+  ASSERT_TRUE((*first)->Wait().ok());
+  EXPECT_GE(timer.Seconds(), one);
+  ASSERT_TRUE((*second)->Wait().ok());
+  EXPECT_GE(timer.Seconds(), 2 * one);
+  EXPECT_LT(timer.Seconds(), 2 * one + 0.5);
+  EXPECT_EQ(c.stats().calls, 2);
+  EXPECT_EQ(c.stats().bytes, 8000);
+  const absl::StatusOr<bool> again = (*second)->Test();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again);
+  EXPECT_EQ(c.stats().calls, 2);
 }
 
 }  // namespace
