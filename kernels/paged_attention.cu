@@ -38,7 +38,22 @@
 // HS query floats; writes HS floats. FLOPs: 4 * (P + 1) * HS. Decoding does
 // about one FLOP per byte: bound by memory bandwidth, which is why the int8
 // cache (a quarter of the bytes) exists.
-// Shape: one warp per (token, head), 4 per block. A lane owns channels lane,
+// Split-K (flash-decoding): a decode step has few query tokens (one per
+// sequence), so one warp per (token, head) is a few dozen warps for a whole
+// GPU, each walking a long sequence alone. The positions are therefore cut
+// into splits of kSplitRows = 128 (8 cache blocks); one warp per (token,
+// head, split) runs the loop above over its split only and leaves its
+// partial result, the unnormalized o_j with its max m_j and sum l_j, in
+// scratch; then a combine kernel merges a token's splits by their
+// log-sum-exp: M = max m_j, w_j = exp(m_j - M), L = sum l_j w_j,
+// O = (sum o_j w_j) / L, splits in increasing order. A token of at most
+// kSplitRows positions has one split, which writes O = o / l directly, the
+// same operations as without splits. The split size is fixed, never chosen
+// from the batch, so a token's result depends only on its own sequence:
+// the same bits whatever else is batched with it (continuous batching
+// stays deterministic). Extra traffic: (HS + 2) floats written and read
+// per split, against 2 * 128 * HS cache values read per split.
+// Shape: one warp per (token, head, split), 4 per block. A lane owns channels lane,
 // lane + 32, ... of q and of the output accumulator (both staged in the
 // warp's slice of shared memory, so any head size works with one kernel);
 // a position's dot product is each lane's partial sum, then a warp sum; the
@@ -46,12 +61,10 @@
 // their 16 value weights pass through shared memory to the loop over
 // channels (kept in registers too, they and 16 row addresses spilled). Each
 // cache row of a head is HS contiguous values, read by consecutive lanes
-// (coalesced). One warp walks all positions of its (token, head): enough
-// parallelism for a batch of tokens x heads; a single long sequence would
-// want the positions split across warps and the partial softmaxes merged
-// (flash-decoding), a later step.
-// Determinism: one warp writes each output element, summing positions in
-// increasing order; the result does not depend on the batch.
+// (coalesced).
+// Determinism: one warp writes each partial or output element, summing
+// positions (and splits) in increasing order; the result does not depend on
+// the batch.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -66,6 +79,7 @@ namespace {
 constexpr int kWarps = 4;  // (token, head) jobs per block
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kBlock = kKvBlockRows;
+constexpr int kSplitRows = kPagedSplitBlocks * kBlock;  // positions per split
 
 // min of two ints (CUDA's integer min() is not in the simulator's subset).
 __device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
@@ -128,29 +142,45 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- PagedAttentionForward -----------------------------------------------------
 
-// Grid: ceil(N * NH / kWarps) blocks of kThreads; warp = one (token, head).
-// Shared memory: per warp, q [HS], the output accumulator o [HS] and the
-// value weights of the current cache block w [kBlock].
+// Whether token n's sequence and position lie inside the tables (else its
+// output is NaN: see the header).
+__device__ __forceinline__ bool ValidQuery(int s, int p_last, int num_seqs, int max_blocks) {
+  return s >= 0 && s < num_seqs && p_last >= 0 && p_last / kBlock < max_blocks;
+}
+
+// Grid: ceil(N * NH * splits / kWarps) blocks of kThreads; warp = one
+// (token, head, split), split fastest. Shared memory: per warp, q [HS], the
+// output accumulator o [HS] and the value weights of the current cache block
+// w [kBlock]. A token of one split writes out; of more, each split writes
+// part_o [HS] and part_ml (m, l) at its index ((n * NH + h) * splits + j).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    PagedAttentionKernel(float* __restrict__ out, const float* __restrict__ qkv,
+    PagedAttentionKernel(float* __restrict__ out, float* __restrict__ part_o,
+                         float* __restrict__ part_ml, const float* __restrict__ qkv,
                          const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                          const int32_t* __restrict__ block_tables, const int32_t* __restrict__ seq,
                          const int32_t* __restrict__ pos, int N, int S, int NH, int HS,
-                         int num_seqs, int max_blocks, float scale) {
+                         int num_seqs, int max_blocks, int splits, float scale) {
   constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int job = blockIdx.x * kWarps + warp;
-  if (job >= N * NH) return;  // whole warps leave together; nothing below syncs the block
-  const int n = job / NH, h = job % NH;
+  const int64_t job = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (job >= static_cast<int64_t>(N) * NH * splits) return;  // whole warps leave together
+  const int split = static_cast<int>(job % splits);
+  const int n = static_cast<int>(job / splits / NH), h = static_cast<int>(job / splits % NH);
   const int C = NH * HS;
   float* dst = out + static_cast<size_t>(n) * C + h * HS;
   const int s = seq[n], p_last = pos[n];
-  if (s < 0 || s >= num_seqs || p_last < 0 || p_last / kBlock >= max_blocks) {
-    for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;  // see the header
+  if (!ValidQuery(s, p_last, num_seqs, max_blocks)) {
+    if (split == 0) {
+      for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;  // see the header
+    }
     return;
   }
+  const int count_splits = p_last / kSplitRows + 1;
+  if (split >= count_splits) return;  // past this token's positions
+  const bool direct = count_splits == 1;
+  const size_t part = static_cast<size_t>(job);
   const int32_t* table = block_tables + static_cast<size_t>(s) * max_blocks;
 
   float* q = DynamicShared<float>() + warp * (2 * HS + kBlock);
@@ -164,11 +194,19 @@ __global__ void __launch_bounds__(kThreads)
   // Each lane reads back only the channels it wrote, so no barrier is needed.
 
   float m = -INFINITY, l = 0.0f;
-  for (int first = 0; first <= p_last; first += kBlock) {
-    const int count = MinInt(kBlock, p_last + 1 - first);
+  const int split_last = MinInt(p_last, (split + 1) * kSplitRows - 1);
+  for (int first = split * kSplitRows; first <= split_last; first += kBlock) {
+    const int count = MinInt(kBlock, split_last + 1 - first);
     const int block = table[first / kBlock];
     if (block < 0 || (static_cast<int64_t>(block) + 1) * kBlock > S) {
-      for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;  // see the header
+      // See the header: NaN out, directly or through the combine (a NaN l
+      // makes the merged sum NaN).
+      if (direct) {
+        for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;
+      } else if (lane == 0) {
+        part_ml[2 * part] = NAN;
+        part_ml[2 * part + 1] = NAN;
+      }
       return;
     }
     const size_t row0 = static_cast<size_t>(block) * kBlock;
@@ -220,8 +258,50 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();  // w is rewritten by the next block
   }
-  const float inv = 1.0f / l;
-  for (int d = lane; d < HS; d += kWarpSize) dst[d] = o[d] * inv;
+  if (direct) {
+    const float inv = 1.0f / l;
+    for (int d = lane; d < HS; d += kWarpSize) dst[d] = o[d] * inv;
+    return;
+  }
+  float* po = part_o + part * HS;
+  for (int d = lane; d < HS; d += kWarpSize) po[d] = o[d];
+  if (lane == 0) {
+    part_ml[2 * part] = m;
+    part_ml[2 * part + 1] = l;
+  }
+}
+
+// Grid: ceil(N * NH / kWarps) blocks of kThreads; warp = one (token, head)
+// of more than one split: merges its splits' partials into out.
+__global__ void __launch_bounds__(kThreads)
+    CombineSplitsKernel(float* __restrict__ out, const float* __restrict__ part_o,
+                        const float* __restrict__ part_ml, const int32_t* __restrict__ seq,
+                        const int32_t* __restrict__ pos, int N, int NH, int HS, int num_seqs,
+                        int max_blocks, int splits) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int job = blockIdx.x * kWarps + warp;
+  if (job >= N * NH) return;
+  const int n = job / NH, h = job % NH;
+  const int p_last = pos[n];
+  if (!ValidQuery(seq[n], p_last, num_seqs, max_blocks)) return;  // NaN written already
+  const int count = p_last / kSplitRows + 1;
+  if (count == 1) return;  // written directly
+  const size_t first = static_cast<size_t>(job) * splits;
+  float M = -INFINITY;
+  for (int j = 0; j < count; ++j) M = fmaxf(M, part_ml[2 * (first + j)]);
+  float L = 0.0f;
+  for (int j = 0; j < count; ++j) {
+    L += part_ml[2 * (first + j) + 1] * expf(part_ml[2 * (first + j)] - M);
+  }
+  const float inv = 1.0f / L;
+  float* dst = out + static_cast<size_t>(n) * NH * HS + h * HS;
+  for (int d = lane; d < HS; d += kWarpSize) {
+    float acc = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      acc += part_o[(first + j) * HS + d] * expf(part_ml[2 * (first + j)] - M);
+    }
+    dst[d] = acc * inv;
+  }
 }
 
 unsigned Blocks(int N, int NH) {
@@ -237,18 +317,27 @@ cudaError_t WriteImpl(T* k_cache, T* v_cache, float* k_scale, float* v_scale, co
 }
 
 template <typename T>
-cudaError_t AttentionImpl(float* out, const float* qkv, const T* k_cache, const T* v_cache,
-                          const float* k_scale, const float* v_scale, const int32_t* block_tables,
-                          const int32_t* seq, const int32_t* pos, int N, int S, int NH, int HS,
-                          int num_seqs, int max_blocks, cudaStream_t stream) {
-  if (N <= 0 || NH <= 0 || HS <= 0) return cudaSuccess;
+cudaError_t AttentionImpl(float* out, float* scratch, const float* qkv, const T* k_cache,
+                          const T* v_cache, const float* k_scale, const float* v_scale,
+                          const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
+                          int N, int S, int NH, int HS, int num_seqs, int max_blocks,
+                          cudaStream_t stream) {
+  if (N <= 0 || NH <= 0 || HS <= 0 || max_blocks <= 0) return cudaSuccess;
+  const int splits = PagedSplits(max_blocks);
+  float* part_o = scratch;
+  float* part_ml = scratch + static_cast<size_t>(N) * NH * splits * HS;
   constexpr auto kernel = PagedAttentionKernel<T>;
   const size_t smem = sizeof(float) * kWarps * (2 * static_cast<size_t>(HS) + kBlock);
   cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
-  return Launch<kernel>(Blocks(N, NH), kThreads, smem, stream, out, qkv, k_cache, v_cache, k_scale,
-                        v_scale, block_tables, seq, pos, N, S, NH, HS, num_seqs, max_blocks,
-                        1.0f / sqrtf(static_cast<float>(HS)));
+  const int64_t warps = static_cast<int64_t>(N) * NH * splits;
+  err = Launch<kernel>(static_cast<unsigned>((warps + kWarps - 1) / kWarps), kThreads, smem, stream,
+                       out, part_o, part_ml, qkv, k_cache, v_cache, k_scale, v_scale, block_tables,
+                       seq, pos, N, S, NH, HS, num_seqs, max_blocks, splits,
+                       1.0f / sqrtf(static_cast<float>(HS)));
+  if (err != cudaSuccess || splits == 1) return err;
+  return Launch<CombineSplitsKernel>(Blocks(N, NH), kThreads, 0, stream, out, part_o, part_ml, seq,
+                                     pos, N, NH, HS, num_seqs, max_blocks, splits);
 }
 
 }  // namespace
@@ -265,21 +354,23 @@ cudaError_t LaunchKvCacheWriteI8(int8_t* k_cache, int8_t* v_cache, float* k_scal
   return WriteImpl<int8_t>(k_cache, v_cache, k_scale, v_scale, qkv, slots, N, S, NH, HS, stream);
 }
 
-cudaError_t LaunchPagedAttentionF32(float* out, const float* qkv, const float* k_cache,
-                                    const float* v_cache, const int32_t* block_tables,
-                                    const int32_t* seq, const int32_t* pos, int N, int S, int NH,
-                                    int HS, int num_seqs, int max_blocks, cudaStream_t stream) {
-  return AttentionImpl<float>(out, qkv, k_cache, v_cache, nullptr, nullptr, block_tables, seq, pos,
-                              N, S, NH, HS, num_seqs, max_blocks, stream);
+cudaError_t LaunchPagedAttentionF32(float* out, float* scratch, const float* qkv,
+                                    const float* k_cache, const float* v_cache,
+                                    const int32_t* block_tables, const int32_t* seq,
+                                    const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
+                                    int max_blocks, cudaStream_t stream) {
+  return AttentionImpl<float>(out, scratch, qkv, k_cache, v_cache, nullptr, nullptr, block_tables,
+                              seq, pos, N, S, NH, HS, num_seqs, max_blocks, stream);
 }
 
-cudaError_t LaunchPagedAttentionI8(float* out, const float* qkv, const int8_t* k_cache,
-                                   const int8_t* v_cache, const float* k_scale,
-                                   const float* v_scale, const int32_t* block_tables,
-                                   const int32_t* seq, const int32_t* pos, int N, int S, int NH,
-                                   int HS, int num_seqs, int max_blocks, cudaStream_t stream) {
-  return AttentionImpl<int8_t>(out, qkv, k_cache, v_cache, k_scale, v_scale, block_tables, seq, pos,
-                               N, S, NH, HS, num_seqs, max_blocks, stream);
+cudaError_t LaunchPagedAttentionI8(float* out, float* scratch, const float* qkv,
+                                   const int8_t* k_cache, const int8_t* v_cache,
+                                   const float* k_scale, const float* v_scale,
+                                   const int32_t* block_tables, const int32_t* seq,
+                                   const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
+                                   int max_blocks, cudaStream_t stream) {
+  return AttentionImpl<int8_t>(out, scratch, qkv, k_cache, v_cache, k_scale, v_scale, block_tables,
+                               seq, pos, N, S, NH, HS, num_seqs, max_blocks, stream);
 }
 
 LADDER_KERNELS_END

@@ -36,18 +36,35 @@ cudaError_t LaunchKvCacheWriteI8(int8_t* k_cache, int8_t* v_cache, float* k_scal
                                  const float* qkv, const int32_t* slots, int N, int S, int NH,
                                  int HS, cudaStream_t stream);
 
+// Split-K: positions are attended in splits of kPagedSplitBlocks cache
+// blocks, merged by log-sum-exp (kernels/paged_attention.cu).
+inline constexpr int kPagedSplitBlocks = 8;
+// The splits of a table of max_blocks columns (the longest a sequence can be).
+inline constexpr int PagedSplits(int max_blocks) {
+  return (max_blocks + kPagedSplitBlocks - 1) / kPagedSplitBlocks;
+}
+// Floats of scratch PagedAttention needs: each (token, head, split)'s
+// partial output and its max and sum.
+inline constexpr int64_t PagedAttentionScratchFloats(int64_t N, int64_t NH, int64_t HS,
+                                                     int max_blocks) {
+  return N * NH * PagedSplits(max_blocks) * (HS + 2);
+}
+
 // out [N, C]: token n (query qkv[n, 0:C]) of sequence seq[n] at position
 // pos[n] attends to that sequence's positions 0..pos[n], position p at cache
 // row block_tables[seq[n] * max_blocks + p / 16] * 16 + p % 16.
-// k_scale/v_scale: null for an fp32 cache.
-cudaError_t LaunchPagedAttentionF32(float* out, const float* qkv, const float* k_cache,
-                                    const float* v_cache, const int32_t* block_tables,
-                                    const int32_t* seq, const int32_t* pos, int N, int S, int NH,
-                                    int HS, int num_seqs, int max_blocks, cudaStream_t stream);
-cudaError_t LaunchPagedAttentionI8(float* out, const float* qkv, const int8_t* k_cache,
-                                   const int8_t* v_cache, const float* k_scale,
-                                   const float* v_scale, const int32_t* block_tables,
-                                   const int32_t* seq, const int32_t* pos, int N, int S, int NH,
-                                   int HS, int num_seqs, int max_blocks, cudaStream_t stream);
+// k_scale/v_scale: null for an fp32 cache. scratch: device floats, at least
+// PagedAttentionScratchFloats(N, NH, HS, max_blocks).
+cudaError_t LaunchPagedAttentionF32(float* out, float* scratch, const float* qkv,
+                                    const float* k_cache, const float* v_cache,
+                                    const int32_t* block_tables, const int32_t* seq,
+                                    const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
+                                    int max_blocks, cudaStream_t stream);
+cudaError_t LaunchPagedAttentionI8(float* out, float* scratch, const float* qkv,
+                                   const int8_t* k_cache, const int8_t* v_cache,
+                                   const float* k_scale, const float* v_scale,
+                                   const int32_t* block_tables, const int32_t* seq,
+                                   const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
+                                   int max_blocks, cudaStream_t stream);
 
 LADDER_KERNELS_END

@@ -228,6 +228,12 @@ else
       END { if (n) printf "%.3f of floor (geomean), worst %s %.3f", exp(s / n), worst, w }' \
       "$logs/bench_ops.tsv")
     row "bench ops" "${bench_result:-FAIL (empty table)}" "$(since "$t0")"
+    # The tensor-core attention at T = 1024, head size 64, against the bf16
+    # matmul rate (issue targets: forward 0.40, backward 0.30).
+    for pass in Forward:0.40 Backward:0.30; do
+      ratio=$(awk -F'\t' -v op="Attention${pass%%:*} bf16" '$1 == op { print $NF }' "$logs/bench_ops.tsv")
+      row "attention ${pass%%:*} bf16" "${ratio:-missing} of the bf16 matmul rate (target ${pass##*:})" -
+    done
     if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$logs/bench_ops.tsv" "$OUT/bench_ops.tsv"; fi
   else
     tail -n 30 "$logs/bench_ops.log"; keep_log bench_ops "$logs/bench_ops.log"

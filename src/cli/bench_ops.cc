@@ -4,7 +4,12 @@
 //   - copy bandwidth: the best Backend::Copy of one large buffer, read and
 //     write bytes both counted;
 //   - matmul rate: the best MatmulForward of two large GEMMs (a square-ish
-//     one and the layer's widest), 2 M N K FLOPs.
+//     one and the layer's widest), 2 M N K FLOPs;
+//   - on a device backend also the bf16 matmul rate (tools/ceiling.h's
+//     MeasureBackendGemmCeiling in bf16: the tensor cores' rate), the
+//     compute floor of the rows marked "bf16": the attention kernels with
+//     bf16 storage, which run on the tensor cores at head size 64
+//     (kernels/flash_attention_tc.cu), 2 bytes an activation.
 // An op that must move `bytes` and compute `flops` cannot take less than
 //   floor = max(bytes / copy bandwidth, flops / matmul rate)
 // and its row says which term is larger (memory or compute) and floor /
@@ -34,11 +39,13 @@
 #include "src/backend/backend_factory.h"
 #include "src/cli/commands.h"
 #include "src/cli/device_flag.h"
+#include "src/core/bf16.h"
 #include "src/core/file_util.h"
 #include "src/core/flags.h"
 #include "src/core/philox.h"
 #include "src/core/status.h"
 #include "src/core/timer.h"
+#include "src/tools/ceiling.h"
 
 namespace ladder {
 namespace {
@@ -89,6 +96,7 @@ struct Op {
   std::string name, shape;
   double bytes, flops;
   std::function<absl::Status()> call;
+  bool bf16 = false;  // the compute floor is the bf16 matmul rate
 };
 
 // Best seconds of `reps` calls, each enqueued and waited for, after one
@@ -160,6 +168,11 @@ absl::Status Run(const Flags& f) {
     RETURN_IF_ERROR(FillTiled<float>(be, t, uniform));
     return t;
   };
+  auto make_random_bf16 = [&](std::initializer_list<int64_t> dims) -> absl::StatusOr<Tensor> {
+    ASSIGN_OR_RETURN(Tensor t, buf.Make(DType::kBF16, dims));
+    RETURN_IF_ERROR(FillTiled<bf16>(be, t, [&] { return FloatToBf16(uniform()); }));
+    return t;
+  };
   auto make_ids = [&](std::initializer_list<int64_t> dims,
                       const std::function<int32_t(int64_t)>& id) -> absl::StatusOr<Tensor> {
     ASSIGN_OR_RETURN(Tensor t, buf.Make(DType::kI32, dims));
@@ -197,6 +210,14 @@ absl::Status Run(const Flags& f) {
   const std::string matmul_shape = square_rate >= wide_rate
                                        ? absl::StrCat(Dims({N, K}), " by ", Dims({K, K}))
                                        : absl::StrCat(Dims({N, C}), " by ", Dims({4 * C, C}));
+  // The bf16 rate, on device backends (the CPU stores fp32 only).
+  const bool device = be.device() != Device::kCpu;
+  GemmCeiling bf16_ceiling;
+  if (device) {
+    ASSIGN_OR_RETURN(bf16_ceiling,
+                     MeasureBackendGemmCeiling(be, 2048, static_cast<int>(f.reps), DType::kBF16));
+  }
+  const double bf16_rate = bf16_ceiling.gflops * 1e9;
 
   // ---- the layer's tensors --------------------------------------------------
   ASSIGN_OR_RETURN(Tensor tokens, make_ids({B, T}, [&](int64_t) {
@@ -337,6 +358,29 @@ absl::Status Run(const Flags& f) {
                    return be.AttentionBackward(dqkv, atty, qkv, atty, lse, static_cast<int>(NH),
                                                AttentionKind::kFlash, Tensor());
                  }});
+  if (device) {
+    // The same attention with bf16 storage (lse stays f32): half the bytes,
+    // the tensor cores' rate as the compute floor.
+    ASSIGN_OR_RETURN(Tensor qkv16, make_random_bf16({B, T, 3 * C}));
+    ASSIGN_OR_RETURN(Tensor dqkv16, buf.Make(DType::kBF16, {B, T, 3 * C}));
+    ASSIGN_OR_RETURN(Tensor atty16, make_random_bf16({B, T, C}));
+    constexpr double k2 = 2;  // bytes of a bf16
+    ops.push_back({"AttentionForward bf16", attn_shape, k2 * (3 * n * c + n * c) + kF * b * nh * t,
+                   attn_flops,
+                   [&be, atty16, lse, qkv16, NH] {
+                     return be.AttentionForward(atty16, lse, qkv16, static_cast<int>(NH),
+                                                AttentionKind::kFlash, Tensor());
+                   },
+                   /*bf16=*/true});
+    ops.push_back({"AttentionBackward bf16", attn_shape,
+                   k2 * (3 * n * c + 2 * n * c + 3 * n * c) + kF * b * nh * t, 2.5 * attn_flops,
+                   [&be, dqkv16, atty16, qkv16, lse, NH] {
+                     return be.AttentionBackward(dqkv16, atty16, qkv16, atty16, lse,
+                                                 static_cast<int>(NH), AttentionKind::kFlash,
+                                                 Tensor());
+                   },
+                   /*bf16=*/true});
+  }
   // Cross-entropy forward, its three steps as one row: the real columns of
   // the logits read twice (the max, then the exps: the all-reduce of the
   // max sits between them under tensor parallelism); targets; five [N]
@@ -405,6 +449,10 @@ absl::Status Run(const Flags& f) {
               bandwidth / 1e9, copy_bytes / 1048576.0);
   std::printf("matmul rate:    %.3f TFLOP/s (MatmulForward %s, the better of two shapes)\n",
               matmul_rate / 1e12, matmul_shape.c_str());
+  if (device) {
+    std::printf("bf16 matmul rate: %.3f TFLOP/s (%s; the compute floor of the bf16 rows)\n",
+                bf16_rate / 1e12, bf16_ceiling.source.c_str());
+  }
   std::printf("%-26s %-30s %10s %9s %9s %-7s %10s %8s\n", "op", "shape", "ms", "GB/s", "TFLOP/s",
               "bound", "floor ms", "of floor");
   std::string tsv = "op\tshape\tms\tgb_per_s\ttflop_per_s\tbound\tfloor_ms\tof_floor\n";
@@ -413,7 +461,8 @@ absl::Status Run(const Flags& f) {
   double worst_ratio = 1e30;
   for (const Op& op : ops) {
     ASSIGN_OR_RETURN(const double s, TimeOp(be, f.reps, op.call, flush));
-    const double mem_floor = op.bytes / bandwidth, compute_floor = op.flops / matmul_rate;
+    const double mem_floor = op.bytes / bandwidth,
+                 compute_floor = op.flops / (op.bf16 ? bf16_rate : matmul_rate);
     const double floor = std::max(mem_floor, compute_floor);
     const double ratio = floor / s;
     const char* bound = mem_floor >= compute_floor ? "memory" : "compute";

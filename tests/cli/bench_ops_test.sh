@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `ladder bench ops` on one device at a small size: every op's row is in the
-# TSV, each measured time and ratio to the floor is a finite positive
-# number, and bad flags are refused with one line and exit code 2.
+# TSV (on a device backend also the two bf16 attention rows and the bf16
+# matmul rate they are held to), each measured time and ratio to the floor
+# is a finite positive number, and bad flags are refused with one line and
+# exit code 2.
 #   bench_ops_test.sh LADDER_BINARY DEVICE
 set -u
 ladder=$1
@@ -20,8 +22,13 @@ cat "$tmp/out"
 grep -q "^bench ops: device $device" "$tmp/out" || fail "no header line naming $device"
 grep -qE "^copy bandwidth: [0-9.]+ GB/s" "$tmp/out" || fail "no copy bandwidth line"
 grep -qE "^matmul rate: +[0-9.]+ TFLOP/s" "$tmp/out" || fail "no matmul rate line"
-grep -qE "^geometric mean of floor/measured: [0-9.]+ over 20 ops" "$tmp/out" ||
-  fail "no geometric mean over 20 ops"
+want_rows=20
+if [ "$device" != cpu ]; then
+  want_rows=22
+  grep -qE "^bf16 matmul rate: [0-9.]+ TFLOP/s" "$tmp/out" || fail "no bf16 matmul rate line"
+fi
+grep -qE "^geometric mean of floor/measured: [0-9.]+ over $want_rows ops" "$tmp/out" ||
+  fail "no geometric mean over $want_rows ops"
 
 ops="EmbeddingForward EmbeddingBackward ResidualLayerNormForward ResidualLayerNormBackward
 ResidualAdd GeluForward GeluBackward AttentionForward AttentionBackward CrossEntropyForward
@@ -30,11 +37,14 @@ PagedAttentionForward"
 if [ -f "$tmp/ops.tsv" ]; then
   head -1 "$tmp/ops.tsv" | grep -qP "^op\tshape\tms\tgb_per_s\ttflop_per_s\tbound\tfloor_ms\tof_floor$" ||
     fail "TSV header: $(head -1 "$tmp/ops.tsv")"
-  for op in $ops "MatmulForward qkv" "MatmulForward fc" "MatmulBackward qkv" "MatmulBackward fc"; do
+  extra=()
+  [ "$device" != cpu ] && extra=("AttentionForward bf16" "AttentionBackward bf16")
+  for op in $ops "MatmulForward qkv" "MatmulForward fc" "MatmulBackward qkv" "MatmulBackward fc" \
+    "${extra[@]}"; do
     grep -qP "^$op\t" "$tmp/ops.tsv" || fail "no row for $op"
   done
   rows=$(($(wc -l <"$tmp/ops.tsv") - 1))
-  [ "$rows" -eq 20 ] || fail "$rows rows, want 20"
+  [ "$rows" -eq "$want_rows" ] || fail "$rows rows, want $want_rows"
   # ms (3), floor ms (7) and of floor (8): finite and positive; bound (6)
   # memory or compute.
   bad=$(awk -F'\t' 'NR > 1 {

@@ -17,8 +17,8 @@
 // the reference on exactly the forward's outputs, whichever forward kernel
 // made them. For f32 both backwards get the reference's out and lse.
 //
-// Tensor-core forward (kernels/flash_attention_tc.cu): bf16 flash with head
-// size 64 or 128 goes there (names end in _tc). Besides the shapes above it
+// Tensor-core kernels (kernels/flash_attention_tc.cu): bf16 flash with head
+// size 64 or 128 goes there, forward and backward (names end in _tc). Besides the shapes above it
 // gets its own list (bf16 only): HS 64 and 128, T = 1, 17, 64, 65, 130, 256
 // (one key; under one 64-row tile; whole tiles; one row past a tile; a
 // partial third tile; four whole tiles), B 1-2, NH 1-3.
@@ -58,6 +58,13 @@
 // (their order, expf's few ulps) are the tol term, widened by A because
 // the terms of opposite signs can cancel (|ref| << A). Then the one bf16
 // rounding on store as above. lse sums the unrounded p, so it has no r term.
+// The tensor-core backward's bounds (TensorCoreGradBounds) follow the same
+// argument: dV sums P dO, dK and dQ sum scale dS Q and scale dS K, with P
+// and dS rounded to bf16 as mma operands, so with M the sum of the terms'
+// magnitudes (Mv = sum_i P |dO|, Mk = scale sum_i |dS| |q|, Mq = scale
+// sum_j |dS| |k|) and tol = 1e-4:
+//   dqkv: |gpu - ref| <= r * |ref| + (1 + r) * ((r + 4 d) * M + tol * (1 + |ref| + M))
+// with d the largest d_i of the case (P's relative error from its scores).
 //
 // Without a GPU every test that needs one skips with the reason; the argument
 // checks still run. Inputs come from Philox (seed 20240607, or
@@ -111,8 +118,9 @@ struct Case {
 
 const char* StorageName(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
 
-// True iff the case's forward runs on the tensor-core kernel (the device
-// buffers are aligned, so the dispatcher's choice is the head size's).
+// True iff the case runs on the tensor-core kernels, forward and backward
+// (the device buffers are aligned, so the dispatcher's choice is the head
+// size's).
 bool TensorCore(const Case& c) {
   return c.kind == AttentionKind::kFlash && c.dtype == DType::kBF16 &&
          kernels::FlashAttentionTcHeadSize(static_cast<int>(c.HS));
@@ -162,10 +170,70 @@ void TensorCoreBounds(const Case& c, const std::vector<float>& qkv,
   }
 }
 
+// The per-element bounds of the tensor-core backward for dqkv [B,T,3C]
+// (see the tolerances at the top), from the values both backwards read:
+// qkv, dout and out as stored, and lse. In double: P[i,j] = exp(s_ij -
+// lse_i), dS[i,j] = P[i,j] (dO_i . v_j - dO_i . O_i) and the magnitude sums
+// Mv[j,c] = sum_i P[i,j] |dO[i,c]|, Mk[j,c] = scale sum_i |dS[i,j]| |q_i[c]|,
+// Mq[i,c] = scale sum_j |dS[i,j]| |k_j[c]|.
+void TensorCoreGradBounds(const Case& c, const std::vector<float>& qkv,
+                          const std::vector<float>& dout, const std::vector<float>& out,
+                          const std::vector<float>& lse, const std::vector<float>& dqkv_ref,
+                          std::vector<double>* bound) {
+  const int64_t T = c.T, NH = c.NH, HS = c.HS, C = NH * HS;
+  const double r = kBf16Rounding, tol = kGradTol;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> mag(dqkv_ref.size(), 0.0), d(static_cast<size_t>(c.B * T), 0.0);
+  std::vector<double> P(T * T), dS(T * T);
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      auto at = [&](int64_t t, int64_t part, int64_t ch) {
+        return static_cast<double>(qkv[(b * T + t) * 3 * C + part * C + h * HS + ch]);
+      };
+      auto row = [&](const std::vector<float>& x, int64_t t, int64_t ch) {
+        return static_cast<double>(x[(b * T + t) * C + h * HS + ch]);
+      };
+      for (int64_t i = 0; i < T; ++i) {
+        double D = 0.0;
+        for (int64_t ch = 0; ch < HS; ++ch) D += row(dout, i, ch) * row(out, i, ch);
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0, m = 0.0, dp = 0.0;
+          for (int64_t ch = 0; ch < HS; ++ch) {
+            s += at(i, 0, ch) * at(j, 1, ch);
+            m += std::fabs(at(i, 0, ch) * at(j, 1, ch));
+            dp += row(dout, i, ch) * at(j, 2, ch);
+          }
+          P[i * T + j] = std::exp(s * scale - lse[(b * NH + h) * T + i]);
+          dS[i * T + j] = P[i * T + j] * (dp - D);
+          d[b * T + i] = std::max(d[b * T + i], static_cast<double>(HS) * 0x1p-24 * scale * m);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j <= i; ++j) {
+          const double p = P[i * T + j], ds = std::fabs(dS[i * T + j]) * scale;
+          for (int64_t ch = 0; ch < HS; ++ch) {
+            mag[(b * T + i) * 3 * C + h * HS + ch] += ds * std::fabs(at(j, 1, ch));
+            mag[(b * T + j) * 3 * C + C + h * HS + ch] += ds * std::fabs(at(i, 0, ch));
+            mag[(b * T + j) * 3 * C + 2 * C + h * HS + ch] += p * std::fabs(row(dout, i, ch));
+          }
+        }
+      }
+    }
+  }
+  // Each term's relative error: r from rounding P or dS to bf16, 4 d_i from
+  // P's scores (as in the forward; the worst row of the batch bounds all).
+  const double dmax = *std::max_element(d.begin(), d.end());
+  bound->resize(dqkv_ref.size());
+  for (size_t k = 0; k < dqkv_ref.size(); ++k) {
+    const double ref = std::fabs(dqkv_ref[k]);
+    (*bound)[k] = r * ref + (1 + r) * ((r + 4 * dmax) * mag[k] + tol * (1 + ref + mag[k]));
+  }
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
   *os << (c.kind == AttentionKind::kFlash ? "flash" : "naive") << " " << StorageName(c.dtype)
       << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " stddev=" << c.stddev
-      << (TensorCore(c) ? " (tensor-core forward)" : "");
+      << (TensorCore(c) ? " (tensor-core kernels)" : "");
 }
 
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
@@ -265,17 +333,26 @@ TEST_P(AttentionGpuTest, MatchesCpu) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> dqkv = dqkv_g.Download();
+  std::vector<double> grad_bound;
+  if (TensorCore(c)) TensorCoreGradBounds(c, qkv, dout, out_bwd, lse_bwd, dqkv_c, &grad_bound);
   // dq, dk, dv separately, so a failure names the part.
   const char* part_name[3] = {"dq", "dk", "dv"};
   for (int part = 0; part < 3; ++part) {
     std::vector<float> got, want;
+    std::vector<double> bound;
     for (int64_t bt = 0; bt < B * T; ++bt) {
       for (int64_t ch = 0; ch < C; ++ch) {
-        got.push_back(dqkv[bt * 3 * C + part * C + ch]);
-        want.push_back(dqkv_c[bt * 3 * C + part * C + ch]);
+        const int64_t k = bt * 3 * C + part * C + ch;
+        got.push_back(dqkv[k]);
+        want.push_back(dqkv_c[k]);
+        if (TensorCore(c)) bound.push_back(grad_bound[k]);
       }
     }
-    ExpectClose(part_name[part], got, want, kGradTol, dt);
+    if (TensorCore(c)) {
+      gpu_test::ExpectWithin(part_name[part], got, want, bound);
+    } else {
+      ExpectClose(part_name[part], got, want, kGradTol, dt);
+    }
   }
 
   // ---- determinism: the same bits again ----

@@ -12,9 +12,13 @@
 //     so a row written that should not be shows up too.
 //   PagedAttentionForward: |gpu - ref| <= 2e-5 * (1 + |ref|) per element of
 //     out. Both sides follow the same steps in the same order over the same
-//     cache bits; they differ only in the order each dot product's HS terms
-//     are added and in the last bits of exp (a few ulps of each score), and
-//     the output is a weighted mean of the values.
+//     cache bits up to 128 positions; they differ only in the order each dot
+//     product's HS terms are added and in the last bits of exp (a few ulps
+//     of each score), and the output is a weighted mean of the values.
+//     Longer sequences are attended in splits of 128 positions merged by
+//     log-sum-exp (split-K), a few more roundings of the same size. Each
+//     token's row must also be bitwise the one it gets attended alone (the
+//     splits never depend on the batch).
 // out is poisoned with NaN before each run, so an element no kernel wrote
 // fails; a second run must give the same bits. Indices outside the tables or
 // the cache (which only the kernels can see) are skipped (a slot) or give NaN
@@ -209,11 +213,14 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
   GpuArray<float> qq_g(s.query_qkv);
   GpuArray<float> out_g(std::vector<float>(N * C));
   GpuArray<int32_t> tab_g(s.tables), seq_g(s.seq), pos_g(s.pos);
+  const Tensor tables = tab_g.View({s.num_seqs, s.max_blocks});
+  GpuArray<float> scratch_g(
+      gpu_test::Poison(cuda::PagedAttentionScratchFloats(qq_g.View({N, C3}), tables, nh)));
   auto attend = [&]() {
     out_g.Upload(gpu_test::Poison(N * C));
-    return cuda::PagedAttentionForward(out_g.View({N, C}), qq_g.View({N, C3}), gpu_kv,
-                                       tab_g.View({s.num_seqs, s.max_blocks}), seq_g.View({N}),
-                                       pos_g.View({N}), nh);
+    return cuda::PagedAttentionForward(out_g.View({N, C}), qq_g.View({N, C3}), gpu_kv, tables,
+                                       seq_g.View({N}), pos_g.View({N}), nh,
+                                       scratch_g.View({scratch_g.size()}));
   };
   st = attend();
   ASSERT_TRUE(st.ok()) << st;
@@ -225,11 +232,27 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   gpu_test::ExpectBitwise("out, second run", out_g.Download(), out);
+
+  // Each token alone: the same bits as in the batch.
+  for (int64_t n = 0; n < N; ++n) {
+    GpuArray<float> one_q(
+        std::vector<float>(s.query_qkv.begin() + n * C3, s.query_qkv.begin() + (n + 1) * C3));
+    GpuArray<int32_t> one_seq(std::vector<int32_t>{s.seq[n]}),
+        one_pos(std::vector<int32_t>{s.pos[n]});
+    GpuArray<float> one_out(gpu_test::Poison(C));
+    st = cuda::PagedAttentionForward(one_out.View({1, C}), one_q.View({1, C3}), gpu_kv, tables,
+                                     one_seq.View({1}), one_pos.View({1}), nh,
+                                     scratch_g.View({scratch_g.size()}));
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    gpu_test::ExpectBitwise(absl::StrCat("token ", n, " alone"), one_out.Download(),
+                            std::vector<float>(out.begin() + n * C, out.begin() + (n + 1) * C));
+  }
 }
 
 // Head sizes 24 (a partial lane chunk), 32, 48, 64 and 25 (odd); NH = 1;
-// sequence lengths 1, 16 (exactly one block), 17, 40, 75 and 300 (ending
-// mid-block); query tokens N as commented (mostly odd).
+// sequence lengths 1, 16 (exactly one block), 17, 40, 75, 300 and 600
+// (ending mid-block); query tokens N as commented (mostly odd).
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionGpuTest, testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (bool int8 : {false, true}) {
@@ -239,6 +262,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionGpuTest, testing::ValuesIn([] {
                              cases.push_back({2, 48, {16, 31}, 16, int8});       // N = 17
                              cases.push_back({1, 25, {20, 9, 2, 50}, 1, int8});  // N = 4
                              cases.push_back({2, 64, {300, 7}, 2, int8});        // N = 3, 19 blocks
+                             // Split-K: 128 positions (one split) and 129
+                             // (two), then 600 (five, the last partial).
+                             cases.push_back({1, 64, {129, 600}, 2, int8});  // N = 3
                            }
                            return cases;
                          }()),
@@ -249,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionGpuTest, testing::ValuesIn([] {
 // NaN; the other tokens are unaffected.
 TEST_F(PagedAttentionGpuTest, OutOfRangeIndicesAreContained) {
   const int64_t NH = 2, HS = 32, C = NH * HS, C3 = 3 * C, S = 2 * kBlockRows;
-  const std::vector<float> qkv = gpu_test::Normal(4 * C3, 5, 0.0f, 1.0f);
+  const std::vector<float> qkv = gpu_test::Normal(6 * C3, 5, 0.0f, 1.0f);
   std::vector<float> k(S * C, 3.0f), v(S * C, 3.0f);
   GpuArray<float> k_g(k), v_g(v), qkv_g(qkv);
   PagedKv kv;
@@ -267,21 +293,32 @@ TEST_F(PagedAttentionGpuTest, OutOfRangeIndicesAreContained) {
   }
   gpu_test::ExpectBitwise("k cache (only rows 0 and 1 change)", k_after, k);
 
-  // One sequence over block 0 (positions 0, 1 valid). Query 0 is fine;
-  // query 1 names sequence 5, query 2 position 16 (table column 1, outside
-  // max_blocks = 1), query 3 uses sequence 1, whose block is 7 (outside the
-  // 2-block cache).
-  GpuArray<int32_t> tables(std::vector<int32_t>{0, 7});  // [2 sequences, 1 block]
-  GpuArray<int32_t> seq(std::vector<int32_t>{0, 5, 0, 1}), pos(std::vector<int32_t>{1, 0, 16, 0});
-  GpuArray<float> out(std::vector<float>(4 * C, 0.0f));
-  st = cuda::PagedAttentionForward(out.View({4, C}), qkv_g.View({4, C3}), kv, tables.View({2, 1}),
-                                   seq.View({4}), pos.View({4}), 2);
+  // Sequence 0 over block 0 (positions 0, 1 valid); sequence 1 over block
+  // 7 (outside the 2-block cache); sequence 2 over blocks 0, 1, 0, 1, ...
+  // for its first 128 positions (one split), then block 7. Queries 0 and 5
+  // are fine; query 1 names sequence 5, query 2 position 144 (table column
+  // 9, outside max_blocks = 9), query 3 uses sequence 1, and query 4 reads
+  // block 7 in its second split.
+  std::vector<int32_t> t(3 * 9, -1);
+  t[0] = 0;
+  t[9] = 7;
+  for (int b = 0; b < 8; ++b) t[18 + b] = b % 2;
+  t[26] = 7;
+  GpuArray<int32_t> tables(t);  // [3 sequences, 9 blocks]
+  GpuArray<int32_t> seq(std::vector<int32_t>{0, 5, 0, 1, 2, 2});
+  GpuArray<int32_t> pos(std::vector<int32_t>{1, 0, 144, 0, 130, 127});
+  GpuArray<float> out(std::vector<float>(6 * C, 0.0f));
+  GpuArray<float> scratch(std::vector<float>(
+      cuda::PagedAttentionScratchFloats(qkv_g.View({6, C3}), tables.View({3, 9}), 2)));
+  st = cuda::PagedAttentionForward(out.View({6, C}), qkv_g.View({6, C3}), kv, tables.View({3, 9}),
+                                   seq.View({6}), pos.View({6}), 2, scratch.View({scratch.size()}));
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> o = out.Download();
   for (int64_t ch = 0; ch < C; ++ch) {
     EXPECT_FALSE(std::isnan(o[ch])) << "token 0 channel " << ch;
-    for (int t = 1; t < 4; ++t) EXPECT_TRUE(std::isnan(o[t * C + ch])) << "token " << t;
+    EXPECT_FALSE(std::isnan(o[5 * C + ch])) << "token 5 channel " << ch;
+    for (int q = 1; q < 5; ++q) EXPECT_TRUE(std::isnan(o[q * C + ch])) << "token " << q;
   }
 }
 
@@ -318,12 +355,18 @@ TEST(PagedAttentionGpuArgs, RejectsBadArguments) {
   s = cuda::KvCacheWrite(kv8, f32({3, 192}), i32({3}), 2);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "v scales [S, 3] for 2 heads";
 
+  const Tensor scratch = f32({1 << 20});
   s = cuda::PagedAttentionForward(f32({3, 64}), f32({3, 192}), kv, i32({2, 4}), i32({3}), i32({2}),
-                                  2);
+                                  2, scratch);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "pos of the wrong length";
   s = cuda::PagedAttentionForward(f32({3, 60}), f32({3, 192}), kv, i32({2, 4}), i32({3}), i32({3}),
-                                  2);
+                                  2, scratch);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "out of the wrong width";
+  // 3 tokens x 2 heads x 1 split x (32 + 2) floats of partials.
+  EXPECT_EQ(cuda::PagedAttentionScratchFloats(f32({3, 192}), i32({2, 4}), 2), 3 * 2 * 34);
+  s = cuda::PagedAttentionForward(f32({3, 64}), f32({3, 192}), kv, i32({2, 4}), i32({3}), i32({3}),
+                                  2, f32({3 * 2 * 34 - 1}));
+  EXPECT_NE(s.message().find("scratch"), std::string::npos) << s;
 }
 
 }  // namespace

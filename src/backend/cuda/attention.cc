@@ -107,6 +107,16 @@ absl::Status AttentionBackward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
                             lse.f32(), B, T, NH, HS, stream),
                         kBwd);
     }
+    if constexpr (std::is_same_v<S, __nv_bfloat16>) {
+      // bf16 at head size 64 or 128: the tensor-core backward (P and dS
+      // rounded to bf16 as mma operands; kernels/flash_attention_tc.cu).
+      if (kernels::FlashAttentionTcBackwardApplies(dqkv.data, dout.data, qkv.data, out.data, HS)) {
+        return CudaStatus(
+            kernels::LaunchFlashAttentionBackwardTc(Data<S>(dqkv), Data<S>(dout), Data<S>(qkv),
+                                                    Data<S>(out), lse.f32(), B, T, NH, HS, stream),
+            kBwd);
+      }
+    }
     return CudaStatus(
         kernels::LaunchFlashAttentionBackward<S>(Data<S>(dqkv), Data<S>(dout), Data<S>(qkv),
                                                  Data<S>(out), lse.f32(), B, T, NH, HS, stream),

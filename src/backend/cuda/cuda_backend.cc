@@ -192,7 +192,12 @@ absl::Status CudaBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor 
 absl::Status CudaBackend::PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
                                                 Tensor block_tables, Tensor seq, Tensor pos,
                                                 int num_heads) {
-  return cuda::PagedAttentionForward(out, qkv, cache, block_tables, seq, pos, num_heads, stream_);
+  ASSIGN_OR_RETURN(Tensor scratch,
+                   Scratch(4 * std::max<int64_t>(1, cuda::PagedAttentionScratchFloats(
+                                                        qkv, block_tables, num_heads)),
+                           DType::kF32));
+  return cuda::PagedAttentionForward(out, qkv, cache, block_tables, seq, pos, num_heads, scratch,
+                                     stream_);
 }
 
 absl::Status CudaBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,

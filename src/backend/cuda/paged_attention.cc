@@ -67,9 +67,17 @@ absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots, int nu
                     kWrite);
 }
 
+int64_t PagedAttentionScratchFloats(const Tensor& qkv, const Tensor& block_tables, int num_heads) {
+  if (qkv.rank != 2 || block_tables.rank != 2 || num_heads <= 0) return 0;
+  const int64_t N = qkv.dim(0), C = qkv.dim(1) / 3, max_blocks = block_tables.dim(1);
+  if (N <= 0 || C <= 0 || C % num_heads != 0 || max_blocks <= 0 || max_blocks > INT_MAX) return 0;
+  return kernels::PagedAttentionScratchFloats(N, num_heads, C / num_heads,
+                                              static_cast<int>(max_blocks));
+}
+
 absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
                                    Tensor block_tables, Tensor seq, Tensor pos, int num_heads,
-                                   cudaStream_t stream) {
+                                   Tensor scratch, cudaStream_t stream) {
   int64_t S = 0, C = 0, N = 0, num_seqs = 0, max_blocks = 0;
   RETURN_IF_ERROR(CheckCache(kAttn, cache, num_heads, &S, &C));
   RETURN_IF_ERROR(CheckQkv(kAttn, qkv, C, &N));
@@ -81,19 +89,22 @@ absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
   if (N * num_heads > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(kAttn, ": too many tokens x heads"));
   }
+  const int64_t need = PagedAttentionScratchFloats(qkv, block_tables, num_heads);
+  if (need > 0) RETURN_IF_ERROR(CheckNumel(kAttn, "scratch", scratch, DType::kF32, need, true));
   const int n = static_cast<int>(N), s = static_cast<int>(S), hs = static_cast<int>(C / num_heads);
   const int seqs = static_cast<int>(num_seqs), blocks = static_cast<int>(max_blocks);
   if (cache.int8()) {
     return CudaStatus(kernels::LaunchPagedAttentionI8(
-                          out.f32(), qkv.f32(), cache.k.i8(), cache.v.i8(), cache.k_scale.f32(),
-                          cache.v_scale.f32(), block_tables.i32(), seq.i32(), pos.i32(), n, s,
-                          num_heads, hs, seqs, blocks, stream),
+                          out.f32(), scratch.f32(), qkv.f32(), cache.k.i8(), cache.v.i8(),
+                          cache.k_scale.f32(), cache.v_scale.f32(), block_tables.i32(), seq.i32(),
+                          pos.i32(), n, s, num_heads, hs, seqs, blocks, stream),
                       kAttn);
   }
-  return CudaStatus(kernels::LaunchPagedAttentionF32(
-                        out.f32(), qkv.f32(), cache.k.f32(), cache.v.f32(), block_tables.i32(),
-                        seq.i32(), pos.i32(), n, s, num_heads, hs, seqs, blocks, stream),
-                    kAttn);
+  return CudaStatus(
+      kernels::LaunchPagedAttentionF32(out.f32(), scratch.f32(), qkv.f32(), cache.k.f32(),
+                                       cache.v.f32(), block_tables.i32(), seq.i32(), pos.i32(), n,
+                                       s, num_heads, hs, seqs, blocks, stream),
+      kAttn);
 }
 
 LADDER_CUDA_END

@@ -22,10 +22,17 @@ LADDER_CUDA_BEGIN
 absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots, int num_heads,
                           cudaStream_t stream = nullptr);
 
+// Floats of GPU scratch PagedAttentionForward needs for a qkv [N,3C] and
+// block_tables [num_seqs, max_blocks] (its split-K partials); 0 for shapes
+// it rejects anyway.
+int64_t PagedAttentionScratchFloats(const Tensor& qkv, const Tensor& block_tables, int num_heads);
+
 // out [N,C]: causal attention of the N query tokens of qkv [N,3C] over the
 // cache, through block_tables [num_seqs, max_blocks], seq [N] and pos [N].
+// scratch: f32, at least PagedAttentionScratchFloats(qkv, block_tables,
+// num_heads) floats.
 absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
                                    Tensor block_tables, Tensor seq, Tensor pos, int num_heads,
-                                   cudaStream_t stream = nullptr);
+                                   Tensor scratch, cudaStream_t stream = nullptr);
 
 LADDER_CUDA_END
