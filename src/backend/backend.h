@@ -211,6 +211,16 @@ class Backend {
   // multiple of 8, no algorithm for the shape) the two ops run in turn.
   virtual absl::Status MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
                                          Tensor bias) = 0;
+  // The MLP's down projection's backward and the GELU's, as one op: the
+  // projection's input is inp = gelu(pre); dpre [N,C] = (dout @ weight) *
+  // gelu'(pre) (overwritten), dweight and dbias as MatmulBackward. The same
+  // as MatmulBackward(dpre, ...) then GeluBackward(dpre, dpre, pre); dpre
+  // must not overlap pre. On a GPU, cuBLASLt's DGELU epilogue applies gelu'
+  // to the GEMM's accumulators, saving GeluBackward's pass (two reads and a
+  // write of N x C values); where it does not apply (C not a multiple of 8,
+  // no algorithm) the two ops run in turn.
+  virtual absl::Status MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                          Tensor inp, Tensor weight, Tensor pre) = 0;
 
   // ---- GELU (tanh approximation, as GPT-2) ---------------------------------
   virtual absl::Status GeluForward(Tensor out, Tensor inp) = 0;

@@ -537,10 +537,11 @@ absl::Status Gpt::Backward(float dloss, int slot,
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "fcproj matmul bwd");
       ASSIGN_OR_RETURN(Tensor d_out, tp::EnterColumn(group, a.d_resid));
-      RETURN_IF_ERROR(tp::RowLinearBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, d_out, la.fch_gelu,
-                                            w.fcproj_w));
+      // With the GELU's backward fused: dfch is the gradient of fch, the
+      // GELU's input.
+      RETURN_IF_ERROR(tp::RowLinearGeluBackward(be, a.dfch, g.fcproj_w, g.fcproj_b, d_out,
+                                                la.fch_gelu, w.fcproj_w, la.fch));
     }
-    RETURN_IF_ERROR(be.GeluBackward(a.dfch, a.dfch, la.fch));
     {
       TraceSpan mm(TraceTrack::kCompute, "matmul", "fc matmul bwd");
       ASSIGN_OR_RETURN(Tensor ln2, tp::EnterColumn(group, la.ln2));

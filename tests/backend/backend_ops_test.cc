@@ -638,6 +638,42 @@ TEST_P(BackendOpsTest, MatmulGeluForwardMatchesReference) {
   }
 }
 
+// The fused down projection's backward: gradients of
+// loss = dout . (gelu(pre) @ w^T + b) by finite differences in pre, w and b
+// (so dpre = (dout @ w) * gelu'(pre)), dweight and dbias accumulated onto
+// zeros. C = 16 takes a GPU's cuBLASLt DGELU epilogue, C = 12 (not a
+// multiple of 8) the backward then the GELU kernel.
+TEST_P(BackendOpsTest, MatmulGeluBackwardMatchesFiniteDifferences) {
+  uint32_t seed = 450;
+  for (const int C : {16, 12}) {
+    const int N = 3, OC = 5;
+    SCOPED_TRACE(::testing::Message() << "C=" << C);
+    const Floats pre = Uniform(N * C, ++seed, -2.0f, 2.0f), w = Uniform(OC * C, ++seed);
+    const Floats b = Uniform(OC, ++seed), dout = Uniform(N * OC, ++seed);
+    const Vec gelu = ref::Gelu(D(pre));
+    const Floats inp(gelu.begin(), gelu.end());
+    auto dpre = Out({N, C});  // overwritten: starts as NaN
+    auto dw = Up(Floats(OC * C, 0.0f), {OC, C}), db = Up(Floats(OC, 0.0f), {OC});
+    auto pre_t = Up(pre, {N, C});
+    ASSERT_TRUE(be().MatmulGeluBackward(dpre.t(), dw.t(), db.t(), Up(dout, {N, OC}).t(),
+                                        Up(inp, {N, C}).t(), Up(w, {OC, C}).t(), pre_t.t())
+                    .ok());
+    const Vec pd = D(pre), wd = D(w), bd = D(b), g = D(dout);
+    auto loss = [&](const Vec& p, const Vec& ww, const Vec& bb) {
+      return ref::Dot(ref::Matmul(ref::Gelu(p), ww, &bb, N, C, OC), g);
+    };
+    EXPECT_TRUE(AllClose(dpre.Get(), NumericGrad(pd, [&](const Vec& x) { return loss(x, wd, bd); }),
+                         kGradRtol, kGradAtol));
+    EXPECT_TRUE(AllClose(dw.Get(), NumericGrad(wd, [&](const Vec& x) { return loss(pd, x, bd); }),
+                         kGradRtol, kGradAtol));
+    EXPECT_TRUE(AllClose(db.Get(), NumericGrad(bd, [&](const Vec& x) { return loss(pd, wd, x); }),
+                         kGradRtol, kGradAtol));
+    ExpectInvalid(be().MatmulGeluBackward(pre_t.t(), dw.t(), db.t(), Up(dout, {N, OC}).t(),
+                                          Up(inp, {N, C}).t(), Up(w, {OC, C}).t(), pre_t.t()),
+                  "MatmulGeluBackward");
+  }
+}
+
 TEST_P(BackendOpsTest, MatmulGradientsMatchFiniteDifferences) {
   const int N = 3, C = 5, OC = 4;
   const Floats inp = Uniform(N * C, 61), w = Uniform(OC * C, 62), b = Uniform(OC, 63);

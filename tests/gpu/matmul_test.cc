@@ -7,7 +7,8 @@
 // cuBLASLt is a host GEMM); on a GPU, cuBLASLt itself.
 //
 // GeluForward (the GELU_AUX_BIAS epilogue) is checked on the same inputs:
-// pre equal to the forward's out, out = gelu(pre) as the CPU's GeluForward.
+// pre equal to the forward's out, out = gelu(pre) as the CPU's GeluForward;
+// GeluBackward (the DGELU epilogue) against the CPU's MatmulGeluBackward.
 //
 // Every case runs with fp32 and with bf16 storage (backend.h "Precision"):
 // in bf16, inp, weight, bias, dout, out and dinp are bf16 (products on the
@@ -142,6 +143,54 @@ TEST_P(MatmulGpuTest, MatchesCpu) {
                  1.2 * 2e-6 * std::sqrt(static_cast<double>(C));
     }
     gpu_test::ExpectWithin("gelu(pre)", gelu_g.Download(), gelu_c, bound);
+  }
+
+  // The fused down-projection backward (DGELU epilogue): the projection's
+  // input is gelu(pre) with pre = this case's inp, and dpre = (dout @ w) *
+  // gelu'(pre), against the CPU's MatmulGeluBackward (its backward, then
+  // its GELU backward). dpre's bound: dinp's, through gelu' (at most 1.13,
+  // hence 1.2x), plus a fast tanh's error in gelu' (a change dt in tanh
+  // moves gelu'(x) by at most (1/2 + |x| du) |dt|, du <= 2 for the inputs
+  // here): 4 kTanhApprox (1 + |x|) |dout @ w|. C not a multiple of 8 is
+  // Unimplemented (the backend then runs the two ops).
+  if (c.dinp) {
+    std::vector<float> act(N * C);
+    ASSERT_TRUE(cpu.GeluForward(Tensor::F32(act.data(), {N, C}, Device::kCpu),
+                                Tensor::F32(inp.data(), {N, C}, Device::kCpu))
+                    .ok());
+    act = stored(act);
+    std::vector<float> dpre_c(N * C), gw_c = dw0, gb_c = db0;
+    ASSERT_TRUE(
+        cpu.MatmulGeluBackward(Tensor::F32(dpre_c.data(), {N, C}, Device::kCpu),
+                               Tensor::F32(gw_c.data(), {OC, C}, Device::kCpu),
+                               c.bias ? Tensor::F32(gb_c.data(), {OC}, Device::kCpu) : Tensor(),
+                               Tensor::F32(dout.data(), {N, OC}, Device::kCpu),
+                               Tensor::F32(act.data(), {N, C}, Device::kCpu),
+                               Tensor::F32(w.data(), {OC, C}, Device::kCpu),
+                               Tensor::F32(inp.data(), {N, C}, Device::kCpu))
+            .ok());
+    gpu_test::GpuStored act_g(act, dt), dpre_g(gpu_test::Poison(N * C), dt);
+    GpuFloats gw_g(dw0), gb_g(db0);
+    st = (*mm)->GeluBackward(dpre_g.View({N, C}), gw_g.View({OC, C}),
+                             c.bias ? gb_g.View({OC}) : Tensor(), dout_g.View({N, OC}),
+                             act_g.View({N, C}), w_g.View({OC, C}), inp_g.View({N, C}),
+                             scratch.View({scratch.size()}));
+    if (C % 8 != 0) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+    } else {
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+      const double rel = 1e-5 + (dt == DType::kBF16 ? gpu_test::kBf16Rounding : 0.0);
+      std::vector<double> bound(dpre_c.size());
+      for (size_t i = 0; i < bound.size(); ++i) {
+        bound[i] = 1.2 * rel * std::fabs(dpre_c[i]) +
+                   1.2 * 2e-6 * std::sqrt(static_cast<double>(OC)) +
+                   4 * kTanhApprox * (1 + std::fabs(inp[i])) * std::fabs(dinp_c[i]);
+      }
+      gpu_test::ExpectWithin("dpre", dpre_g.Download(), dpre_c, bound);
+      ExpectMatches("dweight (fused)", gw_g.Download(), gw_c, N);
+      if (c.bias) ExpectMatches("dbias (fused)", gb_g.Download(), gb_c, N);
+    }
   }
   mm->reset();
   ASSERT_CUDA_OK(cudaStreamDestroy(stream));

@@ -84,6 +84,12 @@ class TaggedBackend final : public Backend {
     return cpu_.MatmulBackward(In(op, dinp), In(op, dweight), In(op, dbias), In(op, dout),
                                In(op, inp), In(op, weight));
   }
+  absl::Status MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                  Tensor inp, Tensor weight, Tensor pre) override {
+    const char* op = Count("MatmulGeluBackward");
+    return cpu_.MatmulGeluBackward(In(op, dpre), In(op, dweight), In(op, dbias), In(op, dout),
+                                   In(op, inp), In(op, weight), In(op, pre));
+  }
   absl::Status GeluForward(Tensor out, Tensor inp) override {
     const char* op = Count("GeluForward");
     return cpu_.GeluForward(In(op, out), In(op, inp));

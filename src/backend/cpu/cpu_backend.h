@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
   absl::Status ResidualAdd(Tensor out, Tensor a, Tensor b) override;
 
   absl::Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
+  absl::Status MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                  Tensor inp, Tensor weight, Tensor pre) override;
   absl::Status MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
                                  Tensor bias) override;
   absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,

@@ -49,6 +49,15 @@ absl::Status CpuBackend::MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, T
   return GeluForward(out, pre);
 }
 
+absl::Status CpuBackend::MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                            Tensor inp, Tensor weight, Tensor pre) {
+  if (!dpre.empty() && dpre.data == pre.data) {
+    return absl::InvalidArgumentError("MatmulGeluBackward: dpre and pre must not overlap");
+  }
+  RETURN_IF_ERROR(MatmulBackward(dpre, dweight, dbias, dout, inp, weight));
+  return GeluBackward(dpre, dpre, pre);
+}
+
 absl::Status CpuBackend::GeluBackward(Tensor dinp, Tensor dout, Tensor inp) {
   int64_t N = 0, C = 0;
   RETURN_IF_ERROR(cpu::RowView(kBwd, "inp", inp, DType::kF32, &N, &C));

@@ -151,6 +151,22 @@ absl::Status CudaBackend::MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbi
   return matmuls_->Backward(dinp, dweight, dbias, dout, inp, weight, scratch);
 }
 
+absl::Status CudaBackend::MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                             Tensor inp, Tensor weight, Tensor pre) {
+  Tensor scratch;
+  if (!dbias.empty()) {
+    const int64_t OC = dout.rank > 0 ? dout.dim(-1) : 0;
+    const int64_t N = OC > 0 ? dout.numel() / OC : 0;
+    ASSIGN_OR_RETURN(scratch, Scratch(4 * cuda::BiasGradScratchFloats(N, OC), DType::kF32));
+  }
+  const absl::Status fused =
+      matmuls_->GeluBackward(dpre, dweight, dbias, dout, inp, weight, pre, scratch);
+  if (!absl::IsUnimplemented(fused)) return fused;
+  // The epilogue does not apply to this shape: the backward, then the GELU's.
+  RETURN_IF_ERROR(matmuls_->Backward(dpre, dweight, dbias, dout, inp, weight, scratch));
+  return cuda::GeluBackward(dpre, dpre, pre, stream_);
+}
+
 absl::Status CudaBackend::GeluForward(Tensor out, Tensor inp) {
   return cuda::GeluForward(out, inp, stream_);
 }

@@ -57,6 +57,8 @@ class CudaBackend final : public Backend {
                                          Tensor x, Tensor gamma, Tensor mean, Tensor rstd) override;
   absl::Status ResidualAdd(Tensor out, Tensor a, Tensor b) override;
   absl::Status MatmulForward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
+  absl::Status MatmulGeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                  Tensor inp, Tensor weight, Tensor pre) override;
   absl::Status MatmulGeluForward(Tensor out, Tensor pre, Tensor inp, Tensor weight,
                                  Tensor bias) override;
   absl::Status MatmulBackward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,

@@ -14,6 +14,7 @@ namespace {
 constexpr char kFwd[] = "MatmulForward";
 constexpr char kGeluFwd[] = "MatmulGeluForward";
 constexpr char kBwd[] = "MatmulBackward";
+constexpr char kGeluBwd[] = "MatmulGeluBackward";
 
 absl::Status LtStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -62,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Matmuls>> Matmuls::Create(cudaStream_t stream) {
 
 absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
                            const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
-                           int dt, void* d, const void* bias, void* gelu_aux) {
+                           int dt, void* d, const void* bias, void* gelu_aux, GeluEpilogue gelu) {
   const auto ab_type = static_cast<cudaDataType_t>(ab), d_type = static_cast<cudaDataType_t>(dt);
   Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
   RETURN_IF_ERROR(
@@ -77,7 +78,9 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
       "transb"));
   if (gelu_aux != nullptr) {
     const cublasLtEpilogue_t epilogue =
-        bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        gelu == GeluEpilogue::kDGelu
+            ? CUBLASLT_EPILOGUE_DGELU
+            : (bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
     const int64_t aux_ld = m;
     RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(desc.p, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                             &epilogue, sizeof(epilogue)),
@@ -114,9 +117,10 @@ absl::Status Matmuls::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                "layout B"));
   RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&ld.p, d_type, m, n, m), "layout D"));
 
-  const auto key =
-      std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb,
-                      (bias != nullptr ? 1 : 0) + (gelu_aux != nullptr ? 2 : 0), ab, dt);
+  const auto key = std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb,
+                                   (bias != nullptr ? 1 : 0) + (gelu_aux != nullptr ? 2 : 0) +
+                                       (gelu == GeluEpilogue::kDGelu ? 4 : 0),
+                                   ab, dt);
   auto it = impl_->algos.find(key);
   if (it == impl_->algos.end()) {
     Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
@@ -226,11 +230,45 @@ absl::Status Matmuls::Backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor
       RETURN_IF_ERROR(Gemm(false, false, C, N, OC, LtType<T>(), weight.data, C, dout.data, OC, 0.0f,
                            LtType<T>(), dinp.data, nullptr));
     }
-    // dweight^T (C x OC) += inp^T (C x N) * op_T(dout^T stored OC x N), in fp32.
-    RETURN_IF_ERROR(Gemm(false, true, C, OC, N, LtType<T>(), inp.data, C, dout.data, OC, 1.0f,
-                         CUDA_R_32F, dweight.data, nullptr));
-    if (!dbias.empty()) RETURN_IF_ERROR(BiasGrad(dbias, dout, scratch, impl_->stream));
-    return absl::OkStatus();
+    return WeightGrads(dweight, dbias, dout, inp, scratch, LtType<T>());
+  });
+}
+
+absl::Status Matmuls::WeightGrads(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                  Tensor scratch, int ab) {
+  const int64_t N = dout.numel() / dweight.dim(0), OC = dweight.dim(0), C = dweight.dim(1);
+  // dweight^T (C x OC) += inp^T (C x N) * op_T(dout^T stored OC x N), in fp32.
+  RETURN_IF_ERROR(Gemm(false, true, C, OC, N, ab, inp.data, C, dout.data, OC, 1.0f, CUDA_R_32F,
+                       dweight.data, nullptr));
+  if (!dbias.empty()) RETURN_IF_ERROR(BiasGrad(dbias, dout, scratch, impl_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status Matmuls::GeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout,
+                                   Tensor inp, Tensor weight, Tensor pre, Tensor scratch) {
+  int64_t N = 0, C = 0, OC = 0;
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(kGeluBwd, "inp", inp, dt, &N, &C));
+  RETURN_IF_ERROR(RowView(kGeluBwd, "dout", dout, dt, &N, &OC));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "inp", inp, dt, N, C));
+  RETURN_IF_ERROR(CheckExact(kGeluBwd, "weight", weight, dt, {OC, C}));
+  RETURN_IF_ERROR(CheckExact(kGeluBwd, "dweight", dweight, DType::kF32, {OC, C}));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dpre", dpre, dt, N, C));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "pre", pre, dt, N, C));
+  if (!dbias.empty()) RETURN_IF_ERROR(CheckExact(kGeluBwd, "dbias", dbias, DType::kF32, {OC}));
+  const char* a = static_cast<const char*>(dpre.data);
+  const char* b = static_cast<const char*>(pre.data);
+  if (a < b + pre.bytes() && b < a + dpre.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(kGeluBwd, ": dpre and pre overlap"));
+  }
+  if (C % 8 != 0) return absl::UnimplementedError("the DGELU epilogue needs C % 8 == 0");
+  return WithStorage(kGeluBwd, "inp", dt, [&](auto tag) -> absl::Status {
+    using T = typename decltype(tag)::type;
+    if (N == 0) return absl::OkStatus();
+    // As Backward's dinp, with D = the product * gelu'(pre) (auxiliary matrix).
+    RETURN_IF_ERROR(Gemm(false, false, C, N, OC, LtType<T>(), weight.data, C, dout.data, OC, 0.0f,
+                         LtType<T>(), dpre.data, nullptr, pre.data, GeluEpilogue::kDGelu));
+    return WeightGrads(dweight, dbias, dout, inp, scratch, LtType<T>());
   });
 }
 

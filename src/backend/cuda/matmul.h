@@ -56,6 +56,14 @@ class Matmuls {
   // non-empty; then scratch needs BiasGradScratchFloats(N, OC) floats).
   absl::Status Backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                         Tensor weight, Tensor scratch);
+  // Backward of a projection whose input is inp = gelu(pre), the GELU's
+  // backward in the same GEMM: dpre [N,C] = (dout @ weight) * gelu'(pre)
+  // (CUBLASLT_EPILOGUE_DGELU, the auxiliary matrix = pre), then dweight and
+  // dbias as Backward. Unimplemented, with nothing enqueued, where the
+  // epilogue does not apply (C not a multiple of 8, no algorithm); the
+  // caller then runs Backward and the GELU backward kernel.
+  absl::Status GeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                            Tensor weight, Tensor pre, Tensor scratch);
 
   static constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's advice for Hopper
 
@@ -64,12 +72,18 @@ class Matmuls {
   explicit Matmuls(std::unique_ptr<Impl> impl);
   // D (m x n, column-major, ldd = m) = op(A) op(B) + beta D (+ bias[m]):
   // A and B of type ab, D and bias of type dt (cudaDataType_t values).
-  // With gelu_aux: D = gelu(op(A) op(B) (+ bias)) and gelu_aux (m x n, ld
-  // m, type dt) = the value before the GELU; Unimplemented if cuBLASLt has
-  // no algorithm for that.
+  // With gelu_aux (m x n, ld m, type dt): kGelu: D = gelu(op(A) op(B) (+
+  // bias)) and gelu_aux = the value before the GELU; kDGelu: D = op(A) op(B)
+  // * gelu'(gelu_aux). Unimplemented if cuBLASLt has no algorithm for the
+  // epilogue.
+  enum class GeluEpilogue { kGelu, kDGelu };
   absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int ab,
                     const void* a, int64_t lda, const void* b, int64_t ldb, float beta, int dt,
-                    void* d, const void* bias, void* gelu_aux = nullptr);
+                    void* d, const void* bias, void* gelu_aux = nullptr,
+                    GeluEpilogue gelu = GeluEpilogue::kGelu);
+  // Backward's dweight and dbias.
+  absl::Status WeightGrads(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor scratch,
+                           int ab);
   std::unique_ptr<Impl> impl_;
 };
 

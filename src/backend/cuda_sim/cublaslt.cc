@@ -20,7 +20,7 @@ struct SimLtMatmulDesc {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // of D's type (cuBLASLt's default bias type)
-  void* aux = nullptr;         // GELU_AUX epilogues: the GELU's input, D's type
+  void* aux = nullptr;         // GELU_AUX and DGELU epilogues: the GELU's input, D's type
   int64_t aux_ld = 0;
 };
 struct SimLtLayout {
@@ -117,7 +117,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       if (s == CUBLAS_STATUS_SUCCESS && desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
           desc->epilogue != CUBLASLT_EPILOGUE_BIAS &&
           desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX &&
-          desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+          desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+          desc->epilogue != CUBLASLT_EPILOGUE_DGELU) {
         return CUBLAS_STATUS_NOT_SUPPORTED;
       }
       return s;
@@ -207,9 +208,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       desc->epilogue == CUBLASLT_EPILOGUE_BIAS || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
                     desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
   // cuBLASLt's rules for the auxiliary matrix: a leading dimension divisible
   // by 8 and at least D's rows.
-  if (gelu && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(m))) {
+  if ((gelu || dgelu) && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(m))) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const SimLtLayout aux_layout{dl->type, m, n, desc->aux_ld};
@@ -218,7 +220,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       !internal::IsDeviceRange(d, Span(*dl)) ||
       (beta != 0.0f && !internal::IsDeviceRange(c, Span(*cl))) ||
       (bias && !internal::IsDeviceRange(desc->bias, m * ElementBytes(dl->type))) ||
-      (gelu && !internal::IsDeviceRange(desc->aux, Span(aux_layout)))) {
+      ((gelu || dgelu) && !internal::IsDeviceRange(desc->aux, Span(aux_layout)))) {
     internal::Fail(cudaErrorIllegalAddress,
                    "cublasLtMatmul: an operand is not inside device memory", /*sticky=*/true);
     return CUBLAS_STATUS_EXECUTION_FAILED;
@@ -245,6 +247,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         Store(desc->aux, dl->type, i + j * static_cast<uint64_t>(desc->aux_ld), v);
         const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         v = 0.5f * v * (1.0f + std::tanh(u));
+      }
+      if (dgelu) {
+        // D = the product times the GELU's derivative at the auxiliary
+        // matrix's value x (GPT-2's tanh form, differentiated):
+        // gelu'(x) = (1 + t) / 2 + x (1 - t^2) / 2 * sqrt(2/pi) (1 + 3 c x^2).
+        const float x = Load(desc->aux, dl->type, i + j * static_cast<uint64_t>(desc->aux_ld));
+        const float t = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
+        const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+        v *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
       }
       Store(d, dl->type, at, v);  // one rounding, as the GPU's epilogue
     }

@@ -76,6 +76,11 @@ absl::Status RowLinearBackward(Backend& be, Tensor dinp, Tensor dw, Tensor db, T
   return be.MatmulBackward(dinp, dw, db, dout, inp, w);
 }
 
+absl::Status RowLinearGeluBackward(Backend& be, Tensor dpre, Tensor dw, Tensor db, Tensor dout,
+                                   Tensor inp, Tensor w, Tensor pre) {
+  return be.MatmulGeluBackward(dpre, dw, db, dout, inp, w, pre);
+}
+
 absl::Status VocabEmbeddingForward(Backend& be, const Group& g, Tensor out, Tensor tokens,
                                    Tensor positions, Tensor wte, Tensor wpe, int64_t vocab_start) {
   ASSIGN_OR_RETURN(Tensor sum, SumTarget(g, out));

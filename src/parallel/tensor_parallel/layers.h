@@ -86,6 +86,11 @@ absl::Status RowLinearForward(Backend& be, const Group& g, Tensor out, Tensor in
 // gathered by EnterColumn first).
 absl::Status RowLinearBackward(Backend& be, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                                Tensor inp, Tensor w);
+// The same for a layer whose input is inp = gelu(pre) (the MLP's down
+// projection), the GELU's backward fused (Backend::MatmulGeluBackward):
+// dpre = (dout @ w) * gelu'(pre), the gradient of the GELU's input.
+absl::Status RowLinearGeluBackward(Backend& be, Tensor dpre, Tensor dw, Tensor db, Tensor dout,
+                                   Tensor inp, Tensor w, Tensor pre);
 
 // out [N, C] = the embedding of `tokens` [N] from a vocabulary shard (rows
 // [vocab_start, vocab_start + rows) of the logical wte) plus the rows of wpe

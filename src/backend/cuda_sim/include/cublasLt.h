@@ -44,6 +44,7 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_GELU_AUX = 160,
   CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+  CUBLASLT_EPILOGUE_DGELU = 192,
 };
 enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
 
@@ -88,8 +89,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[],
                                               int* returned);
-// D = alpha * op(A) op(B) + beta * C (+ bias[row] with CUBLASLT_EPILOGUE_BIAS),
-// column-major; alpha and beta are host pointers. C may alias D.
+// D = alpha * op(A) op(B) + beta * C (+ bias[row] with CUBLASLT_EPILOGUE_BIAS;
+// GELU_AUX: D = gelu of that, the value before it into the auxiliary matrix;
+// DGELU: D = that times gelu' of the auxiliary matrix), column-major; alpha
+// and beta are host pointers. C may alias D.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t a_layout, const void* b,
                               cublasLtMatrixLayout_t b_layout, const void* beta, const void* c,
