@@ -201,6 +201,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   }
   model_->TakeLink();  // validation's, before this step
   RETURN_IF_ERROR(model_->ZeroGrads());
+  if (buckets_ != nullptr) buckets_->BeginStep();
   train_batches_->Next(read_inputs(), read_targets());
   TakeTokens(static_cast<int>(G / D));
   RETURN_IF_ERROR(model_->SetBatchShape(micro_rows_, T));

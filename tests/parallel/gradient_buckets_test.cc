@@ -4,7 +4,8 @@
 // of the buffer; without overlap Ready starts nothing and Finish reduces
 // every bucket in order; with overlap each bucket starts once the offset has
 // passed its beginning, Finish starts the rest and waits; every element is
-// summed exactly once either way, and a second step starts afresh.
+// summed exactly once either way, and a second step (BeginStep) starts
+// afresh.
 #include "src/parallel/data_parallel/gradient_buckets.h"
 
 #include <memory>
@@ -75,6 +76,7 @@ TEST(GradientBucketsTest, WithoutOverlapFinishReducesEveryBucketFromTheEnd) {
   std::vector<float> grads = Ones(10);
   GradientBuckets b(&g, Tensor::F32(grads.data(), {10}, Device::kCpu), 4, /*overlap=*/false);
   EXPECT_EQ(b.buckets(), 3);
+  b.BeginStep();
   ASSERT_TRUE(b.Ready(0).ok());
   EXPECT_TRUE(g.started.empty());
   ASSERT_TRUE(b.Finish().ok());
@@ -93,6 +95,7 @@ TEST(GradientBucketsTest, WithOverlapABucketStartsOnceTheBackwardHasPassedIt) {
   GradientBuckets b(&g, Tensor::F32(grads.data(), {10}, Device::kCpu), 4, /*overlap=*/true);
   for (int step = 1; step <= 2; ++step) {
     g.started.clear();
+    b.BeginStep();
     ASSERT_TRUE(b.Ready(7).ok());  // [6, 10) is not wholly final yet
     EXPECT_TRUE(g.started.empty());
     ASSERT_TRUE(b.Ready(6).ok());
@@ -116,6 +119,7 @@ TEST(GradientBucketsTest, AStartThatFailsIsTheError) {
   g.fail_starts = true;
   std::vector<float> grads = Ones(10);
   GradientBuckets b(&g, Tensor::F32(grads.data(), {10}, Device::kCpu), 4, /*overlap=*/true);
+  b.BeginStep();
   EXPECT_EQ(b.Ready(0).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(b.Finish().code(), absl::StatusCode::kUnavailable);
 }

@@ -22,7 +22,7 @@ GradientBuckets::GradientBuckets(Communicator* group, Tensor grads, int64_t buck
 GradientBuckets::~GradientBuckets() = default;
 
 void GradientBuckets::BeginStep() {
-  finished_ = false;
+  in_flight_.clear();
   next_ = 0;
   busy_until_ns_ = 0;
   overlapped_ = exposed_ = 0;
@@ -57,14 +57,12 @@ absl::Status GradientBuckets::Poll() {
 }
 
 absl::Status GradientBuckets::Ready(int64_t offset) {
-  if (finished_) BeginStep();
   if (!overlap_) return absl::OkStatus();
   while (next_ < ranges_.size() && ranges_[next_].begin >= offset) RETURN_IF_ERROR(StartNext());
   return Poll();
 }
 
 absl::Status GradientBuckets::Finish() {
-  if (finished_) BeginStep();
   const int64_t finish_begin = NowNanos();
   // What is in flight now was overlapped until now; from here it is exposed.
   for (const InFlight& f : in_flight_) AddBusy(f.start_ns, finish_begin);
@@ -76,7 +74,6 @@ absl::Status GradientBuckets::Finish() {
   for (InFlight& f : in_flight_) RETURN_IF_ERROR(f.op->Wait());
   in_flight_.clear();
   exposed_ = static_cast<double>(NowNanos() - finish_begin) * 1e-9;
-  finished_ = true;
   return absl::OkStatus();
 }
 

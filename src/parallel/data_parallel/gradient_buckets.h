@@ -44,14 +44,17 @@ class GradientBuckets {
   GradientBuckets(Communicator* group, Tensor grads, int64_t bucket_floats, bool overlap);
   ~GradientBuckets();
 
+  // Starts a step: the split from zero, every bucket unstarted. Anything a
+  // failed step left in flight is waited for first (comm.h: a pending
+  // operation is never abandoned).
+  void BeginStep();
   // The backward has finished every gradient at [offset, numel): starts
   // (with overlap) each bucket lying wholly there, in order from the end,
   // and tests the ones in flight, which advances them. Errors are the
   // communicator's.
   absl::Status Ready(int64_t offset);
   // The backward is over: starts every bucket not yet started, waits for
-  // all, and ends the step's split. After it the buffer holds the sums, and
-  // the next Ready or Finish begins the next step.
+  // all, and ends the step's split. After it the buffer holds the sums.
   absl::Status Finish();
 
   double overlapped_seconds() const { return overlapped_; }
@@ -70,8 +73,6 @@ class GradientBuckets {
   // Adds [begin, end) to the union of in-flight time (intervals come in
   // order of their starts).
   void AddBusy(int64_t begin_ns, int64_t end_ns);
-  // A new step's first call: the split starts from zero.
-  void BeginStep();
 
   Communicator* group_;
   Tensor grads_;
@@ -84,7 +85,6 @@ class GradientBuckets {
   std::vector<InFlight> in_flight_;  // oldest first
   size_t next_ = 0;                  // the next bucket to start
   int64_t busy_until_ns_ = 0;        // the end of the union so far
-  bool finished_ = true;             // the last step's Finish has run
   double overlapped_ = 0, exposed_ = 0;
 };
 
