@@ -178,6 +178,23 @@ absl::Status CheckForward(const char* op, const Tensor& out, const Tensor& inp,
   return absl::OkStatus();
 }
 
+// The backward's arguments (MatmulBackward's shapes, one storage dtype;
+// dinp checked unless empty): sets N, C and OC.
+absl::Status CheckBackward(const char* op, const char* dinp_name, const Tensor& dinp,
+                           const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                           const Tensor& inp, const Tensor& weight, int64_t* N, int64_t* C,
+                           int64_t* OC) {
+  const DType dt = inp.dtype;
+  RETURN_IF_ERROR(RowView(op, "inp", inp, dt, N, C));
+  RETURN_IF_ERROR(RowView(op, "dout", dout, dt, N, OC));
+  RETURN_IF_ERROR(CheckRows(op, "inp", inp, dt, *N, *C));
+  RETURN_IF_ERROR(CheckExact(op, "weight", weight, dt, {*OC, *C}));
+  RETURN_IF_ERROR(CheckExact(op, "dweight", dweight, DType::kF32, {*OC, *C}));
+  if (!dinp.empty()) RETURN_IF_ERROR(CheckRows(op, dinp_name, dinp, dt, *N, *C));
+  if (!dbias.empty()) RETURN_IF_ERROR(CheckExact(op, "dbias", dbias, DType::kF32, {*OC}));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Matmuls::Forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
@@ -215,13 +232,8 @@ absl::Status Matmuls::Backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor
                                Tensor weight, Tensor scratch) {
   int64_t N = 0, C = 0, OC = 0;
   const DType dt = inp.dtype;
-  RETURN_IF_ERROR(RowView(kBwd, "inp", inp, dt, &N, &C));
-  RETURN_IF_ERROR(RowView(kBwd, "dout", dout, dt, &N, &OC));
-  RETURN_IF_ERROR(CheckRows(kBwd, "inp", inp, dt, N, C));
-  RETURN_IF_ERROR(CheckExact(kBwd, "weight", weight, dt, {OC, C}));
-  RETURN_IF_ERROR(CheckExact(kBwd, "dweight", dweight, DType::kF32, {OC, C}));
-  if (!dinp.empty()) RETURN_IF_ERROR(CheckRows(kBwd, "dinp", dinp, dt, N, C));
-  if (!dbias.empty()) RETURN_IF_ERROR(CheckExact(kBwd, "dbias", dbias, DType::kF32, {OC}));
+  RETURN_IF_ERROR(
+      CheckBackward(kBwd, "dinp", dinp, dweight, dbias, dout, inp, weight, &N, &C, &OC));
   return WithStorage(kBwd, "inp", dt, [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     if (N == 0) return absl::OkStatus();
@@ -248,14 +260,10 @@ absl::Status Matmuls::GeluBackward(Tensor dpre, Tensor dweight, Tensor dbias, Te
                                    Tensor inp, Tensor weight, Tensor pre, Tensor scratch) {
   int64_t N = 0, C = 0, OC = 0;
   const DType dt = inp.dtype;
-  RETURN_IF_ERROR(RowView(kGeluBwd, "inp", inp, dt, &N, &C));
-  RETURN_IF_ERROR(RowView(kGeluBwd, "dout", dout, dt, &N, &OC));
-  RETURN_IF_ERROR(CheckRows(kGeluBwd, "inp", inp, dt, N, C));
-  RETURN_IF_ERROR(CheckExact(kGeluBwd, "weight", weight, dt, {OC, C}));
-  RETURN_IF_ERROR(CheckExact(kGeluBwd, "dweight", dweight, DType::kF32, {OC, C}));
-  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dpre", dpre, dt, N, C));
+  RETURN_IF_ERROR(
+      CheckBackward(kGeluBwd, "dpre", dpre, dweight, dbias, dout, inp, weight, &N, &C, &OC));
+  RETURN_IF_ERROR(CheckRows(kGeluBwd, "dpre", dpre, dt, N, C));  // required here
   RETURN_IF_ERROR(CheckRows(kGeluBwd, "pre", pre, dt, N, C));
-  if (!dbias.empty()) RETURN_IF_ERROR(CheckExact(kGeluBwd, "dbias", dbias, DType::kF32, {OC}));
   const char* a = static_cast<const char*>(dpre.data);
   const char* b = static_cast<const char*>(pre.data);
   if (a < b + pre.bytes() && b < a + dpre.bytes()) {
