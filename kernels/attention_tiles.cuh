@@ -22,16 +22,6 @@ inline constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y (tile
 
 static_assert(kTile == kWarpSize, "a tile row is one warp wide");
 
-// min of two ints (CUDA's integer min() is not in the simulator's subset).
-__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
-}
-
 // Shared-memory row stride of a tile read with lane = row: odd, so the 32
 // lanes' words of one column fall into 32 different banks.
 __host__ __device__ __forceinline__ int TileStride(int HS) { return HS | 1; }

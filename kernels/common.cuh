@@ -26,6 +26,18 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// Max of v over the 32 lanes of a warp (fmaxf: a NaN lane is ignored),
+// returned to every lane.
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+// min of two ints (CUDA's integer min() is not in the simulator's subset).
+__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
+
 // kVec elements moved as one memory transaction. With kVec * sizeof(T) == 16
 // a warp reads 512 contiguous bytes in one instruction (LDG.128) instead of
 // four; with kVec == 1 this is a plain scalar access. The caller guarantees

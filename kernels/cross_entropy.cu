@@ -62,7 +62,7 @@ constexpr int kLossThreads = 256;
 
 __device__ __forceinline__ float Max(float a, float b) { return b > a ? b : a; }
 
-__device__ __forceinline__ float WarpMax(float v) {
+__device__ __forceinline__ float RowWarpMax(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     v = Max(v, __shfl_xor_sync(kFullMask, v, offset));
   }
@@ -77,12 +77,12 @@ template <bool kMax>
 __device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  v = kMax ? WarpMax(v) : WarpSum(v);
+  v = kMax ? RowWarpMax(v) : WarpSum(v);
   if (lane == 0) warp_results[warp] = v;
   __syncthreads();
   const float identity = kMax ? -INFINITY : 0.0f;
   v = lane < kWarps ? warp_results[lane] : identity;
-  return kMax ? WarpMax(v) : WarpSum(v);
+  return kMax ? RowWarpMax(v) : WarpSum(v);
 }
 
 // Calls f(column, value) for every real column of row x, in this thread's

@@ -90,16 +90,6 @@ __device__ __forceinline__ size_t PanelScaleIndex(int r, int g, int groups) {
          r % kPanelRows;
 }
 
-// min of two ints (CUDA's integer min() is not in the simulator's subset).
-__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
-}
-
 // Sum of the 4 signed byte products of two words.
 __device__ __forceinline__ int32_t Dot4(int32_t a, int32_t b) {
   int32_t s = 0;

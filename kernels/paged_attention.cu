@@ -81,16 +81,6 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kBlock = kKvBlockRows;
 constexpr int kSplitRows = kPagedSplitBlocks * kBlock;  // positions per split
 
-// min of two ints (CUDA's integer min() is not in the simulator's subset).
-__device__ __forceinline__ int MinInt(int a, int b) { return a < b ? a : b; }
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
-}
-
 __device__ __forceinline__ float ToF(float x) { return x; }
 __device__ __forceinline__ float ToF(int8_t x) { return static_cast<float>(x); }
 

@@ -68,6 +68,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "src/backend/token_sampling.h"
 #include "src/core/tensor.h"
 #include "src/core/trace.h"
 
@@ -326,6 +328,23 @@ class Backend {
   // out[n, :] = dequant(W)[rows[n], :]: the embedding lookup of an int8 table.
   // out [N, C] f32, rows [N] i32 in [0, OC).
   virtual absl::Status DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) = 0;
+
+  // ---- token sampling (inference) -------------------------------------------
+  // Draws one token per spec from the rows of logits [N, Vp] f32 (a row's
+  // real columns are its first vocab_size, 1 <= vocab_size <= Vp), as
+  // token_sampling.h defines it: spec j reads row specs[j].row and its token
+  // goes to ids[j], in HOST memory. Returns once the ids are there: a decode
+  // step copies back M ids instead of M x V logits, and the device does the
+  // softmax, the top-k and top-p cuts and the draw. The CPU backend runs the
+  // reference itself; a device's choice equals it except where rounding puts
+  // the uniform (or the nucleus' edge) within a few ulp of a boundary
+  // between two tokens (greedy: always equal). Logits must not be NaN.
+  // InvalidArgument, nothing run: ids.size() != specs.size(), a spec out of
+  // range (CheckTokenSampleSpec), a bad vocab_size or logits not an f32
+  // matrix on this device.
+  virtual absl::Status SampleTokens(Tensor logits, int vocab_size,
+                                    absl::Span<const TokenSampleSpec> specs,
+                                    absl::Span<int32_t> ids) = 0;
 
   // ---- softmax cross-entropy (vocabulary-parallel) -------------------------
   // loss[n] = logsumexp(logits[n,:V]) - logits[n,target[n]], computed on a

@@ -10,7 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "src/backend/backend.h"
+#include "src/backend/token_sampling.h"
 #include "src/core/status.h"
 #include "src/core/tensor.h"
 
@@ -258,6 +260,28 @@ inline absl::Status CheckVocabShard(Device device, absl::string_view op, const T
   if (vocab_start < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": vocab_start ", vocab_start, " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+// SampleTokens' arguments (backend.h): logits an f32 [N, Vp] matrix on
+// `device` with 1 <= vocab_size <= Vp, as many ids as specs, every spec in
+// range (CheckTokenSampleSpec); fills *N and *Vp.
+inline absl::Status CheckSampleTokens(Device device, const Tensor& logits, int vocab_size,
+                                      absl::Span<const TokenSampleSpec> specs,
+                                      absl::Span<int32_t> ids, int64_t* N, int64_t* Vp) {
+  constexpr char kOp[] = "SampleTokens";
+  RETURN_IF_ERROR(RowView(device, kOp, "logits", logits, DType::kF32, N, Vp));
+  if (vocab_size < 1 || vocab_size > *Vp) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": vocab_size ", vocab_size,
+                                                   " is outside [1, ", *Vp, "] (the row length)"));
+  }
+  if (ids.size() != specs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ", ids.size(), " ids for ", specs.size(), " specs"));
+  }
+  for (size_t j = 0; j < specs.size(); ++j) {
+    RETURN_IF_ERROR(CheckTokenSampleSpec(specs[j], static_cast<int64_t>(j), *N));
   }
   return absl::OkStatus();
 }

@@ -7,14 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace ladder {
-namespace {
-
-int32_t Argmax(absl::Span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-}  // namespace
-
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
     return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
@@ -81,63 +73,16 @@ void AdjustLogits(const SamplingParams& params, const TokenHistory& history,
 
 std::vector<double> TokenDistribution(absl::Span<const float> logits,
                                       const SamplingParams& params) {
-  const int V = static_cast<int>(logits.size());
-  std::vector<double> p(V, 0.0);
-  if (params.temperature <= 0) {
-    p[Argmax(logits)] = 1.0;
-    return p;
-  }
-  // Softmax at the temperature, in double, shifted by the largest logit.
-  const double top = logits[Argmax(logits)];
-  for (int i = 0; i < V; ++i) p[i] = std::exp((logits[i] - top) / params.temperature);
-  const int k = (params.top_k > 0 && params.top_k < V) ? params.top_k : V;
-  if (k < V || params.top_p < 1.0) {
-    // Candidates by logit (ties by id, so the cut is deterministic). Without
-    // a cut nothing is sorted: a 50k-entry sort per token is not free.
-    std::vector<int32_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
-    // Nucleus, over the top-k renormalized: the smallest prefix whose
-    // probability reaches top_p.
-    int keep = k;
-    if (params.top_p < 1.0) {
-      double kept_sum = 0.0;
-      for (int i = 0; i < k; ++i) kept_sum += p[order[i]];
-      double cum = 0.0;
-      for (int i = 0; i < k; ++i) {
-        cum += p[order[i]] / kept_sum;
-        if (cum >= params.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    for (int i = keep; i < V; ++i) p[order[i]] = 0.0;
-  }
-  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
-  for (double& x : p) x /= sum;
-  return p;
+  return TokenWeights(logits, params.temperature, params.top_k, params.top_p);
 }
 
 int32_t SampleFrom(absl::Span<const double> weights, PhiloxStream* rng) {
-  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-  const double u = rng->NextUniform() * total;
-  double cum = 0.0;
-  int32_t last = 0;  // the last index with weight, should rounding leave u >= cum
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] <= 0) continue;
-    cum += weights[i];
-    last = static_cast<int32_t>(i);
-    if (u < cum) return last;
-  }
-  return last;
+  return DrawToken(weights, rng->NextUniform());
 }
 
 int32_t SampleToken(absl::Span<const float> logits, const SamplingParams& params,
                     PhiloxStream* rng) {
-  if (params.temperature <= 0) return Argmax(logits);
+  if (params.temperature <= 0) return ArgmaxToken(logits);
   return SampleFrom(TokenDistribution(logits, params), rng);
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "src/backend/token_sampling.h"
 #include "src/core/philox.h"
 
 namespace ladder {
@@ -76,13 +77,13 @@ void AdjustLogits(const SamplingParams& params, const TokenHistory& history,
                   absl::Span<float> logits);
 
 // The distribution SampleToken draws from, one probability per vocabulary
-// entry: the softmax of logits / temperature over the candidates top-k and
-// top-p keep (zero elsewhere), renormalized to sum to 1. Greedy puts all the
-// mass on the argmax (the lowest id among equal logits).
+// entry: params' temperature, top_k and top_p through TokenWeights
+// (src/backend/token_sampling.h, the definition the backends' SampleTokens
+// share).
 std::vector<double> TokenDistribution(absl::Span<const float> logits, const SamplingParams& params);
 
 // Draws index i with probability weights[i] / sum(weights) (the weights need
-// not be normalized), with exactly one uniform from `rng`.
+// not be normalized), with exactly one uniform from `rng` (DrawToken).
 int32_t SampleFrom(absl::Span<const double> weights, PhiloxStream* rng);
 
 // Draws one token id from `logits` (one per vocabulary entry) by

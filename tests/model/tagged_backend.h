@@ -147,6 +147,11 @@ class TaggedBackend final : public Backend {
     const char* op = Count("DequantizeRows");
     return cpu_.DequantizeRows(In(op, out), In(op, q), In(op, scales), In(op, rows));
   }
+  absl::Status SampleTokens(Tensor logits, int vocab_size, absl::Span<const TokenSampleSpec> specs,
+                            absl::Span<int32_t> ids) override {
+    const char* op = Count("SampleTokens");
+    return cpu_.SampleTokens(In(op, logits), vocab_size, specs, ids);
+  }
   absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
                                   int vocab_size) override {
     const char* op = Count("CrossEntropyRowMax");

@@ -63,6 +63,8 @@ class CpuBackend final : public Backend {
   absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
                                  Tensor bias) override;
   absl::Status DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) override;
+  absl::Status SampleTokens(Tensor logits, int vocab_size, absl::Span<const TokenSampleSpec> specs,
+                            absl::Span<int32_t> ids) override;
   absl::Status CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
                                   int vocab_size) override;
   absl::Status CrossEntropyPartials(Tensor sum_exp, Tensor target_logit, Tensor logits,

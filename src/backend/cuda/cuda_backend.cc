@@ -18,6 +18,7 @@
 #include "src/backend/cuda/optimizer.h"
 #include "src/backend/cuda/paged_attention.h"
 #include "src/backend/cuda/residual_layernorm.h"
+#include "src/backend/cuda/sampling.h"
 #if !defined(LADDER_CUDA_SIM)
 #include "src/parallel/nccl_comm.h"
 #endif
@@ -223,6 +224,17 @@ absl::Status CudaBackend::MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Te
 
 absl::Status CudaBackend::DequantizeRows(Tensor out, Tensor q, Tensor scales, Tensor rows) {
   return cuda::DequantizeRows(out, q, scales, rows, stream_);
+}
+
+absl::Status CudaBackend::SampleTokens(Tensor logits, int vocab_size,
+                                       absl::Span<const TokenSampleSpec> specs,
+                                       absl::Span<int32_t> ids) {
+  ASSIGN_OR_RETURN(
+      Tensor scratch,
+      Scratch(
+          std::max<int64_t>(8, cuda::SampleTokensScratchBytes(static_cast<int64_t>(specs.size()))),
+          DType::kF32));
+  return cuda::SampleTokens(logits, vocab_size, specs, ids, scratch, stream_);
 }
 
 absl::Status CudaBackend::CrossEntropyRowMax(Tensor row_max, Tensor logits, int64_t vocab_start,
