@@ -218,6 +218,15 @@ class Gpt {
   // the logits come back in one copy.
   // One call at a time per model (it reuses its scratch between calls).
   absl::Status ForwardCached(const CachedTokens& batch, KvCache& cache, std::vector<float>* logits);
+  // The same forward, with the next tokens drawn on the device instead of
+  // the logits returned: ids[j] is drawn from the logits of the batch's
+  // token specs[j].row by Backend::SampleTokens (token_sampling.h), and only
+  // the ids cross to the host. What a decode step needs when no request
+  // wants its logits (log-probabilities, penalties, constraints).
+  // InvalidArgument for a bad batch or spec (nothing run for a spec error
+  // found on the host; the forward has run when SampleTokens refuses).
+  absl::Status ForwardSample(const CachedTokens& batch, KvCache& cache,
+                             absl::Span<const TokenSampleSpec> specs, std::vector<int32_t>* ids);
   // One sequence from position 0 through the cache's first blocks (which it
   // overwrites): the logits after every token of `tokens` (at most the
   // context and the cache). The scoring path of `eval` in any format.
@@ -260,8 +269,12 @@ class Gpt {
   // What a cached run returns: each token's logits, or its hidden state
   // after ln_f (the head is then skipped).
   enum class CachedOutput { kLogits, kHidden };
-  absl::Status RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what,
-                         std::vector<float>* out_rows);
+  // Runs the batch; returns the device rows of `what` ([N, Vp] logits or
+  // [N, C] hidden states, in the scratch: valid until the next call).
+  absl::StatusOr<Tensor> RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what);
+  // The first `width` columns of every row of `rows`, to the host in one
+  // copy (the padding squeezed out there).
+  absl::Status RowsToHost(const Tensor& rows, int64_t width, std::vector<float>* out) const;
   // One sequence from position 0 through the cache's first blocks.
   absl::Status Prefill(const std::vector<int32_t>& tokens, KvCache& cache, CachedOutput what,
                        std::vector<float>* out_rows);

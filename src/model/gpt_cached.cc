@@ -6,7 +6,8 @@
 // layer with PagedAttentionForward in place of AttentionForward (and a
 // KvCacheWrite before it). Its scratch is reused from call to call. The
 // same run can stop before the head and return the hidden states after
-// ln_f instead (PrefillHidden, for embeddings).
+// ln_f instead (PrefillHidden, for embeddings), or keep the logits on the
+// device and draw the next tokens there (ForwardSample, for decoding).
 #include <algorithm>
 #include <cstring>
 
@@ -18,11 +19,40 @@ namespace ladder {
 
 absl::Status Gpt::ForwardCached(const CachedTokens& batch, KvCache& cache,
                                 std::vector<float>* logits) {
-  return RunCached(batch, cache, CachedOutput::kLogits, logits);
+  ASSIGN_OR_RETURN(const Tensor rows, RunCached(batch, cache, CachedOutput::kLogits));
+  return RowsToHost(rows, cfg_.vocab_size, logits);
 }
 
-absl::Status Gpt::RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what,
-                            std::vector<float>* out_rows) {
+absl::Status Gpt::ForwardSample(const CachedTokens& batch, KvCache& cache,
+                                absl::Span<const TokenSampleSpec> specs,
+                                std::vector<int32_t>* ids) {
+  // The specs are checked before the forward writes the cache.
+  const int64_t N = static_cast<int64_t>(batch.tokens.size());
+  for (size_t j = 0; j < specs.size(); ++j) {
+    RETURN_IF_ERROR(CheckTokenSampleSpec(specs[j], static_cast<int64_t>(j), N));
+  }
+  ASSIGN_OR_RETURN(const Tensor rows, RunCached(batch, cache, CachedOutput::kLogits));
+  ids->assign(specs.size(), -1);
+  return backend_->SampleTokens(rows, cfg_.vocab_size, specs, absl::MakeSpan(*ids));
+}
+
+absl::Status Gpt::RowsToHost(const Tensor& rows, int64_t width, std::vector<float>* out) const {
+  const int64_t N = rows.dim(0), stride = rows.dim(1);
+  // One copy back of every row, padding included (one wait per step, not
+  // one per token); the padding is then squeezed out in place, each row
+  // moving left to its place.
+  out->resize(static_cast<size_t>(N * stride));
+  RETURN_IF_ERROR(backend_->CopyToHost(out->data(), rows));
+  if (width == stride) return absl::OkStatus();
+  for (int64_t i = 1; i < N; ++i) {
+    std::memmove(out->data() + i * width, out->data() + i * stride, static_cast<size_t>(width) * 4);
+  }
+  out->resize(static_cast<size_t>(N * width));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
+                                      CachedOutput what) {
   const ShardLayout& layout = table_.layout();
   if (layout.tp_size != 1 || layout.pp_size != 1) {
     return absl::FailedPreconditionError("ForwardCached needs the whole model on one rank");
@@ -126,21 +156,9 @@ absl::Status Gpt::RunCached(const CachedTokens& batch, KvCache& cache, CachedOut
   }
   RETURN_IF_ERROR(
       be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
-  if (what == CachedOutput::kHidden) {
-    out_rows->resize(static_cast<size_t>(N * C));
-    return be.CopyToHost(out_rows->data(), ln);
-  }
+  if (what == CachedOutput::kHidden) return ln;
   RETURN_IF_ERROR(Linear(out, ln, w_.wte, q_wte_, Tensor()));
-  // One copy back of every row, padding included (one wait per step, not
-  // one per token); the padding is then squeezed out in place, each row
-  // moving left to its place.
-  out_rows->resize(static_cast<size_t>(N * Vp));
-  RETURN_IF_ERROR(be.CopyToHost(out_rows->data(), out));
-  for (int64_t i = 1; i < N; ++i) {
-    std::memmove(out_rows->data() + i * V, out_rows->data() + i * Vp, static_cast<size_t>(V) * 4);
-  }
-  out_rows->resize(static_cast<size_t>(N * V));
-  return absl::OkStatus();
+  return out;
 }
 
 absl::Status Gpt::PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,
@@ -168,7 +186,8 @@ absl::Status Gpt::Prefill(const std::vector<int32_t>& tokens, KvCache& cache, Ca
   for (int32_t p = 0; p < n; ++p) batch.pos.push_back(p);
   for (int32_t b = 0; b < blocks; ++b) batch.block_tables.push_back(b);
   batch.max_blocks = blocks;
-  return RunCached(batch, cache, what, out_rows);
+  ASSIGN_OR_RETURN(const Tensor rows, RunCached(batch, cache, what));
+  return RowsToHost(rows, what == CachedOutput::kHidden ? cfg_.n_embd : cfg_.vocab_size, out_rows);
 }
 
 }  // namespace ladder

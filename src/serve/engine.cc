@@ -396,7 +396,43 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
       add(batch, i, proposals[i][j], static_cast<int64_t>(r.tokens.size()) + j);
     }
   }
-  RETURN_IF_ERROR(model_->ForwardCached(batch, cache_, &logits));
+  // Where no request needs the target's logits on the host (to verify
+  // proposals, score tokens, or adjust or constrain its draw) the device
+  // draws every request's next token and only the ids come back
+  // (Gpt::ForwardSample). Each uniform comes from the request's own RNG
+  // exactly where SampleToken would draw it, so the tokens are the ones the
+  // host would have drawn (token_sampling.h).
+  bool host_logits = false;
+  std::vector<TokenSampleSpec> specs;
+  std::vector<int> spec_of(n, -1);  // request i's entry of specs
+  for (size_t i = 0, at = 0; i < n; ++i) {
+    const Running& r = running_[i];
+    const EngineRequest& q = r.request;
+    const int64_t first = static_cast<int64_t>(at);
+    at += take[i] + spec[i];
+    const bool completes =
+        take[i] > 0 && r.computed + take[i] == static_cast<int64_t>(r.tokens.size());
+    if (spec[i] > 0 || q.echo_logprobs || (completes && (q.logprobs >= 0 || !MaySpeculate(q)))) {
+      host_logits = true;
+    }
+    if (completes && q.max_tokens > 0) {
+      spec_of[i] = static_cast<int>(specs.size());
+      specs.push_back(TokenSampleSpec{first + take[i] - 1, q.sampling.temperature, q.sampling.top_k,
+                                      q.sampling.top_p, 0});
+    }
+  }
+  std::vector<int32_t> sampled;
+  if (host_logits) {
+    RETURN_IF_ERROR(model_->ForwardCached(batch, cache_, &logits));
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      if (spec_of[i] >= 0 && specs[spec_of[i]].temperature > 0) {
+        specs[spec_of[i]].uniform = running_[i].rng.NextUniform();
+      }
+    }
+    RETURN_IF_ERROR(model_->ForwardSample(batch, cache_, specs, &sampled));
+    ++stats_.device_sampled;
+  }
   ++stats_.target_forwards;
   if (cfg_.prefix_cache) {
     // The prompt blocks the forwards completed may now be shared.
@@ -448,13 +484,19 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
       RETURN_IF_ERROR(Release(r));
       continue;
     }
-    const absl::Span<const float> rows(logits.data() + (first + take[i] - 1) * V,
-                                       static_cast<size_t>(spec[i] + 1) * V);
+    // The raw rows the request's tokens come from (host logits only).
+    absl::Span<const float> rows;
     Verdict v;
-    if (MaySpeculate(r.request)) {
-      v = VerifyProposals(proposals[i], draft_dist[i], rows, r.request.sampling, &r.rng);
-    } else {  // (no proposals: one row)
-      ASSIGN_OR_RETURN(v.next, SampleAdjusted(r, rows));
+    if (!host_logits) {
+      v.next = sampled[spec_of[i]];  // drawn on the device
+    } else {
+      rows = absl::MakeConstSpan(logits.data() + (first + take[i] - 1) * V,
+                                 static_cast<size_t>(spec[i] + 1) * V);
+      if (MaySpeculate(r.request)) {
+        v = VerifyProposals(proposals[i], draft_dist[i], rows, r.request.sampling, &r.rng);
+      } else {  // (no proposals: one row)
+        ASSIGN_OR_RETURN(v.next, SampleAdjusted(r, rows));
+      }
     }
     stats_.proposed += spec[i];
     stats_.accepted += v.accepted;

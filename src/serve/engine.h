@@ -11,7 +11,11 @@
 // One cached forward runs the whole batch (Gpt::ForwardCached); every
 // request whose pending tokens are all in the batch samples its next token
 // with its own RNG, so its output never depends on what else was batched
-// with it. Requests leave when they reach max_tokens, and their blocks
+// with it. Where no request of the step needs the logits on the host (no
+// proposals to verify, no log-probabilities, adjustments or constraint),
+// the tokens are drawn on the device (Gpt::ForwardSample) with the same
+// uniforms, and a step copies back one id per request instead of its row
+// of logits. Requests leave when they reach max_tokens, and their blocks
 // return.
 //
 // Speculative decoding (EngineConfig::draft, speculate = K): a small draft
@@ -100,7 +104,10 @@ struct EngineConfig {
 struct EngineStats {
   int64_t proposed = 0;         // draft tokens the target checked
   int64_t accepted = 0;         // of those, the ones it kept
-  int64_t target_forwards = 0;  // ForwardCached calls of the target
+  int64_t target_forwards = 0;  // forwards of the target
+  // Of those, the ones whose tokens were drawn on the device (no request
+  // needed the logits on the host: Gpt::ForwardSample).
+  int64_t device_sampled = 0;
   int64_t draft_forwards = 0;   // and of the draft
   int64_t prompt_tokens_cached = 0;  // prompt tokens found in the prefix cache, not computed
 };

@@ -34,6 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "src/backend/backend_factory.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/serve/engine_loop.h"
 #include "src/train/trainer.h"
@@ -739,6 +740,27 @@ TEST_F(EngineTest, LogprobsScoreEveryGeneratedToken) {
         context.push_back(e.token);
       }
     }
+  }
+}
+
+// With no request needing its logits on the host, the device draws the
+// tokens (Gpt::ForwardSample) from the same uniforms: the outputs equal the
+// host-sampled ones token for token, on the CPU backend (the reference) and
+// on the CUDA simulator (the kernel). A log-probability request forces the
+// host path without changing the batches, so the logits are the same bits.
+TEST_F(EngineTest, DeviceSamplingDrawsWhatTheHostDraws) {
+  for (const char* device : {"cpu", "cuda-sim"}) {
+    SCOPED_TRACE(device);
+    auto backend = *MakeBackend(device);
+    auto model = Inference(model_->config(), backend.get(), *trained_weights_);
+    std::vector<EngineRequest> reqs = Requests();
+    reqs.resize(std::string(device) == "cpu" ? 32 : 10);
+    const Outcome on_device = RunAll(model.get(), Config(200, 64, 16), reqs);
+    EXPECT_EQ(on_device.stats.device_sampled, on_device.stats.target_forwards);
+    for (EngineRequest& r : reqs) r.logprobs = 0;
+    const Outcome on_host = RunAll(model.get(), Config(200, 64, 16), reqs);
+    EXPECT_EQ(on_host.stats.device_sampled, 0);
+    EXPECT_EQ(on_device.tokens, on_host.tokens);
   }
 }
 
