@@ -100,6 +100,30 @@ __device__ __forceinline__ void ForRealColumns(const T* x, int real, F f) {
   if (i < real) f(i, ToFloat(x[i]));
 }
 
+// One row's gradient, d = dloss * (exp(x - lse) - [column == j]) on the real
+// columns and 0 on the padding, in this thread's columns; d may be x (each
+// element is loaded, then stored by the same thread).
+template <int kVec, typename T>
+__device__ __forceinline__ void WriteRowGrad(T* d, const T* x, int vshard, int real, int64_t j,
+                                             float lse, float dloss) {
+  auto grad = [&](int i, float xi) {
+    float g = expf(xi - lse) * dloss;
+    if (i == j) g -= dloss;
+    return g;
+  };
+  const int nvec = real / kVec;
+  for (int v = threadIdx.x; v < nvec; v += kThreads) {
+    Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) xv.v[k] = FromFloat<T>(grad(v * kVec + k, ToFloat(xv.v[k])));
+    StoreVec<kVec>(d + static_cast<int64_t>(v) * kVec, xv);
+  }
+  for (int i = nvec * kVec + threadIdx.x; i < vshard; i += kThreads) {
+    // The trailing real columns, then padding.
+    d[i] = FromFloat<T>(i < real ? grad(i, ToFloat(x[i])) : 0.0f);
+  }
+}
+
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     RowMaxKernel(float* __restrict__ row_max, const T* __restrict__ logits, int vshard, int real) {
@@ -153,24 +177,72 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = static_cast<int64_t>(n) * vshard;
   const T* x = logits + row;
   T* d = dlogits + row;
-  const float l = lse[n];
-  const int64_t j = int64_t{targets[n]} - vocab_start;  // may be outside the shard
-  auto grad = [&](int i, float xi) {
-    float g = expf(xi - l) * dloss;
-    if (i == j) g -= dloss;
-    return g;
-  };
-  const int nvec = real / kVec;
-  for (int v = threadIdx.x; v < nvec; v += kThreads) {
-    Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) xv.v[k] = FromFloat<T>(grad(v * kVec + k, ToFloat(xv.v[k])));
-    StoreVec<kVec>(d + static_cast<int64_t>(v) * kVec, xv);
+  // (j may be outside the shard.)
+  WriteRowGrad<kVec>(d, x, vshard, real, int64_t{targets[n]} - vocab_start, lse[n], dloss);
+}
+
+// The classifier in one kernel (the whole vocabulary on one device: no
+// all-reduce between the steps), llm.c's fused classifier: one read of the
+// row keeps a running (max, sum of exponentials) per thread, rescaling the
+// sum when the max grows (online softmax); the block merges the pairs in a
+// fixed butterfly; the loss and lse follow; a second read of the row (from
+// L2, it was just read) writes the gradient in place. The probabilities
+// are never stored. The same values as the four kernels above within
+// rounding (the sum is accumulated against each thread's running max, then
+// rescaled, instead of against the row's max).
+struct MaxSum {
+  float m, s;
+};
+
+// (m1, s1) and (m2, s2) as one pair against the larger max; a side with no
+// element (s == 0, m == -inf) contributes nothing.
+__device__ __forceinline__ MaxSum Merge(MaxSum a, MaxSum b) {
+  const float m = Max(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum WarpMerge(MaxSum v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const MaxSum o{__shfl_xor_sync(kFullMask, v.m, offset),
+                   __shfl_xor_sync(kFullMask, v.s, offset)};
+    v = Merge(v, o);
   }
-  for (int i = nvec * kVec + threadIdx.x; i < vshard; i += kThreads) {
-    // The trailing real columns, then padding.
-    d[i] = FromFloat<T>(i < real ? grad(i, ToFloat(x[i])) : 0.0f);
+  return v;
+}
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    FusedKernel(float* __restrict__ losses, float* __restrict__ lse, T* logits,
+                const int32_t* __restrict__ targets, int vshard, int real, float dloss) {
+  const int n = blockIdx.x;
+  T* x = logits + static_cast<int64_t>(n) * vshard;
+  MaxSum own{-INFINITY, 0.0f};
+  ForRealColumns<kVec>(static_cast<const T*>(x), real, [&](int, float xi) {
+    if (xi > own.m) {
+      own.s = own.s * expf(own.m - xi) + 1.0f;  // (0 * exp(-inf) = 0 for the first)
+      own.m = xi;
+    } else {
+      own.s += expf(xi - own.m);
+    }
+  });
+  MaxSum* warp_results = DynamicShared<MaxSum>();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  own = WarpMerge(own);
+  if (lane == 0) warp_results[warp] = own;
+  __syncthreads();
+  const MaxSum row = WarpMerge(lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f});
+  const int j = targets[n];
+  const float target_logit = ToFloat(x[j]);
+  const float log_s = logf(row.s);
+  const float l = row.m + log_s;
+  // Every thread has read its target logit and the row before any writes.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    lse[n] = l;
+    losses[n] = (row.m - target_logit) + log_s;
   }
+  WriteRowGrad<kVec>(x, x, vshard, real, j, l, dloss);
 }
 
 // The shard's real columns: max(0, min(vshard, vocab_size - vocab_start)).
@@ -240,15 +312,32 @@ cudaError_t LaunchCrossEntropyBackward(T* dlogits, const T* logits, const int32_
                                       real, vocab_start, dloss);
 }
 
+template <typename T>
+cudaError_t LaunchCrossEntropyFused(float* losses, float* lse, T* logits, const int32_t* targets,
+                                    int N, int vsize, int vocab_size, float dloss,
+                                    cudaStream_t stream) {
+  if (N <= 0 || vsize <= 0) return cudaSuccess;
+  const int real = RealColumns(vsize, 0, vocab_size);
+  const size_t smem = sizeof(MaxSum) * kWarps;
+  if (RowsAligned(vsize, logits)) {
+    return Launch<FusedKernel<T, kVec16<T>>>(N, kThreads, smem, stream, losses, lse, logits,
+                                             targets, vsize, real, dloss);
+  }
+  return Launch<FusedKernel<T, 1>>(N, kThreads, smem, stream, losses, lse, logits, targets, vsize,
+                                   real, dloss);
+}
+
 // The two storage types of the logits (backend.h "Precision").
-#define LADDER_CROSS_ENTROPY_INSTANTIATE(T)                                                      \
-  template cudaError_t LaunchCrossEntropyRowMax<T>(float*, const T*, int, int, int64_t, int,     \
-                                                   cudaStream_t);                                \
-  template cudaError_t LaunchCrossEntropyPartials<T>(float*, float*, const T*, const int32_t*,   \
-                                                     const float*, int, int, int64_t, int,       \
-                                                     cudaStream_t);                              \
-  template cudaError_t LaunchCrossEntropyBackward<T>(T*, const T*, const int32_t*, const float*, \
-                                                     int, int, int64_t, int, float, cudaStream_t);
+#define LADDER_CROSS_ENTROPY_INSTANTIATE(T)                                                        \
+  template cudaError_t LaunchCrossEntropyRowMax<T>(float*, const T*, int, int, int64_t, int,       \
+                                                   cudaStream_t);                                  \
+  template cudaError_t LaunchCrossEntropyPartials<T>(float*, float*, const T*, const int32_t*,     \
+                                                     const float*, int, int, int64_t, int,         \
+                                                     cudaStream_t);                                \
+  template cudaError_t LaunchCrossEntropyBackward<T>(T*, const T*, const int32_t*, const float*,   \
+                                                     int, int, int64_t, int, float, cudaStream_t); \
+  template cudaError_t LaunchCrossEntropyFused<T>(float*, float*, T*, const int32_t*, int, int,    \
+                                                  int, float, cudaStream_t);
 LADDER_CROSS_ENTROPY_INSTANTIATE(float)
 LADDER_CROSS_ENTROPY_INSTANTIATE(__nv_bfloat16)
 #undef LADDER_CROSS_ENTROPY_INSTANTIATE

@@ -52,4 +52,14 @@ cudaError_t LaunchCrossEntropyBackward(T* dlogits, const T* logits, const int32_
                                        const float* lse, int N, int vshard, int64_t vocab_start,
                                        int vocab_size, float dloss, cudaStream_t stream);
 
+// The four steps in one kernel over a whole vocabulary (vocab_start 0, no
+// shard): losses and lse as Loss writes them, then the logits replaced in
+// place by their gradient as Backward writes it (padding columns 0). Rows of
+// vsize >= vocab_size. The same values within rounding: the sum of
+// exponentials is accumulated online (each thread against its running max).
+template <typename T>
+cudaError_t LaunchCrossEntropyFused(float* losses, float* lse, T* logits, const int32_t* targets,
+                                    int N, int vsize, int vocab_size, float dloss,
+                                    cudaStream_t stream);
+
 LADDER_KERNELS_END

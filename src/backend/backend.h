@@ -387,6 +387,15 @@ class Backend {
   virtual absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
                                             Tensor lse, int64_t vocab_start, int vocab_size,
                                             float dloss) = 0;
+  // The four steps over a whole vocabulary (one shard: no all-reduce between
+  // them) in one go, llm.c's fused classifier: losses and lse as
+  // CrossEntropyLoss writes them, and logits replaced in place by the
+  // gradient CrossEntropyBackward writes (dloss, padding 0), with no
+  // probability tensor stored. The CPU backend runs the four steps (the
+  // same bits); the CUDA kernel reads each row once for an online max and
+  // sum and once more for the gradient, equal to the steps within rounding.
+  virtual absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                         int vocab_size, float dloss) = 0;
 
   // ---- optimizer -----------------------------------------------------------
   // out[0] = sum of x[i]^2 over all of x, reduced on the device: out is a

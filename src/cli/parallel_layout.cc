@@ -45,6 +45,9 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
              "start each bucket's all-reduce as soon as the backward has finished it, so it "
              "travels while the backward goes on (not with --zero 1, --sp, --local-sgd, --offload "
              "params)");
+  flags.Bool("overlap-p2p-comm", &f->overlap_p2p,
+             "pipeline stages start their sends and post the next gradient's receive early, so "
+             "the transfers travel while the stage computes (the same results bit for bit)");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
   flags.String("precision", &f->precision,
@@ -227,6 +230,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.offload = ParseOffload(f.offload).value_or(Offload::kNone);
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   g.overlap_grad_reduce = f.overlap_grad_reduce;
+  g.overlap_p2p = f.overlap_p2p;
   return g;
 }
 

@@ -25,6 +25,7 @@ struct LayoutFlags {
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25;
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce
+  bool overlap_p2p = false;          // --overlap-p2p-comm
   std::string recompute = "none";
   std::string offload = "none";
   double comm_timeout = 300;

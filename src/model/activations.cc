@@ -141,6 +141,7 @@ ActivationSizes LayoutActivations(const GptConfig& cfg, const ShardLayout& layou
   sizes.scratch_bytes = bump.used() - saved;
   if (options.backward) {
     a.d_resid = stream();
+    a.grad_in = last_stage ? Tensor() : stream();
     a.d_ln = bump.Act({Ns, C});
     a.datty = bump.Act({B, T, Cl});
     a.dqkv = bump.Act({B, T, 3 * Cl});

@@ -79,6 +79,10 @@ struct SlotActivations {
   // which the backward reads. (`lse` here is the cross-entropy's; each layer's
   // `lse` is its attention's.)
   Tensor row_max, sum_exp, target_logit, lse;
+  // The last Forward ran the loss's backward too (Backend::CrossEntropyFused
+  // with this dloss): logits already hold their gradient.
+  bool loss_fused = false;
+  float fused_dloss = 0;
 };
 
 struct GptActivations {
@@ -108,6 +112,11 @@ struct GptActivations {
   Tensor ring_positions, ring;
   // Backward scratch (empty in an inference-only layout).
   Tensor d_resid;  // [B,T,C] gradient of the residual stream
+  // [B,T,C], not on the last stage: where the gradient of the stage output
+  // arrives from the next stage. Apart from d_resid (which the backward
+  // works in, then sends back) so that the next gradient can be received
+  // while the previous one is still being sent.
+  Tensor grad_in;
   Tensor d_ln;     // [N,C] gradient of a LayerNorm output
   Tensor datty;    // [B,T,C']
   Tensor dqkv;     // [B,T,3C']

@@ -332,7 +332,7 @@ Tensor Gpt::StageInput(int slot) const {
                                                                   : Tensor();
 }
 Tensor Gpt::StageOutput() const { return acts_.stage_out; }
-Tensor Gpt::OutputGrad() const { return acts_.d_resid; }
+Tensor Gpt::OutputGrad() const { return acts_.grad_in; }
 Tensor Gpt::InputGrad() const { return acts_.d_resid; }
 
 ActivationOptions Gpt::activation_options() const {
@@ -403,7 +403,7 @@ absl::Status Gpt::LayerForward(int l, const LayerActivations& la, bool project) 
 }
 
 absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
-                                    int slot) {
+                                    int slot, float dloss) {
   RETURN_IF_ERROR(CheckNotQuantized("Forward"));
   RETURN_IF_ERROR(CheckSlot(slot));
   RETURN_IF_ERROR(SetBatchShape(B, T));
@@ -472,9 +472,18 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     }
   }
   RETURN_IF_ERROR(be.CopyFromHost(s.targets, targets));
-  RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, par_.tp, s.losses,
-                                               {s.row_max, s.sum_exp, s.target_logit, s.lse},
-                                               s.logits, s.targets, vocab_start(), V));
+  // One device holding the whole vocabulary fuses the loss with its
+  // backward; a vocabulary split over ranks needs all-reduces between the
+  // steps.
+  s.loss_fused = dloss != 0 && training_ && table_.layout().tp_size == 1;
+  s.fused_dloss = dloss;
+  if (s.loss_fused) {
+    RETURN_IF_ERROR(be.CrossEntropyFused(s.losses, s.lse, s.logits, s.targets, V, dloss));
+  } else {
+    RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, par_.tp, s.losses,
+                                                 {s.row_max, s.sum_exp, s.target_logit, s.lse},
+                                                 s.logits, s.targets, vocab_start(), V));
+  }
   std::vector<float> losses;
   RETURN_IF_ERROR(Losses(&losses, slot));
   double sum = 0.0;
@@ -496,7 +505,11 @@ absl::Status Gpt::Backward(float dloss, int slot,
   // it (EnterColumn; without, it is the tensor itself).
   const tp::Group group = tp_group();
   if (is_last_stage()) {
-    {
+    if (s.loss_fused && dloss != s.fused_dloss) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Backward with dloss ", dloss, " after a fused loss of dloss ", s.fused_dloss));
+    }
+    if (!s.loss_fused) {  // (fused: the logits hold their gradient already)
       TraceSpan span(TraceTrack::kCompute, "loss", "loss bwd");
       RETURN_IF_ERROR(be.CrossEntropyBackward(s.logits, s.logits, s.targets, s.lse, vocab_start(),
                                               cfg_.vocab_size, dloss));
@@ -510,7 +523,9 @@ absl::Status Gpt::Backward(float dloss, int slot,
     RETURN_IF_ERROR(be.ResidualLayerNormBackward(a.d_resid, g_.lnf_w, g_.lnf_b, a.d_ln, s.x_final,
                                                  w_.lnf_w, s.lnf_mean, s.lnf_rstd));
   }
-  // On other stages d_resid already holds the gradient of the stage output.
+  // On other stages the gradient of the stage output has arrived in
+  // grad_in; the backward works in d_resid.
+  if (!is_last_stage()) RETURN_IF_ERROR(be.Copy(a.d_resid, a.grad_in));
   if (stream_ != nullptr) stream_->StartPass();
   for (int l = static_cast<int>(s.layers.size()) - 1; l >= 0; --l) {
     TraceSpan span(TraceTrack::kCompute, "layer", "layer %d bwd", first_layer() + l);

@@ -182,8 +182,12 @@ class Gpt {
   // which must hold the previous stage's output. A stage other than the last
   // ends with its residual stream in StageOutput(). The last stage with
   // targets computes each token's loss and returns the mean; otherwise 0.
+  // With dloss != 0 (training, targets, and the whole vocabulary on this
+  // rank: no tensor parallelism) the loss's backward runs in the same pass,
+  // the classifier fused (Backend::CrossEntropyFused): the logits turn into
+  // their gradient at once, and the slot's Backward must get the same dloss.
   absl::StatusOr<double> Forward(const int32_t* tokens, const int32_t* targets, int B, int T,
-                                 int slot = 0);
+                                 int slot = 0, float dloss = 0);
   // Backward of slot's last Forward (with targets on the last stage);
   // accumulates into grads(). On the last stage it starts from the loss:
   // dloss is the gradient of the objective w.r.t. each token's loss (for a

@@ -85,6 +85,16 @@ absl::StatusOr<std::unique_ptr<PendingOp>> Communicator::StartAllReduce(Tensor b
   return std::make_unique<CompletedOp>();
 }
 
+absl::StatusOr<std::unique_ptr<PendingOp>> Communicator::StartSend(Tensor, int) {
+  return absl::UnimplementedError(
+      absl::StrCat(AxisName(axis()), " group: this communicator does not start sends"));
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> Communicator::StartRecv(Tensor, int) {
+  return absl::UnimplementedError(
+      absl::StrCat(AxisName(axis()), " group: this communicator does not start receives"));
+}
+
 void WrappedOp::Complete() {
   complete_ = true;
   if (done_) done_();

@@ -67,7 +67,8 @@ namespace ladder {
 
 enum class ReduceOp { kSum, kMax };
 
-// An operation a Start call began (Communicator::StartAllReduce), in flight
+// An operation a Start call began (Communicator::StartAllReduce, StartSend,
+// StartRecv), in flight
 // until Test or Wait finds it complete. Owned by the caller, used on the
 // communicator's thread. Its buffers must be neither read nor written until
 // then. Destroying it first waits for it (errors are dropped), so a buffer
@@ -139,6 +140,19 @@ class Communicator {
   // waits on the other. The peers may be the same rank; buffers must not
   // overlap.
   virtual absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) = 0;
+  // Send and Recv that return with the transfer in flight, so a pipeline
+  // stage computes while its activations travel forward and its gradients
+  // back (pipeline_parallel/schedule.h, overlap). The same messages as Send
+  // and Recv, matched in the same order: a started send matches a Recv or a
+  // started receive alike. The buffer must be left alone until the op is
+  // complete. Point-to-point calls, started or not, may be made while
+  // others are in flight; collectives may not. Only where
+  // StartsPointToPoint(): the default refuses (Unimplemented), because
+  // a blocking stand-in could deadlock two stages that each start a send
+  // before they receive. stats() counts the call when it completes.
+  virtual bool StartsPointToPoint() const { return false; }
+  virtual absl::StatusOr<std::unique_ptr<PendingOp>> StartSend(Tensor buf, int peer);
+  virtual absl::StatusOr<std::unique_ptr<PendingOp>> StartRecv(Tensor buf, int peer);
   virtual absl::Status Barrier() = 0;
 
   const CommStats& stats() const { return stats_; }

@@ -268,6 +268,34 @@ class MpiCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
+  bool StartsPointToPoint() const override { return true; }
+
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartSend(Tensor buf, int peer) override {
+    RETURN_IF_ERROR(CheckBuffer("StartSend", "buf", buf, Addressable(buf)));
+    RETURN_IF_ERROR(CheckPeer("StartSend", peer));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status("send"));
+    auto pending = std::make_unique<Pending>(this, "send", static_cast<int64_t>(buf.bytes()));
+    pending->waiting_for = {members()[peer]};
+    const int rc = MPI_Isend(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
+    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, "send"));
+    return pending;
+  }
+
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartRecv(Tensor buf, int peer) override {
+    RETURN_IF_ERROR(CheckBuffer("StartRecv", "buf", buf, Addressable(buf)));
+    RETURN_IF_ERROR(CheckPeer("StartRecv", peer));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status("recv"));
+    auto pending = std::make_unique<Pending>(this, "recv", static_cast<int64_t>(buf.bytes()));
+    pending->waiting_for = {members()[peer]};
+    pending->received = buf;
+    pending->peer = peer;
+    const int rc = MPI_Irecv(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
+    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, "recv"));
+    return pending;
+  }
+
   absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override {
     RETURN_IF_ERROR(CheckBuffer("SendRecv", "send", send, Addressable(send)));
     RETURN_IF_ERROR(CheckBuffer("SendRecv", "recv", recv, Addressable(recv)));
@@ -341,22 +369,27 @@ class MpiCommunicator final : public Communicator {
 
   // A started operation: its request, completed by MPI_Test (which also
   // advances libnbc's rounds) or by Wait under the watchdog, then recorded.
+  // A receive also checks the size of what arrived.
   class Pending final : public PendingOp {
    public:
     Pending(MpiCommunicator* comm, const char* op, int64_t bytes)
-        : comm_(comm), op_(op), bytes_(bytes) {}
+        : waiting_for(comm->others_), comm_(comm), op_(op), bytes_(bytes) {}
     ~Pending() override { Wait().IgnoreError(); }
     absl::StatusOr<bool> Test() override {
       if (req == MPI_REQUEST_NULL || !error_.ok()) return Done();
       int done = 0;
-      const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      MPI_Status status;
+      const int rc = MPI_Test(&req, &done, &status);
       if (rc != MPI_SUCCESS) error_ = MpiError(rc, op_);
       if (!done && error_.ok()) return false;
+      if (error_.ok()) error_ = CheckArrived(status);
       return Done();
     }
     absl::Status Wait() override {
       if (req != MPI_REQUEST_NULL && error_.ok()) {
-        error_ = ladder::Wait(&req, MPI_STATUS_IGNORE, op_, comm_->Dog(op_, comm_->others_));
+        MPI_Status status;
+        error_ = ladder::Wait(&req, &status, op_, comm_->Dog(op_, waiting_for));
+        if (error_.ok()) error_ = CheckArrived(status);
       }
       return Done().status();
     }
@@ -369,8 +402,18 @@ class MpiCommunicator final : public Communicator {
     }
 
     MPI_Request req = MPI_REQUEST_NULL;
+    // The world ranks a hang would be waiting for (the watchdog names them).
+    std::vector<int> waiting_for;
+    // A receive's buffer and sender (empty for other operations).
+    Tensor received;
+    int peer = -1;
 
    private:
+    absl::Status CheckArrived(const MPI_Status& status) const {
+      if (received.empty()) return absl::OkStatus();
+      return comm_->CheckReceived(op_, status, received, peer);
+    }
+
     // Records the call once, when first found complete.
     absl::StatusOr<bool> Done() {
       if (!error_.ok()) return error_;

@@ -55,9 +55,24 @@ absl::StatusOr<std::unique_ptr<PendingOp>> RoutedCommunicator::StartAllReduce(Te
                                                                               ReduceOp op) {
   const Timer timer;
   ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, For(buf.device).StartAllReduce(buf, op));
-  // The carrier records (and traces) the call when it completes; this
-  // group adds it to its own stats then.
-  return std::make_unique<WrappedOp>(std::move(inner), 0, [this, timer, bytes = buf.bytes()] {
+  return Started(std::move(inner), timer, buf.bytes());
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> RoutedCommunicator::StartSend(Tensor buf, int peer) {
+  const Timer timer;
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, For(buf.device).StartSend(buf, peer));
+  return Started(std::move(inner), timer, buf.bytes());
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> RoutedCommunicator::StartRecv(Tensor buf, int peer) {
+  const Timer timer;
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, For(buf.device).StartRecv(buf, peer));
+  return Started(std::move(inner), timer, buf.bytes());
+}
+
+std::unique_ptr<PendingOp> RoutedCommunicator::Started(std::unique_ptr<PendingOp> inner,
+                                                       const Timer& timer, size_t bytes) {
+  return std::make_unique<WrappedOp>(std::move(inner), 0, [this, timer, bytes] {
     RecordStats(timer.Seconds(), static_cast<int64_t>(bytes));
   });
 }

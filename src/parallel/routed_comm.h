@@ -45,6 +45,10 @@ class RoutedCommunicator final : public Communicator {
   absl::Status Send(Tensor buf, int peer) override;
   absl::Status Recv(Tensor buf, int peer) override;
   absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override;
+  // The device carrier's answer: the buffers a pipeline hands over live there.
+  bool StartsPointToPoint() const override { return device_->StartsPointToPoint(); }
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartSend(Tensor buf, int peer) override;
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartRecv(Tensor buf, int peer) override;
   absl::Status Barrier() override;
 
  private:
@@ -53,6 +57,10 @@ class RoutedCommunicator final : public Communicator {
   // InvalidArgument unless a and b are on the same device.
   static absl::Status SameDevice(const char* op, const char* a_name, const Tensor& a,
                                  const char* b_name, const Tensor& b);
+  // A carrier's started operation, added to this stats() when it completes
+  // (the carrier records and traces it then).
+  std::unique_ptr<PendingOp> Started(std::unique_ptr<PendingOp> inner, const Timer& timer,
+                                     size_t bytes);
   // Runs `call` on `carrier` and adds what it recorded to this stats().
   template <typename Call>
   absl::Status Through(Communicator& carrier, Call&& call);

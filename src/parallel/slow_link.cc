@@ -65,17 +65,37 @@ absl::Status SlowLinkCommunicator::AllReduce(Tensor buf, ReduceOp op) {
               static_cast<int64_t>(n));
 }
 
+std::unique_ptr<PendingOp> SlowLinkCommunicator::Queue(std::unique_ptr<PendingOp> inner,
+                                                       int64_t* free_ns, const Timer& timer,
+                                                       const char* op, double steps,
+                                                       double wire_bytes, int64_t bytes) {
+  const double seconds = Seconds(steps, wire_bytes);
+  *free_ns = std::max(*free_ns, timer.start_nanos()) + static_cast<int64_t>(seconds * 1e9);
+  return std::make_unique<WrappedOp>(std::move(inner), *free_ns,
+                                     [this, timer, op, bytes] { Record(op, timer, bytes); });
+}
+
 absl::StatusOr<std::unique_ptr<PendingOp>> SlowLinkCommunicator::StartAllReduce(Tensor buf,
                                                                                 ReduceOp op) {
   const Timer timer;
   const double p = size(), n = static_cast<double>(buf.bytes());
   ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, carrier_->StartAllReduce(buf, op));
-  const double seconds = Seconds(2 * (p - 1), 2 * (p - 1) * n / p);
-  link_free_ns_ =
-      std::max(link_free_ns_, timer.start_nanos()) + static_cast<int64_t>(seconds * 1e9);
-  return std::make_unique<WrappedOp>(std::move(inner), link_free_ns_, [this, timer, n] {
-    Record("all-reduce", timer, static_cast<int64_t>(n));
-  });
+  return Queue(std::move(inner), &link_free_ns_, timer, "all-reduce", 2 * (p - 1),
+               2 * (p - 1) * n / p, static_cast<int64_t>(n));
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> SlowLinkCommunicator::StartSend(Tensor buf, int peer) {
+  const Timer timer;
+  const double n = static_cast<double>(buf.bytes());
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, carrier_->StartSend(buf, peer));
+  return Queue(std::move(inner), &send_free_ns_, timer, "send", 1, n, static_cast<int64_t>(n));
+}
+
+absl::StatusOr<std::unique_ptr<PendingOp>> SlowLinkCommunicator::StartRecv(Tensor buf, int peer) {
+  const Timer timer;
+  const double n = static_cast<double>(buf.bytes());
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> inner, carrier_->StartRecv(buf, peer));
+  return Queue(std::move(inner), &recv_free_ns_, timer, "recv", 1, n, static_cast<int64_t>(n));
 }
 
 absl::Status SlowLinkCommunicator::ReduceScatter(Tensor in, Tensor out) {

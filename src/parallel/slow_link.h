@@ -24,6 +24,8 @@
 // start, or from when the operations started before it leave the link (one
 // link carries one transfer at a time): it completes when the carrier's has
 // and that transfer's time has passed, so computing meanwhile hides it.
+// Started sends and receives (StartSend, StartRecv) queue the same way, each
+// direction on its own (full duplex).
 //
 // Contract: comm.h's; the carrier's results and errors unchanged (a failed
 // call does not wait). Thread safety: one thread at a time, like every
@@ -67,6 +69,9 @@ class SlowLinkCommunicator final : public Communicator {
   absl::Status Send(Tensor buf, int peer) override;
   absl::Status Recv(Tensor buf, int peer) override;
   absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override;
+  bool StartsPointToPoint() const override { return carrier_->StartsPointToPoint(); }
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartSend(Tensor buf, int peer) override;
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartRecv(Tensor buf, int peer) override;
   absl::Status Barrier() override;
 
  private:
@@ -82,7 +87,17 @@ class SlowLinkCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> carrier_;
   SlowLink link_;
-  int64_t link_free_ns_ = 0;  // when the started operations leave the link
+  // A started transfer of `wire_bytes` in `steps` latencies, queued behind
+  // the ones before it on `free_ns` (advanced past it): the carrier's op
+  // wrapped to complete no earlier than the transfer, recorded as `op`.
+  std::unique_ptr<PendingOp> Queue(std::unique_ptr<PendingOp> inner, int64_t* free_ns,
+                                   const Timer& timer, const char* op, double steps,
+                                   double wire_bytes, int64_t bytes);
+
+  int64_t link_free_ns_ = 0;  // when the started all-reduces leave the link
+  // The same for started sends and receives: the link is full duplex, one
+  // transfer at a time in each direction.
+  int64_t send_free_ns_ = 0, recv_free_ns_ = 0;
 };
 
 }  // namespace ladder

@@ -57,6 +57,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
         "reduce-scatter), --sp (LayerNorm gradients summed after the backward), --local-sgd or "
         "--offload params");
   }
+  if (groups.overlap_p2p && P > 1 && !groups.pp->StartsPointToPoint()) {
+    return absl::InvalidArgumentError(
+        "--overlap-p2p-comm: the pipeline group's communicator does not start sends and "
+        "receives (MPI does; NCCL does not yet)");
+  }
   t->micro_rows_ = static_cast<int>(G / (int64_t{D} * t->microbatches_));
   const int stage = groups.pp ? groups.pp->rank() : 0;
   t->slots_ = pp::ActivationSlots(groups.schedule, P, stage, t->microbatches_);
@@ -151,7 +156,8 @@ pp::StageFunctions Trainer::StageFunctionsFor(const int32_t* inputs, const int32
   pp::StageFunctions f;
   f.forward = [=](int micro) -> absl::Status {
     const size_t at = static_cast<size_t>(micro) * rows * T;
-    ASSIGN_OR_RETURN(double loss, m->Forward(inputs + at, targets + at, rows, T, micro % slots));
+    ASSIGN_OR_RETURN(double loss,
+                     m->Forward(inputs + at, targets + at, rows, T, micro % slots, dloss));
     *loss_sum += loss;
     return absl::OkStatus();
   };
@@ -218,7 +224,7 @@ absl::StatusOr<StepRecord> Trainer::Step() {
   RETURN_IF_ERROR(pp::RunStage(
       pp::StageOps(groups_.schedule, P, stage, M), groups_.pp,
       StageFunctionsFor(inputs_.data(), targets_.data(), micro_rows_, slots_, dloss, &loss_sum),
-      &timing));
+      &timing, groups_.overlap_p2p));
   r.t_forward = timing.forward_seconds;
   r.t_backward = timing.backward_seconds;
   float loss = static_cast<float>(loss_sum / M);

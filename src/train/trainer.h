@@ -71,6 +71,10 @@ struct TrainerOptions {
   // sequence parallelism (its LayerNorm gradients are summed after the
   // backward), local SGD or parameter offload.
   bool overlap_grad_reduce = false;
+  // Pipeline stages overlap their sends and receives with their passes
+  // (pp::RunStage's overlap); needs a pipeline group that starts them
+  // (Communicator::StartsPointToPoint).
+  bool overlap_p2p = false;
   // Sequence parallelism inside the tensor-parallel group
   // (GptParallel::sequence_parallel).
   bool sequence_parallel = false;

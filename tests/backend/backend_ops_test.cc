@@ -907,6 +907,54 @@ TEST_P(BackendOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
   }
 }
 
+// The fused classifier against the four steps: the CPU runs the steps
+// themselves (the same bits); a device's one kernel sums online, so its
+// losses, lse and gradient agree within the forward's tolerances, and its
+// padding columns come back 0.
+TEST_P(BackendOpsTest, CrossEntropyFusedEqualsTheFourSteps) {
+  struct Shape {
+    int N, Vp, V;
+  };
+  uint32_t seed = 300;
+  for (Shape s : {Shape{7, 160, 150}, Shape{1, 128, 1}, Shape{13, 384, 257}, Shape{3, 61, 61}}) {
+    const int N = s.N, Vp = s.Vp, V = s.V;
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " Vp=" << Vp << " V=" << V);
+    Floats logits = Uniform(N * Vp, ++seed, -6.0f, 6.0f);
+    for (int n = 0; n < N; ++n) {
+      for (int i = V; i < Vp; ++i) logits[n * Vp + i] = 1e4f;  // padding: must not count
+    }
+    for (int i = 0; i < V; ++i) logits[(N / 2) * Vp + i] += 1000.0f;
+    const Ints tg = RandomInts(N, ++seed, V);
+    const float dloss = 0.25f;
+    auto steps = Up(logits, {N, Vp});
+    auto dtg = Up(tg, {N});
+    auto lse = Out({N});
+    const CeForwardOut want = CeForward(*this, steps, dtg, lse, N, V);
+    ASSERT_TRUE(
+        be().CrossEntropyBackward(steps.t(), steps.t(), dtg.t(), lse.t(), 0, V, dloss).ok());
+    auto fused = Up(logits, {N, Vp});
+    auto loss = Out({N}), fused_lse = Out({N});
+    ASSERT_TRUE(be().CrossEntropyFused(loss.t(), fused_lse.t(), fused.t(), dtg.t(), V, dloss).ok());
+    const Floats grad = fused.Get();
+    if (is_cpu()) {
+      EXPECT_TRUE(BitwiseEqual(loss.Get(), want.loss));
+      EXPECT_TRUE(BitwiseEqual(fused_lse.Get(), want.lse));
+      EXPECT_TRUE(BitwiseEqual(grad, steps.Get()));
+    } else {
+      EXPECT_TRUE(AllClose(loss.Get(), want.loss, kFwdRtol, kFwdAtol));
+      EXPECT_TRUE(AllClose(fused_lse.Get(), want.lse, kFwdRtol, kFwdAtol));
+      EXPECT_TRUE(AllClose(grad, steps.Get(), kFwdRtol, kFwdAtol));
+    }
+    for (int n = 0; n < N; ++n) {
+      for (int i = V; i < Vp; ++i) EXPECT_EQ(grad[n * Vp + i], 0.0f) << n << "," << i;
+    }
+  }
+  auto logits = Up(Uniform(8, 1, -1.0f, 1.0f), {2, 4});
+  auto dtg = Up(Ints{0, 1}, {2});
+  auto a = Out({2}), b = Out({2});
+  ExpectInvalid(be().CrossEntropyFused(a.t(), b.t(), logits.t(), dtg.t(), 5, 1.0f), "vocab_size");
+}
+
 TEST_P(BackendOpsTest, CrossEntropyBackwardInPlaceAndDeterministic) {
   const int N = 9, Vp = 256, V = 251;
   Floats logits = Uniform(N * Vp, 121, -5.0f, 5.0f);

@@ -176,6 +176,12 @@ class TaggedBackend final : public Backend {
     return cpu_.CrossEntropyBackward(In(op, dlogits), In(op, logits), In(op, targets), In(op, lse),
                                      vocab_start, vocab_size, dloss);
   }
+  absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                 int vocab_size, float dloss) override {
+    const char* op = Count("CrossEntropyFused");
+    return cpu_.CrossEntropyFused(In(op, losses), In(op, lse), In(op, logits), In(op, targets),
+                                  vocab_size, dloss);
+  }
   absl::Status SumOfSquares(Tensor x, Tensor out) override {
     const char* op = Count("SumOfSquares");
     return cpu_.SumOfSquares(In(op, x), In(op, out));

@@ -268,6 +268,66 @@ void CheckBroadcast(Communicator& c) {
 }
 
 // Pipeline traffic: activations to the next stage, gradients back.
+// Started sends and receives: every rank starts a rendezvous-sized send to
+// the next rank of a ring BEFORE it receives (blocking sends would
+// deadlock), the receive from the previous rank started, and the send also
+// matched by a blocking Recv on the other side in a second round; the data
+// arrives intact, stats() counts each when it completes, and a receive of
+// the wrong size fails.
+void CheckStartedSendRecv(Communicator& c) {
+  if (!c.StartsPointToPoint()) {
+    Fail(c, "an MPI group does not start point-to-point transfers");
+    return;
+  }
+  const std::vector<int>& m = c.members();
+  const int r = c.rank(), next = (r + 1) % c.size(), prev = (r + c.size() - 1) % c.size();
+  const int64_t n = 20000;
+  auto message = [&](int from, int64_t salt) {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = Pattern(m[from], i + salt);
+    return v;
+  };
+  std::vector<float> out = message(r, 21), in(n);
+  const CommStats before = c.stats();
+  auto send = c.StartSend(Tensor::F32(out.data(), {n}, Device::kCpu), next);
+  if (!Ok(c, "StartSend", send.status())) return;
+  auto recv = c.StartRecv(Tensor::F32(in.data(), {n}, Device::kCpu), prev);
+  if (!Ok(c, "StartRecv", recv.status())) return;
+  for (;;) {  // the receive by polling, the send by waiting
+    absl::StatusOr<bool> done = (*recv)->Test();
+    if (!Ok(c, "PendingOp::Test", done.status()) || *done) break;
+  }
+  if (!Ok(c, "PendingOp::Wait", (*send)->Wait())) return;
+  Expect(c, "started ring shift", in, message(prev, 21));
+  if (c.stats().calls - before.calls != 2 || c.stats().bytes - before.bytes != 8 * n) {
+    Fail(c, absl::StrCat("started send and receive counted ", c.stats().calls - before.calls,
+                         " calls and ", c.stats().bytes - before.bytes, " bytes, expected 2 and ",
+                         8 * n));
+  }
+  // Even ranks start their send, odd ones receive it blocking, and back.
+  if (c.size() % 2 == 0) {
+    std::vector<float> msg = message(r, 33);
+    const int peer = r % 2 == 0 ? r + 1 : r - 1;
+    if (r % 2 == 0) {
+      auto op = c.StartSend(Tensor::F32(msg.data(), {n}, Device::kCpu), peer);
+      if (Ok(c, "StartSend", op.status())) Ok(c, "PendingOp::Wait", (*op)->Wait());
+    } else if (Ok(c, "Recv", c.Recv(Tensor::F32(in.data(), {n}, Device::kCpu), peer))) {
+      Expect(c, "a started send received by Recv", in, message(peer, 33));
+    }
+  }
+  // A started receive of fewer elements than were sent fails.
+  std::vector<float> small(n - 1);
+  auto bad_send = c.StartSend(Tensor::F32(out.data(), {n}, Device::kCpu), next);
+  auto bad_recv = c.StartRecv(Tensor::F32(small.data(), {n - 1}, Device::kCpu), prev);
+  if (bad_send.ok() && bad_recv.ok()) {
+    const absl::Status got = (*bad_recv)->Wait();
+    if (got.ok()) Fail(c, "a started receive of the wrong size succeeded");
+    (*bad_send)->Wait().IgnoreError();
+  } else {
+    Fail(c, "starting the wrong-size transfer failed early");
+  }
+}
+
 void CheckSendRecv(Communicator& c) {
   const std::vector<int>& m = c.members();
   const int r = c.rank();
@@ -412,6 +472,7 @@ absl::Status Run(GridShape shape, double timeout, int skip_rank) {
     CheckAllGather(c);
     CheckBroadcast(c);
     if (c.size() > 1) CheckSendRecv(c);
+    if (c.size() > 1) CheckStartedSendRecv(c);
     CheckLargeMessages(c);
     RETURN_IF_ERROR(c.Barrier());
     CheckStats(c);

@@ -7,7 +7,10 @@
 #    reduced in the same order);
 #  - with overlap some bucket is in flight before the backward ends
 #    (time_s.grad_overlapped > 0 on every step); without, none is (0);
-#  - with ZeRO-1, --sp or --local-sgd it is refused with one line, exit 2.
+#  - with ZeRO-1, --sp or --local-sgd it is refused with one line, exit 2;
+#  - overlapped pipeline transfers (--overlap-p2p-comm): pp2 and pp4, 1F1B
+#    and GPipe, on the CPU and the CUDA simulator, equal the runs without,
+#    bit for bit.
 #   overlap_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # shellcheck source=SCRIPTDIR/training_run.sh
 source "$(dirname "$0")/training_run.sh"
@@ -43,6 +46,27 @@ for p, o in zip(plain, over):
 PY
 done
 
+# Overlapped pipeline transfers (--overlap-p2p-comm, pp::RunStage): the
+# same messages, so the same bits, in both schedules, with four stages, and
+# on the CUDA simulator (its hand-over buffers through the routed group).
+for layout in "pp2-1f1b:2:--pp 2" "pp4-1f1b:4:--pp 4" "pp4-gpipe:4:--pp 4 --pp-schedule gpipe" \
+              "pp2-sim:2:--pp 2 --device cuda-sim"; do
+  IFS=: read -r name np flags <<<"$layout"
+  # shellcheck disable=SC2086
+  run "$name-plain" "$np" $flags --microbatches 4
+  # shellcheck disable=SC2086
+  run "$name-p2p" "$np" $flags --microbatches 4 --overlap-p2p-comm
+  cmp -s "$tmp/$name-plain/model.bin" "$tmp/$name-p2p/model.bin" ||
+    fail "$name: the weights differ with overlapped transfers"
+  python3 - "$tmp/$name-plain" "$tmp/$name-p2p" <<'PY' || fail "$name: the losses differ"
+import json, sys
+plain, over = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:3])
+assert len(plain) == len(over) == 3
+for p, o in zip(plain, over):
+    assert (p["loss"], p["grad_norm"]) == (o["loss"], o["grad_norm"]), (p, o)
+PY
+done
+
 refused() {  # WHAT FLAGS...
   local what=$1
   shift
@@ -57,4 +81,4 @@ refused "local SGD" --local-sgd 2
 "$mpirun" "${mpirun_args[@]}" -np 2 "$ladder" "${train[@]}" --dp 1 --tp 2 --sp \
   --overlap-grad-reduce --out "$tmp/sp" >"$tmp/sp.log" 2>&1
 grep -q "overlaps the bucketed all-reduce" "$tmp/sp.log" || { cat "$tmp/sp.log"; fail "--sp was not refused"; }
-[ "$failures" -eq 0 ] && echo "overlapped gradient buckets sum the same bits and refuse what they cannot do" || exit 1
+[ "$failures" -eq 0 ] && echo "overlapped gradient buckets and pipeline transfers give the same bits; what cannot overlap is refused" || exit 1

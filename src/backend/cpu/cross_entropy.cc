@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
@@ -149,6 +150,27 @@ absl::Status CpuBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Ten
     for (int64_t i = real; i < Vs; ++i) d[i] = 0.0f;
   }
   return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                           int vocab_size, float dloss) {
+  // The four steps, so the bits are the unfused ones (the CPU gains nothing
+  // from one kernel: its passes over a row are cache-resident either way).
+  int64_t N = 0, Vs = 0, real = 0;
+  RETURN_IF_ERROR(CheckShard("CrossEntropyFused", logits, 0, vocab_size, &N, &Vs, &real));
+  if (vocab_size > Vs) {
+    return absl::InvalidArgumentError(absl::StrCat("CrossEntropyFused: vocab_size ", vocab_size,
+                                                   " exceeds the rows' ", Vs, " columns"));
+  }
+  std::vector<float> stats(static_cast<size_t>(3 * N));
+  const Tensor row_max = Tensor::F32(stats.data(), {N}, Device::kCpu);
+  const Tensor sum_exp = Tensor::F32(stats.data() + N, {N}, Device::kCpu);
+  const Tensor target_logit = Tensor::F32(stats.data() + 2 * N, {N}, Device::kCpu);
+  RETURN_IF_ERROR(CrossEntropyRowMax(row_max, logits, 0, vocab_size));
+  RETURN_IF_ERROR(
+      CrossEntropyPartials(sum_exp, target_logit, logits, targets, row_max, 0, vocab_size));
+  RETURN_IF_ERROR(CrossEntropyLoss(losses, lse, row_max, sum_exp, target_logit));
+  return CrossEntropyBackward(logits, logits, targets, lse, 0, vocab_size, dloss);
 }
 
 }  // namespace ladder

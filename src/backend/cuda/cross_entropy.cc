@@ -11,6 +11,7 @@ constexpr char kMax[] = "CrossEntropyRowMax";
 constexpr char kPartials[] = "CrossEntropyPartials";
 constexpr char kLoss[] = "CrossEntropyLoss";
 constexpr char kBwd[] = "CrossEntropyBackward";
+constexpr char kFused[] = "CrossEntropyFused";
 
 // CheckVocabShard (src/backend/shape_check.h) for logits stored in either
 // dtype (f32 or bf16, else InvalidArgument).
@@ -92,6 +93,26 @@ absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
                                                lse.f32(), static_cast<int>(N), static_cast<int>(Vs),
                                                vocab_start, vocab_size, dloss, stream),
         kBwd);
+  });
+}
+
+absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                               int vocab_size, float dloss, cudaStream_t stream) {
+  int64_t N = 0, Vs = 0;
+  RETURN_IF_ERROR(CheckShard(kFused, logits, 0, vocab_size, &N, &Vs));
+  if (vocab_size > Vs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kFused, ": vocab_size ", vocab_size, " exceeds the rows' ", Vs, " columns"));
+  }
+  RETURN_IF_ERROR(CheckNumel(kFused, "targets", targets, DType::kI32, N));
+  RETURN_IF_ERROR(CheckNumel(kFused, "losses", losses, DType::kF32, N));
+  RETURN_IF_ERROR(CheckNumel(kFused, "lse", lse, DType::kF32, N));
+  return WithStorage(kFused, "logits", logits.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return CudaStatus(kernels::LaunchCrossEntropyFused<T>(
+                          losses.f32(), lse.f32(), Data<T>(logits), targets.i32(),
+                          static_cast<int>(N), static_cast<int>(Vs), vocab_size, dloss, stream),
+                      kFused);
   });
 }
 

@@ -38,4 +38,8 @@ absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
                                   int64_t vocab_start, int vocab_size, float dloss,
                                   cudaStream_t stream = nullptr);
 
+// Backend::CrossEntropyFused; logits [N, Vp] f32 or bf16, overwritten.
+absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                               int vocab_size, float dloss, cudaStream_t stream = nullptr);
+
 LADDER_CUDA_END

@@ -254,6 +254,11 @@ absl::Status CudaBackend::CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row
   return cuda::CrossEntropyLoss(losses, lse, row_max, sum_exp, target_logit, stream_);
 }
 
+absl::Status CudaBackend::CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits,
+                                            Tensor targets, int vocab_size, float dloss) {
+  return cuda::CrossEntropyFused(losses, lse, logits, targets, vocab_size, dloss, stream_);
+}
+
 absl::Status CudaBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets,
                                                Tensor lse, int64_t vocab_start, int vocab_size,
                                                float dloss) {

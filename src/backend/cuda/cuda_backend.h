@@ -91,6 +91,8 @@ class CudaBackend final : public Backend {
                                     int vocab_size) override;
   absl::Status CrossEntropyLoss(Tensor losses, Tensor lse, Tensor row_max, Tensor sum_exp,
                                 Tensor target_logit) override;
+  absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
+                                 int vocab_size, float dloss) override;
   absl::Status CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse,
                                     int64_t vocab_start, int vocab_size, float dloss) override;
   absl::Status SumOfSquares(Tensor x, Tensor out) override;

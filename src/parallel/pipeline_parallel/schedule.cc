@@ -52,7 +52,7 @@ double TextbookBubble(int stages, int microbatches) {
 }
 
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
-                      StageTiming* timing) {
+                      StageTiming* timing, bool overlap) {
   const int stage = group ? group->rank() : 0, stages = group ? group->size() : 1;
   const bool first = stage == 0, last = stage == stages - 1;
   const int prev = stage - 1, next = stage + 1;
@@ -78,6 +78,30 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
     }
     return absl::OkStatus();
   };
+  // With overlap: the transfers in flight, at most one per hand-over
+  // buffer. A send must complete before its buffer is written again (the
+  // next pass of its kind); the output gradient's receive is posted as soon
+  // as its buffer is free, one backward ahead, so it arrives while the
+  // passes before that backward run.
+  overlap = overlap && stages > 1;
+  std::unique_ptr<PendingOp> output_send, grad_send, grad_recv;
+  auto finish = [](std::unique_ptr<PendingOp>& op) -> absl::Status {
+    if (op == nullptr) return absl::OkStatus();
+    const absl::Status s = op->Wait();
+    op.reset();
+    return s;
+  };
+  // Posts the receive for the first backward at or after ops[from].
+  auto post_grad_recv = [&](size_t from) -> absl::Status {
+    if (!overlap || last || grad_recv != nullptr) return absl::OkStatus();
+    for (size_t j = from; j < ops.size(); ++j) {
+      if (ops[j].forward) continue;
+      ASSIGN_OR_RETURN(grad_recv, group->StartRecv(f.output_grad(), next));
+      break;
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(post_grad_recv(0));
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const Op* following = i + 1 < ops.size() ? &ops[i + 1] : nullptr;
@@ -85,21 +109,30 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       if (!first && input_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.input(op.microbatch), prev));
       }
+      RETURN_IF_ERROR(finish(output_send));
       RETURN_IF_ERROR(pass(true, op.microbatch));
       if (last) continue;
-      if (following != nullptr && !following->forward) {
+      if (overlap) {
+        ASSIGN_OR_RETURN(output_send, group->StartSend(f.output(), next));
+      } else if (following != nullptr && !following->forward) {
         RETURN_IF_ERROR(group->SendRecv(f.output(), next, f.output_grad(), next));
         grad_ready = following->microbatch;
       } else {
         RETURN_IF_ERROR(group->Send(f.output(), next));
       }
     } else {
-      if (!last && grad_ready != op.microbatch) {
+      if (grad_recv != nullptr) {
+        RETURN_IF_ERROR(finish(grad_recv));  // posted for this backward
+      } else if (!last && grad_ready != op.microbatch) {
         RETURN_IF_ERROR(group->Recv(f.output_grad(), next));
       }
+      RETURN_IF_ERROR(finish(grad_send));
       RETURN_IF_ERROR(pass(false, op.microbatch));
+      RETURN_IF_ERROR(post_grad_recv(i + 1));
       if (first) continue;
-      if (following != nullptr && following->forward) {
+      if (overlap) {
+        ASSIGN_OR_RETURN(grad_send, group->StartSend(f.input_grad(), prev));
+      } else if (following != nullptr && following->forward) {
         RETURN_IF_ERROR(
             group->SendRecv(f.input_grad(), prev, f.input(following->microbatch), prev));
         input_ready = following->microbatch;
@@ -108,6 +141,8 @@ absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const Sta
       }
     }
   }
+  RETURN_IF_ERROR(finish(output_send));
+  RETURN_IF_ERROR(finish(grad_send));
   const int64_t end = stages > 1 ? NowNanos() : mark;
   if (stages > 1) TraceInterval(TraceTrack::kStep, "bubble", "bubble", mark, end);
   if (timing != nullptr) {

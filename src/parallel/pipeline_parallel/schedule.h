@@ -62,7 +62,8 @@ struct StageFunctions {
   // Not called on the first stage: where F(m)'s input is received.
   std::function<Tensor(int microbatch)> input;
   // Not called on the last stage: F's output, sent to the next stage, and
-  // where B's incoming gradient is received.
+  // where B's incoming gradient is received (two buffers: see RunStage's
+  // overlap).
   std::function<Tensor()> output, output_grad;
   // Not called on the first stage: B's gradient of the input, sent back.
   std::function<Tensor()> input_grad;
@@ -94,7 +95,19 @@ struct StageTiming {
 // so each pass runs on from where the one before ended. Read from one chain
 // of clock readings, the spans tile the schedule's wall time, and the
 // timing's seconds are their sums.
+//
+// `overlap` (the group must StartsPointToPoint()): every send is started
+// and left in flight while the stage computes on, completed only before its
+// buffer is written again (an activation send before the next forward, an
+// input-gradient send before the next backward), and each backward's
+// incoming gradient is received one backward ahead, while the passes before
+// it run; so output and output_grad must be different buffers, and a
+// forward must write neither output_grad nor input_grad. A forward's input
+// is still received when the forward starts (its slot may hold the
+// activations of a microbatch not yet back-propagated until then). The
+// messages, and so the results, are the same bit for bit; only the waiting
+// moves. Every transfer has completed when the call returns.
 absl::Status RunStage(const std::vector<Op>& ops, Communicator* group, const StageFunctions& f,
-                      StageTiming* timing);
+                      StageTiming* timing, bool overlap = false);
 
 }  // namespace ladder::pp
