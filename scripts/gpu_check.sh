@@ -15,7 +15,9 @@
 # cuda`, every backend op timed against its floor (its table printed before
 # the summary, its TSV copied to $OUT/bench_ops.tsv); the same model in
 # bf16 mixed precision against the CPU, and GPT-2 124M's bf16 training
-# throughput against the bf16 GEMM ceiling (`ladder bench train`). It ends with a summary
+# throughput against the bf16 GEMM ceiling (`ladder bench train`); GPT-2
+# 124M's int8 serving, batch-1 decode against the HBM bound (`ladder bench
+# decode`) and 32 streams against one (`ladder bench serve`). It ends with a summary
 # table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
 # when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
 # Each test has 90 s, each training run and the benchmark 120 s
@@ -209,6 +211,37 @@ else
   else
     tail -n 30 "$logs/bench_train_bf16.log"; keep_log bench_train_bf16 "$logs/bench_train_bf16.log"
     row "bench train gpt2-124m bf16" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
+  fi
+fi
+
+# Serving GPT-2 124M with int8 weights and KV: batch-1 decode against the
+# HBM bound (weight bytes / read bandwidth, measured in the same run; issue
+# target 0.60), and 32 concurrent streams' throughput against one at a time
+# (issue target 10x). Tokens are drawn on the device (Gpt::ForwardSample).
+echo "== serving: bench decode (batch 1), bench serve (32 streams vs 1)"
+if [ "$gpus" -eq 0 ]; then
+  row "bench decode gpt2-124m int8" "SKIP (no GPU)" -
+  row "bench serve 32 streams int8" "SKIP (no GPU)" -
+else
+  t0=$(date +%s.%N)
+  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench decode --config configs/gpt2-124m.conf \
+       --weights int8 --kv int8 --device cuda --tokens 256 >"$logs/bench_decode.log" 2>&1; then
+    fraction=$(sed -n 's/.*"fraction":\([0-9.]*\).*/\1/p' "$logs/bench_decode.log")
+    row "bench decode gpt2-124m int8" "${fraction:-?} of the HBM bound (target 0.60)" "$(since "$t0")"
+    grep -h "tokens/s" "$logs/bench_decode.log"
+  else
+    tail -n 30 "$logs/bench_decode.log"; keep_log bench_decode "$logs/bench_decode.log"
+    row "bench decode gpt2-124m int8" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
+  fi
+  t0=$(date +%s.%N)
+  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench serve --config configs/gpt2-124m.conf \
+       --weights int8 --kv int8 --device cuda --requests 64 --concurrency 32 --prompt-tokens 32 \
+       --output-tokens 64 --temperature 0 --compare-batch1 >"$logs/bench_serve.log" 2>&1; then
+    ratio=$(sed -n 's/.*"batch1_ratio":\([0-9.]*\).*/\1/p' "$logs/bench_serve.log")
+    row "bench serve 32 streams int8" "${ratio:-?}x batch 1 (target 10x)" "$(since "$t0")"
+  else
+    tail -n 30 "$logs/bench_serve.log"; keep_log bench_serve "$logs/bench_serve.log"
+    row "bench serve 32 streams int8" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
   fi
 fi
 
