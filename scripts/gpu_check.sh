@@ -46,6 +46,21 @@ keep_log() {  # a failed step's log, for $OUT
     mkdir -p "$OUT/gpu_check_logs" && cp "$2" "$OUT/gpu_check_logs/$1.log"
   fi
 }
+# run_bench ROW LOG ARGS...: `ladder ARGS` under the bench timeout, its
+# output in $logs/LOG.log, t0 set to its start. On failure: the log's tail,
+# the log kept, ROW's FAIL row, and status 1 (the caller adds the row of a
+# success from the log).
+run_bench() {
+  local name=$1 log=$2
+  shift 2
+  t0=$(date +%s.%N)
+  timeout "$bench_timeout" "${ladder_cmd[@]}" "$@" >"$logs/$log.log" 2>&1 && return 0
+  tail -n 30 "$logs/$log.log"; keep_log "$log" "$logs/$log.log"
+  row "$name" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
+  return 1
+}
+# json_number LOG KEY: the number after "KEY": in $logs/LOG.log.
+json_number() { sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$logs/$1.log"; }
 
 echo "== nvidia-smi"
 gpus=0
@@ -201,16 +216,12 @@ else
     keep_log train_cuda_bf16 "$logs/train_cuda_bf16.log"
     row "train --device cuda --precision bf16" FAIL "$(since "$t0")"
   fi
-  t0=$(date +%s.%N)
-  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench train --config configs/gpt2-124m.conf \
-       --device cuda --precision bf16 --batch-size 8 --steps 5 --warmup 2 \
-       >"$logs/bench_train_bf16.log" 2>&1; then
-    fraction=$(sed -n 's/.*"fraction":\([0-9.]*\).*/\1/p' "$logs/bench_train_bf16.log")
-    row "bench train gpt2-124m bf16" "${fraction:-?} of the bf16 GEMM ceiling (target 0.60)" "$(since "$t0")"
+  name="bench train gpt2-124m bf16"
+  if run_bench "$name" bench_train_bf16 bench train --config configs/gpt2-124m.conf \
+       --device cuda --precision bf16 --batch-size 8 --steps 5 --warmup 2; then
+    fraction=$(json_number bench_train_bf16 fraction)
+    row "$name" "${fraction:-?} of the bf16 GEMM ceiling (target 0.60)" "$(since "$t0")"
     grep -h "GEMM ceiling\|tokens/s\|step .* ms" "$logs/bench_train_bf16.log"
-  else
-    tail -n 30 "$logs/bench_train_bf16.log"; keep_log bench_train_bf16 "$logs/bench_train_bf16.log"
-    row "bench train gpt2-124m bf16" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
   fi
 fi
 
@@ -223,25 +234,19 @@ if [ "$gpus" -eq 0 ]; then
   row "bench decode gpt2-124m int8" "SKIP (no GPU)" -
   row "bench serve 32 streams int8" "SKIP (no GPU)" -
 else
-  t0=$(date +%s.%N)
-  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench decode --config configs/gpt2-124m.conf \
-       --weights int8 --kv int8 --device cuda --tokens 256 >"$logs/bench_decode.log" 2>&1; then
-    fraction=$(sed -n 's/.*"fraction":\([0-9.]*\).*/\1/p' "$logs/bench_decode.log")
-    row "bench decode gpt2-124m int8" "${fraction:-?} of the HBM bound (target 0.60)" "$(since "$t0")"
+  name="bench decode gpt2-124m int8"
+  if run_bench "$name" bench_decode bench decode --config configs/gpt2-124m.conf \
+       --weights int8 --kv int8 --device cuda --tokens 256; then
+    fraction=$(json_number bench_decode fraction)
+    row "$name" "${fraction:-?} of the HBM bound (target 0.60)" "$(since "$t0")"
     grep -h "tokens/s" "$logs/bench_decode.log"
-  else
-    tail -n 30 "$logs/bench_decode.log"; keep_log bench_decode "$logs/bench_decode.log"
-    row "bench decode gpt2-124m int8" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
   fi
-  t0=$(date +%s.%N)
-  if timeout "$bench_timeout" "${ladder_cmd[@]}" bench serve --config configs/gpt2-124m.conf \
+  name="bench serve 32 streams int8"
+  if run_bench "$name" bench_serve bench serve --config configs/gpt2-124m.conf \
        --weights int8 --kv int8 --device cuda --requests 64 --concurrency 32 --prompt-tokens 32 \
-       --output-tokens 64 --temperature 0 --compare-batch1 >"$logs/bench_serve.log" 2>&1; then
-    ratio=$(sed -n 's/.*"batch1_ratio":\([0-9.]*\).*/\1/p' "$logs/bench_serve.log")
-    row "bench serve 32 streams int8" "${ratio:-?}x batch 1 (target 10x)" "$(since "$t0")"
-  else
-    tail -n 30 "$logs/bench_serve.log"; keep_log bench_serve "$logs/bench_serve.log"
-    row "bench serve 32 streams int8" "FAIL (exit or timeout $bench_timeout s)" "$(since "$t0")"
+       --output-tokens 64 --temperature 0 --compare-batch1; then
+    ratio=$(json_number bench_serve batch1_ratio)
+    row "$name" "${ratio:-?}x batch 1 (target 10x)" "$(since "$t0")"
   fi
 fi
 

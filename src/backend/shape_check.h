@@ -280,10 +280,7 @@ inline absl::Status CheckSampleTokens(Device device, const Tensor& logits, int v
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": ", ids.size(), " ids for ", specs.size(), " specs"));
   }
-  for (size_t j = 0; j < specs.size(); ++j) {
-    RETURN_IF_ERROR(CheckTokenSampleSpec(specs[j], static_cast<int64_t>(j), *N));
-  }
-  return absl::OkStatus();
+  return CheckTokenSampleSpecs(specs, *N);
 }
 
 }  // namespace ladder

@@ -94,4 +94,12 @@ absl::Status CheckTokenSampleSpec(const TokenSampleSpec& spec, int64_t index, in
                    spec.top_k, ", top_p ", spec.top_p, ", uniform ", spec.uniform, ")"));
 }
 
+absl::Status CheckTokenSampleSpecs(absl::Span<const TokenSampleSpec> specs, int64_t rows) {
+  for (size_t j = 0; j < specs.size(); ++j) {
+    const absl::Status s = CheckTokenSampleSpec(specs[j], static_cast<int64_t>(j), rows);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ladder

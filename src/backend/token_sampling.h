@@ -54,5 +54,7 @@ int32_t SampleTokenReference(absl::Span<const float> logits, const TokenSampleSp
 // temperature (>= 0, finite), top_k (>= 0), top_p ((0, 1]), uniform
 // ([0, 1)), row ([0, rows)).
 absl::Status CheckTokenSampleSpec(const TokenSampleSpec& spec, int64_t index, int64_t rows);
+// CheckTokenSampleSpec of every spec, in order (the first error).
+absl::Status CheckTokenSampleSpecs(absl::Span<const TokenSampleSpec> specs, int64_t rows);
 
 }  // namespace ladder

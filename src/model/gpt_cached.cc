@@ -27,10 +27,7 @@ absl::Status Gpt::ForwardSample(const CachedTokens& batch, KvCache& cache,
                                 absl::Span<const TokenSampleSpec> specs,
                                 std::vector<int32_t>* ids) {
   // The specs are checked before the forward writes the cache.
-  const int64_t N = static_cast<int64_t>(batch.tokens.size());
-  for (size_t j = 0; j < specs.size(); ++j) {
-    RETURN_IF_ERROR(CheckTokenSampleSpec(specs[j], static_cast<int64_t>(j), N));
-  }
+  RETURN_IF_ERROR(CheckTokenSampleSpecs(specs, static_cast<int64_t>(batch.tokens.size())));
   ASSIGN_OR_RETURN(const Tensor rows, RunCached(batch, cache, CachedOutput::kLogits));
   ids->assign(specs.size(), -1);
   return backend_->SampleTokens(rows, cfg_.vocab_size, specs, absl::MakeSpan(*ids));

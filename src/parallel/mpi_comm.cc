@@ -271,29 +271,11 @@ class MpiCommunicator final : public Communicator {
   bool StartsPointToPoint() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<PendingOp>> StartSend(Tensor buf, int peer) override {
-    RETURN_IF_ERROR(CheckBuffer("StartSend", "buf", buf, Addressable(buf)));
-    RETURN_IF_ERROR(CheckPeer("StartSend", peer));
-    const MpiBuffer b(buf);
-    RETURN_IF_ERROR(b.status("send"));
-    auto pending = std::make_unique<Pending>(this, "send", static_cast<int64_t>(buf.bytes()));
-    pending->waiting_for = {members()[peer]};
-    const int rc = MPI_Isend(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
-    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, "send"));
-    return pending;
+    return StartPointToPoint(/*send=*/true, buf, peer);
   }
 
   absl::StatusOr<std::unique_ptr<PendingOp>> StartRecv(Tensor buf, int peer) override {
-    RETURN_IF_ERROR(CheckBuffer("StartRecv", "buf", buf, Addressable(buf)));
-    RETURN_IF_ERROR(CheckPeer("StartRecv", peer));
-    const MpiBuffer b(buf);
-    RETURN_IF_ERROR(b.status("recv"));
-    auto pending = std::make_unique<Pending>(this, "recv", static_cast<int64_t>(buf.bytes()));
-    pending->waiting_for = {members()[peer]};
-    pending->received = buf;
-    pending->peer = peer;
-    const int rc = MPI_Irecv(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
-    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, "recv"));
-    return pending;
+    return StartPointToPoint(/*send=*/false, buf, peer);
   }
 
   absl::Status SendRecv(Tensor send, int send_peer, Tensor recv, int recv_peer) override {
@@ -361,6 +343,29 @@ class MpiCommunicator final : public Communicator {
     RETURN_IF_ERROR(Wait(req, MPI_STATUS_IGNORE, op, Dog(op, waiting_for)));
     Record(op, timer, static_cast<int64_t>(bytes));
     return absl::OkStatus();
+  }
+
+  // MPI_Isend or MPI_Irecv of buf with `peer`, in flight in the returned op
+  // (a receive checks the size of what arrived when it completes).
+  absl::StatusOr<std::unique_ptr<PendingOp>> StartPointToPoint(bool send, Tensor buf, int peer) {
+    const char* call = send ? "StartSend" : "StartRecv";
+    const char* op = send ? "send" : "recv";
+    RETURN_IF_ERROR(CheckBuffer(call, "buf", buf, Addressable(buf)));
+    RETURN_IF_ERROR(CheckPeer(call, peer));
+    const MpiBuffer b(buf);
+    RETURN_IF_ERROR(b.status(op));
+    auto pending = std::make_unique<Pending>(this, op, static_cast<int64_t>(buf.bytes()));
+    pending->waiting_for = {members()[peer]};
+    int rc;
+    if (send) {
+      rc = MPI_Isend(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
+    } else {
+      pending->received = buf;
+      pending->peer = peer;
+      rc = MPI_Irecv(buf.data, b.count(), b.type(), peer, kTag, comm_, &pending->req);
+    }
+    if (rc != MPI_SUCCESS) return pending->Fail(MpiError(rc, op));
+    return pending;
   }
 
   Watchdog Dog(const char* op, std::vector<int> waiting_for) const {

@@ -26,24 +26,32 @@ run() {  # NAME NP FLAGS...
     >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name failed"; }
 }
 
+# same_bits NAME PLAIN OTHER [buckets]: the weights, losses and gradient
+# norms of two runs equal bit for bit; with `buckets`, also the split (no
+# bucket overlapped in PLAIN, some in OTHER, both waited for some).
+same_bits() {
+  local name=$1 plain=$2 other=$3 buckets=${4:-}
+  cmp -s "$tmp/$plain/model.bin" "$tmp/$other/model.bin" || fail "$name: the weights differ"
+  python3 - "$tmp/$plain" "$tmp/$other" "$buckets" <<'PY' || fail "$name: losses or the split"
+import json, sys
+plain, over = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:3])
+assert len(plain) == len(over) == 3
+for p, o in zip(plain, over):
+    assert (p["loss"], p["grad_norm"]) == (o["loss"], o["grad_norm"]), (p, o)
+    if sys.argv[3]:
+        assert p["time_s"]["grad_overlapped"] == 0, p["time_s"]
+        assert o["time_s"]["grad_overlapped"] > 0, o["time_s"]
+        assert o["time_s"]["grad_exposed"] > 0 and p["time_s"]["grad_exposed"] > 0
+PY
+}
+
 for layout in "dp2:2:--dp 2" "tp2:4:--dp 2 --tp 2" "pp2:4:--dp 2 --pp 2"; do
   IFS=: read -r name np flags <<<"$layout"
   # shellcheck disable=SC2086
   run "$name-plain" "$np" $flags
   # shellcheck disable=SC2086
   run "$name-overlap" "$np" $flags --overlap-grad-reduce
-  cmp -s "$tmp/$name-plain/model.bin" "$tmp/$name-overlap/model.bin" ||
-    fail "$name: the weights differ with overlap"
-  python3 - "$tmp/$name-plain" "$tmp/$name-overlap" <<'PY' || fail "$name: losses or the split"
-import json, sys
-plain, over = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:3])
-assert len(plain) == len(over) == 3
-for p, o in zip(plain, over):
-    assert (p["loss"], p["grad_norm"]) == (o["loss"], o["grad_norm"]), (p, o)
-    assert p["time_s"]["grad_overlapped"] == 0, p["time_s"]
-    assert o["time_s"]["grad_overlapped"] > 0, o["time_s"]
-    assert o["time_s"]["grad_exposed"] > 0 and p["time_s"]["grad_exposed"] > 0
-PY
+  same_bits "$name with overlap" "$name-plain" "$name-overlap" buckets
 done
 
 # Overlapped pipeline transfers (--overlap-p2p-comm, pp::RunStage): the
@@ -56,15 +64,7 @@ for layout in "pp2-1f1b:2:--pp 2" "pp4-1f1b:4:--pp 4" "pp4-gpipe:4:--pp 4 --pp-s
   run "$name-plain" "$np" $flags --microbatches 4
   # shellcheck disable=SC2086
   run "$name-p2p" "$np" $flags --microbatches 4 --overlap-p2p-comm
-  cmp -s "$tmp/$name-plain/model.bin" "$tmp/$name-p2p/model.bin" ||
-    fail "$name: the weights differ with overlapped transfers"
-  python3 - "$tmp/$name-plain" "$tmp/$name-p2p" <<'PY' || fail "$name: the losses differ"
-import json, sys
-plain, over = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in sys.argv[1:3])
-assert len(plain) == len(over) == 3
-for p, o in zip(plain, over):
-    assert (p["loss"], p["grad_norm"]) == (o["loss"], o["grad_norm"]), (p, o)
-PY
+  same_bits "$name with overlapped transfers" "$name-plain" "$name-p2p"
 done
 
 refused() {  # WHAT FLAGS...
