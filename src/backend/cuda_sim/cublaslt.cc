@@ -10,6 +10,7 @@
 
 #include "src/backend/cuda_sim/errors.h"
 #include "src/backend/cuda_sim/memory.h"
+#include "src/backend/cuda_sim/runtime.h"
 #include "src/core/bf16.h"
 
 namespace ladder {
@@ -177,13 +178,74 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// D = alpha op(A) op(B) + beta C, then the epilogue (cublasLtMatmul's
+// work, arguments checked): fails, stickily, where an operand is not device
+// memory, as a GPU would fault.
+cudaError_t RunMatmul(const SimLtMatmulDesc& desc, float alpha, const void* a,
+                      const SimLtLayout& al, const void* b, const SimLtLayout& bl, float beta,
+                      const void* c, const SimLtLayout& cl, void* d, const SimLtLayout& dl,
+                      uint64_t m, uint64_t n, uint64_t k) {
+  const bool bias =
+      desc.epilogue == CUBLASLT_EPILOGUE_BIAS || desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                    desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = desc.epilogue == CUBLASLT_EPILOGUE_DGELU;
+  const SimLtLayout aux_layout{dl.type, m, n, desc.aux_ld};
+  // Every operand must be device memory (a GPU would fault on a host pointer).
+  if (!internal::IsDeviceRange(a, Span(al)) || !internal::IsDeviceRange(b, Span(bl)) ||
+      !internal::IsDeviceRange(d, Span(dl)) ||
+      (beta != 0.0f && !internal::IsDeviceRange(c, Span(cl))) ||
+      (bias && !internal::IsDeviceRange(desc.bias, m * ElementBytes(dl.type))) ||
+      ((gelu || dgelu) && !internal::IsDeviceRange(desc.aux, Span(aux_layout)))) {
+    return internal::Fail(cudaErrorIllegalAddress,
+                          "cublasLtMatmul: an operand is not inside device memory",
+                          /*sticky=*/true);
+  }
+  // op(A) copied row by row (m x k, row-major) so the inner loop is contiguous.
+  std::vector<float> a_rows(m * k);
+  for (uint64_t i = 0; i < m; ++i) {
+    for (uint64_t p = 0; p < k; ++p) a_rows[i * k + p] = At(a, al, desc.trans_a, i, p);
+  }
+  std::vector<float> b_col(k);
+  for (uint64_t j = 0; j < n; ++j) {
+    for (uint64_t p = 0; p < k; ++p) b_col[p] = At(b, bl, desc.trans_b, p, j);
+    for (uint64_t i = 0; i < m; ++i) {
+      double acc = 0.0;  // the reference: a double-precision dot product
+      const float* ar = &a_rows[i * k];
+      for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(ar[p]) * b_col[p];
+      const uint64_t at = i + j * static_cast<uint64_t>(dl.ld);
+      float v = alpha * static_cast<float>(acc);
+      if (beta != 0.0f) v += beta * Load(c, cl.type, i + j * static_cast<uint64_t>(cl.ld));
+      if (bias) v += Load(desc.bias, dl.type, i);
+      if (gelu) {
+        // The GELU's input goes to the auxiliary matrix; D gets GPT-2's
+        // tanh-approximated GELU of it (each rounded once to D's type).
+        Store(desc.aux, dl.type, i + j * static_cast<uint64_t>(desc.aux_ld), v);
+        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        v = 0.5f * v * (1.0f + std::tanh(u));
+      }
+      if (dgelu) {
+        // D = the product times the GELU's derivative at the auxiliary
+        // matrix's value x (GPT-2's tanh form, differentiated):
+        // gelu'(x) = (1 + t) / 2 + x (1 - t^2) / 2 * sqrt(2/pi) (1 + 3 c x^2).
+        const float x = Load(desc.aux, dl.type, i + j * static_cast<uint64_t>(desc.aux_ld));
+        const float t = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
+        const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+        v *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+      }
+      Store(d, dl.type, at, v);  // one rounding, as the GPU's epilogue
+    }
+  }
+  return cudaSuccess;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                               const void* alpha_p, const void* a_p, cublasLtMatrixLayout_t al,
                               const void* b_p, cublasLtMatrixLayout_t bl, const void* beta_p,
                               const void* c_p, cublasLtMatrixLayout_t cl, void* d_p,
                               cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t* /*algo*/,
                               void* /*workspace*/, size_t /*workspace_bytes*/,
-                              cudaStream_t /*stream*/) {
+                              cudaStream_t stream) {
   if (internal::StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   if (handle == nullptr || desc == nullptr || !ValidLayout(al) || !ValidLayout(bl) ||
       !ValidLayout(cl) || !ValidLayout(dl)) {
@@ -198,69 +260,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!SupportedTypes(*al, *bl, *cl, *dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
-  const void* a = a_p;
-  const void* b = b_p;
-  const void* c = c_p;
-  void* d = d_p;
-  const float alpha = *static_cast<const float*>(alpha_p);
-  const float beta = *static_cast<const float*>(beta_p);
-  const bool bias =
-      desc->epilogue == CUBLASLT_EPILOGUE_BIAS || desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
-                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool dgelu = desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
   // cuBLASLt's rules for the auxiliary matrix: a leading dimension divisible
   // by 8 and at least D's rows.
-  if ((gelu || dgelu) && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(m))) {
+  const bool aux = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                   desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                   desc->epilogue == CUBLASLT_EPILOGUE_DGELU;
+  if (aux && (desc->aux_ld % 8 != 0 || desc->aux_ld < static_cast<int64_t>(m))) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  const SimLtLayout aux_layout{dl->type, m, n, desc->aux_ld};
-  // Every operand must be device memory (a GPU would fault on a host pointer).
-  if (!internal::IsDeviceRange(a, Span(*al)) || !internal::IsDeviceRange(b, Span(*bl)) ||
-      !internal::IsDeviceRange(d, Span(*dl)) ||
-      (beta != 0.0f && !internal::IsDeviceRange(c, Span(*cl))) ||
-      (bias && !internal::IsDeviceRange(desc->bias, m * ElementBytes(dl->type))) ||
-      ((gelu || dgelu) && !internal::IsDeviceRange(desc->aux, Span(aux_layout)))) {
-    internal::Fail(cudaErrorIllegalAddress,
-                   "cublasLtMatmul: an operand is not inside device memory", /*sticky=*/true);
-    return CUBLAS_STATUS_EXECUTION_FAILED;
-  }
-  // op(A) copied row by row (m x k, row-major) so the inner loop is contiguous.
-  std::vector<float> a_rows(m * k);
-  for (uint64_t i = 0; i < m; ++i) {
-    for (uint64_t p = 0; p < k; ++p) a_rows[i * k + p] = At(a, *al, desc->trans_a, i, p);
-  }
-  std::vector<float> b_col(k);
-  for (uint64_t j = 0; j < n; ++j) {
-    for (uint64_t p = 0; p < k; ++p) b_col[p] = At(b, *bl, desc->trans_b, p, j);
-    for (uint64_t i = 0; i < m; ++i) {
-      double acc = 0.0;  // the reference: a double-precision dot product
-      const float* ar = &a_rows[i * k];
-      for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(ar[p]) * b_col[p];
-      const uint64_t at = i + j * static_cast<uint64_t>(dl->ld);
-      float v = alpha * static_cast<float>(acc);
-      if (beta != 0.0f) v += beta * Load(c, cl->type, i + j * static_cast<uint64_t>(cl->ld));
-      if (bias) v += Load(desc->bias, dl->type, i);
-      if (gelu) {
-        // The GELU's input goes to the auxiliary matrix; D gets GPT-2's
-        // tanh-approximated GELU of it (each rounded once to D's type).
-        Store(desc->aux, dl->type, i + j * static_cast<uint64_t>(desc->aux_ld), v);
-        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-        v = 0.5f * v * (1.0f + std::tanh(u));
-      }
-      if (dgelu) {
-        // D = the product times the GELU's derivative at the auxiliary
-        // matrix's value x (GPT-2's tanh form, differentiated):
-        // gelu'(x) = (1 + t) / 2 + x (1 - t^2) / 2 * sqrt(2/pi) (1 + 3 c x^2).
-        const float x = Load(desc->aux, dl->type, i + j * static_cast<uint64_t>(desc->aux_ld));
-        const float t = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
-        const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
-        v *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-      }
-      Store(d, dl->type, at, v);  // one rounding, as the GPU's epilogue
-    }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  const float alpha = *static_cast<const float*>(alpha_p);
+  const float beta = *static_cast<const float*>(beta_p);
+  // The descriptors and scalars are read now (a caller may destroy them
+  // once the call returns); the product runs on the stream: now, or on
+  // each replay of a graph that captured it.
+  const cudaError_t err = internal::Enqueue(
+      stream, [=, d_desc = *desc, a_l = *al, b_l = *bl, c_l = *cl, d_l = *dl](cudaStream_t) {
+        return RunMatmul(d_desc, alpha, a_p, a_l, b_p, b_l, beta, c_p, c_l, d_p, d_l, m, n, k);
+      });
+  return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 }  // namespace cuda_sim

@@ -1,5 +1,7 @@
 // The host-side API of the simulator (runtime.h): memory, copies, streams,
 // events, the device and the error state. Launches live in scheduler.cc.
+#include "src/backend/cuda_sim/runtime.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -11,23 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "src/backend/cuda_sim/errors.h"
 #include "src/backend/cuda_sim/memory.h"
-#include "src/backend/cuda_sim/runtime.h"
+#include "src/backend/cuda_sim/stream.h"
 
 namespace ladder {
 namespace cuda_sim {
-
-// Streams and events carry no work (every call completes before it returns):
-// they exist so that handles can be checked and events can time.
-struct SimStream {
-  uint32_t magic = kMagic;
-  static constexpr uint32_t kMagic = 0x5354524d;  // "STRM"
-};
-struct SimEvent {
-  uint32_t magic = kMagic;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point when;
-  static constexpr uint32_t kMagic = 0x45564e54;  // "EVNT"
-};
 
 namespace internal {
 namespace {
@@ -80,8 +69,15 @@ cudaError_t last_error_is(cudaError_t err) {
   return err;
 }
 
-bool ValidStream(cudaStream_t s) { return s == nullptr || s->magic == SimStream::kMagic; }
-bool ValidEvent(cudaEvent_t e) { return e != nullptr && e->magic == SimEvent::kMagic; }
+using internal::ValidEvent;
+using internal::ValidStream;
+
+// The calls a capture forbids (stream.h): fail them while one is active.
+#define RETURN_IF_CAPTURING(call)                                        \
+  do {                                                                   \
+    const cudaError_t capture_err = internal::RefuseDuringCapture(call); \
+    if (capture_err != cudaSuccess) return capture_err;                  \
+  } while (0)
 
 // The direction of a copy: which of dst and src must be device memory.
 cudaError_t CheckCopy(const char* what, void* dst, const void* src, size_t bytes,
@@ -111,6 +107,7 @@ cudaError_t CheckCopy(const char* what, void* dst, const void* src, size_t bytes
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   RETURN_IF_STICKY();
+  RETURN_IF_CAPTURING("cudaMalloc");
   if (ptr == nullptr) return Fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -124,6 +121,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   RETURN_IF_STICKY();
+  RETURN_IF_CAPTURING("cudaFree");
   if (ptr == nullptr || internal::FreeDevice(ptr)) return cudaSuccess;
   return Fail(cudaErrorInvalidValue,
               absl::StrFormat("cudaFree: %p is not the start of a device allocation", ptr));
@@ -153,12 +151,15 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   RETURN_IF_STICKY();
   if (!ValidStream(stream)) return Fail(cudaErrorInvalidResourceHandle, "cudaMemcpy: bad stream");
   const cudaError_t err = CheckCopy("cudaMemcpy", dst, src, bytes, kind);
-  if (err != cudaSuccess) return err;
-  if (bytes != 0) std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  if (err != cudaSuccess || bytes == 0) return err;
+  return internal::Enqueue(stream, [=](cudaStream_t) {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  RETURN_IF_CAPTURING("cudaMemcpy");
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 
@@ -171,11 +172,14 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
                 absl::StrFormat("cudaMemset: [%p, +%d bytes) is not inside one device allocation",
                                 dst, bytes));
   }
-  std::memset(dst, value, bytes);
-  return cudaSuccess;
+  return internal::Enqueue(stream, [=](cudaStream_t) {
+    std::memset(dst, value, bytes);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  RETURN_IF_CAPTURING("cudaMemset");
   return cudaMemsetAsync(dst, value, bytes, nullptr);
 }
 
@@ -196,8 +200,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   RETURN_IF_STICKY();
-  return ValidStream(stream) ? cudaSuccess
-                             : Fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
+  if (!ValidStream(stream)) return Fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
+  // The legacy stream synchronizes with every stream, a capturing one too.
+  if (stream == nullptr || stream->capturing) RETURN_IF_CAPTURING("cudaStreamSynchronize");
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
@@ -206,6 +212,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   RETURN_IF_STICKY();
   if (!ValidStream(stream) || !ValidEvent(event)) {
     return Fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: bad stream or event");
+  }
+  // Waiting on an event of a capture joins the waiter into it (a fork),
+  // which the simulator's single-stream captures do not model.
+  if (event->captured && (stream == nullptr || !stream->capturing)) {
+    RETURN_IF_CAPTURING("cudaStreamWaitEvent on an event recorded in a capture");
   }
   return cudaSuccess;
 }
@@ -228,21 +239,41 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!ValidEvent(event) || !ValidStream(stream)) {
     return Fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: bad event or stream");
   }
+  // In a capture the record marks a point of the capture (for other
+  // streams to join), not a node of the graph: the event is not readable.
+  if (stream != nullptr && stream->capturing) {
+    event->captured = true;
+    return cudaSuccess;
+  }
+  if (stream == nullptr) RETURN_IF_CAPTURING("cudaEventRecord on the legacy default stream");
+  event->captured = false;
   event->recorded = true;
   event->when = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 
+// An event last recorded inside a capture cannot be waited for or timed.
+cudaError_t CheckNotCaptured(cudaEvent_t event, const char* call) {
+  if (!event->captured) return cudaSuccess;
+  internal::RefuseDuringCapture(call);
+  return Fail(cudaErrorCapturedEvent,
+              absl::StrCat(call, ": the event was last recorded inside a stream capture"));
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   RETURN_IF_STICKY();
-  return ValidEvent(event) ? cudaSuccess
-                           : Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  if (!ValidEvent(event)) return Fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  return CheckNotCaptured(event, "cudaEventSynchronize");
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   RETURN_IF_STICKY();
   if (!ValidEvent(start) || !ValidEvent(end)) {
     return Fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: bad event");
+  }
+  for (cudaEvent_t e : {start, end}) {
+    const cudaError_t err = CheckNotCaptured(e, "cudaEventElapsedTime");
+    if (err != cudaSuccess) return err;
   }
   if (!start->recorded || !end->recorded) {
     return Fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
@@ -253,10 +284,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 cudaError_t cudaDeviceSynchronize() {
   RETURN_IF_STICKY();
+  RETURN_IF_CAPTURING("cudaDeviceSynchronize");
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceReset() {
+  internal::EndAllCaptures();
   internal::FreeAllDevice();
   internal::ClearErrors();
   return cudaSuccess;
@@ -319,6 +352,16 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
     case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent:
+      return "cudaErrorCapturedEvent";
   }
   return "cudaErrorUnknown";
 }
@@ -339,6 +382,16 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
     case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
   }
   return "unknown error";
 }

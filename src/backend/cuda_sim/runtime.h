@@ -33,6 +33,19 @@
 //    fault inside a kernel (illegal address, a broken barrier or warp
 //    collective, __trap) is sticky: every later call returns it until
 //    cudaDeviceReset, which also frees every allocation.
+//  - Stream capture and graphs (graph.cc), as in cudaStreamCaptureModeGlobal:
+//    between cudaStreamBeginCapture and cudaStreamEndCapture the launches,
+//    async copies, memsets and event records enqueued on the capturing
+//    stream (and cuBLASLt matmuls on it) are recorded, not run; a
+//    cudaGraphExec_t runs them again, in order, on each cudaGraphLaunch
+//    (pointer arguments are checked then, so a graph replayed after its
+//    memory was freed fails as a GPU would fault). While a capture is active,
+//    the calls CUDA forbids in that mode (cudaMalloc, cudaFree, synchronous
+//    copies and memsets, any synchronize, work on the legacy stream, reading
+//    an event recorded in the capture) fail and invalidate the capture: its
+//    cudaStreamEndCapture returns cudaErrorStreamCaptureInvalidated naming
+//    the call. Only single-stream captures: a fork into the capture through
+//    an event is refused.
 //
 // What it cannot show: timing, the memory model (races between threads that
 // a barrier would order on a GPU run here in a fixed fiber order), shared
@@ -44,6 +57,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -61,12 +75,17 @@ enum cudaError {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorAssert = 710,
   cudaErrorIllegalInstruction = 715,
   cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
 };
 using cudaError_t = cudaError;
 
@@ -92,8 +111,23 @@ struct uint3 {
 
 struct SimStream;
 struct SimEvent;
+struct SimGraph;
+struct SimGraphExec;
 using cudaStream_t = SimStream*;
 using cudaEvent_t = SimEvent*;
+using cudaGraph_t = SimGraph*;
+using cudaGraphExec_t = SimGraphExec*;
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,  // the only mode simulated
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
 
 struct cudaDeviceProp {
   char name[256];
@@ -136,8 +170,18 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 // Host wall-clock time between the two records (the simulator's, not a GPU's).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// Stream capture and graphs (graph.cc; see the contract above).
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+
 cudaError_t cudaDeviceSynchronize();
-cudaError_t cudaDeviceReset();
+cudaError_t cudaDeviceReset();               // also ends every capture
 cudaError_t cudaGetDeviceCount(int* count);  // always 1
 cudaError_t cudaSetDevice(int device);       // only device 0
 cudaError_t cudaGetDevice(int* device);
@@ -171,21 +215,27 @@ struct LaunchRequest {
 cudaError_t Launch(const LaunchRequest& request);
 cudaError_t SetMaxDynamicShared(const void* kernel, int bytes);
 
+// Work enqueued on a stream, as a closure that runs it on the stream given.
+using StreamWork = std::function<cudaError_t(cudaStream_t)>;
+// Whether any stream is capturing (a cheap check before building a closure).
+bool CaptureActive();
+// Runs `work` on `stream` now, or records it when the stream is capturing
+// (returning cudaSuccess); work on the legacy stream while a capture is
+// active fails and invalidates the capture.
+cudaError_t Enqueue(cudaStream_t stream, StreamWork work);
+
 // "ladder::kernels::sim::{anonymous}::Foo<float, 4>" -> "Foo<float, 4>", from
-// the __PRETTY_FUNCTION__ of LaunchKernel<kKernel>.
+// the __PRETTY_FUNCTION__ of RunKernel<kKernel>.
 std::string KernelNameFromSignature(const char* pretty_function);
 
 template <typename T>
 constexpr bool kIsPointer = std::is_pointer_v<std::decay_t<T>>;
 
-}  // namespace internal
-
-// Runs kKernel on grid x block threads with `shared_bytes` of dynamic shared
-// memory; returns when the grid has finished (see the contract above).
+// Runs kKernel on grid x block threads now (LaunchKernel's work).
 template <auto kKernel, typename... Args>
-cudaError_t LaunchKernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                         Args... args) {
-  static const std::string name = internal::KernelNameFromSignature(__PRETTY_FUNCTION__);
+cudaError_t RunKernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                      Args... args) {
+  static const std::string name = KernelNameFromSignature(__PRETTY_FUNCTION__);
   std::tuple<Args...> tuple(args...);
   // The pointer arguments and their positions, for the device-memory check.
   constexpr int kNumPointers = (0 + ... + (internal::kIsPointer<Args> ? 1 : 0));
@@ -214,7 +264,23 @@ cudaError_t LaunchKernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_
       kNumPointers,
       [](void* p) { std::apply(kKernel, *static_cast<std::tuple<Args...>*>(p)); },
       &tuple};
-  return internal::Launch(request);
+  return Launch(request);
+}
+
+}  // namespace internal
+
+// Runs kKernel on grid x block threads with `shared_bytes` of dynamic shared
+// memory; returns when the grid has finished (see the contract above), or,
+// on a capturing stream, records the launch with its arguments.
+template <auto kKernel, typename... Args>
+cudaError_t LaunchKernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                         Args... args) {
+  if (internal::CaptureActive()) {
+    return internal::Enqueue(stream, [=](cudaStream_t s) {
+      return internal::RunKernel<kKernel>(grid, block, shared_bytes, s, args...);
+    });
+  }
+  return internal::RunKernel<kKernel>(grid, block, shared_bytes, stream, args...);
 }
 
 template <typename Kernel>

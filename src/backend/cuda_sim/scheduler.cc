@@ -464,7 +464,7 @@ void Trap(const char* what) {
 }
 
 std::string KernelNameFromSignature(const char* pretty) {
-  // g++: "... LaunchKernel(...) [with auto kKernel = <name>; Args = {...}]"
+  // g++: "... RunKernel(...) [with auto kKernel = <name>; Args = {...}]"
   std::string s(pretty);
   const std::string key = "kKernel = ";
   size_t b = s.find(key);
