@@ -63,6 +63,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -130,6 +131,24 @@ struct PagedKv {
   bool int8() const { return !k_scale.empty(); }
 };
 
+// Ops recorded once by Backend::Capture, run again as one launch (a CUDA
+// graph). Owned by the caller; must not outlive its backend. One host
+// thread, as the backend.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Enqueues the recorded ops again, in their order, on the backend's stream,
+  // ordered like one op. They read and write the tensors they were given
+  // when recorded, at the same addresses, with the same scalar arguments:
+  // whatever those tensors hold now is the input. An error of the launch
+  // is returned; a fault inside it surfaces later, as any op's.
+  virtual absl::Status Replay() = 0;
+  // False once the backend has moved memory the recorded ops use (its
+  // scratch grew, see Capture): the graph must be recorded again, and
+  // Replay refuses (FailedPrecondition).
+  virtual bool valid() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -148,6 +167,26 @@ class Backend {
   // (src/core/trace.h), owned by the backend; null where work runs when the
   // host calls it (the CPU), so host time is device time.
   virtual DeviceTimer* timer() { return nullptr; }
+
+  // ---- graphs -----------------------------------------------------------
+  // Whether Capture works here: the cuda and cuda-sim backends.
+  virtual bool supports_graphs() const { return false; }
+  // Calls `body` with this backend recording instead of running: every op
+  // `body` calls is checked as usual but not run, and the returned graph
+  // runs them all on each Replay, with no host work per op (what removes
+  // the launch overhead of a step of many small kernels). Inside `body`
+  // only ops, Fill and Copy may be called: anything that waits for the
+  // device or crosses to the host (CopyToHost, CopyFromHost, Synchronize,
+  // SampleTokens), or allocates (Allocate, an op needing more scratch than
+  // the backend holds), fails and so fails the capture; running the same
+  // ops once before capturing sizes the scratch. Trace spans inside `body`
+  // get no device time. Returns body's error, or the capture's (nothing
+  // is enqueued then); Unimplemented where supports_graphs() is false.
+  virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(
+      const std::function<absl::Status()>& /*body*/) {
+    return absl::UnimplementedError(std::string("the ") + std::string(name()) +
+                                    " backend cannot record graphs");
+  }
 
   // ---- embedding (vocabulary-parallel) --------------------------------------
   // wte [Vshard,C] holds the rows [vocab_start, vocab_start + Vshard) of the

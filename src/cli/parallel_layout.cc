@@ -48,6 +48,10 @@ void AddCommFlags(FlagSet& flags, LayoutFlags* f) {
   flags.Bool("overlap-p2p-comm", &f->overlap_p2p,
              "pipeline stages start their sends and post the next gradient's receive early, so "
              "the transfers travel while the stage computes (the same results bit for bit)");
+  flags.Bool("cuda-graph", &f->cuda_graph,
+             "record each microbatch's forward and backward as a CUDA graph once and replay it, "
+             "one launch instead of one per kernel (the same results bit for bit; cuda or "
+             "cuda-sim, not with --tp, --cp or --offload params)");
   flags.Double("comm-timeout", &f->comm_timeout,
                "seconds a collective may wait before the job is aborted, naming the op and peer");
   flags.String("precision", &f->precision,
@@ -231,6 +235,7 @@ TrainerOptions ParallelRun::groups(const LayoutFlags& f) {
   g.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(f.bucket_mb * (1 << 20) / 4));
   g.overlap_grad_reduce = f.overlap_grad_reduce;
   g.overlap_p2p = f.overlap_p2p;
+  g.cuda_graph = f.cuda_graph;
   return g;
 }
 

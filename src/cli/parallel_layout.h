@@ -26,6 +26,7 @@ struct LayoutFlags {
   double bucket_mb = 25;
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce
   bool overlap_p2p = false;          // --overlap-p2p-comm
+  bool cuda_graph = false;           // --cuda-graph
   std::string recompute = "none";
   std::string offload = "none";
   double comm_timeout = 300;
@@ -36,7 +37,8 @@ struct LayoutFlags {
 // The layout: --dp --tp --sp --cp --pp --microbatches --pp-schedule --zero
 // --recompute --offload.
 void AddLayoutFlags(FlagSet& flags, LayoutFlags* f);
-// What a run adds: --bucket-mb --comm-timeout --precision --slow-link.
+// What a run adds: --bucket-mb --overlap-grad-reduce --overlap-p2p-comm
+// --cuda-graph --comm-timeout --precision --slow-link.
 void AddCommFlags(FlagSet& flags, LayoutFlags* f);
 
 // The storage dtype of a run's activations (GptParallel::storage) from

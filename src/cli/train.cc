@@ -230,6 +230,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
   Timer run_timer;
   RETURN_IF_ERROR(run.Run());
+  if (lead && f.layout.cuda_graph) {
+    const Gpt::GraphCounts graphs = model.graph_counts();
+    std::fprintf(stderr, "cuda graphs (rank 0): %lld recorded, %lld passes replayed\n",
+                 static_cast<long long>(graphs.captures), static_cast<long long>(graphs.replays));
+  }
   std::vector<float> weights;
   RETURN_IF_ERROR(model.GetLogicalWeights(&weights));
   if (!lead) return absl::OkStatus();

@@ -1,6 +1,8 @@
 #include "src/model/gpt.h"
 
 #include <algorithm>
+#include <bit>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "src/core/bf16.h"
@@ -407,14 +409,10 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   RETURN_IF_ERROR(CheckNotQuantized("Forward"));
   RETURN_IF_ERROR(CheckSlot(slot));
   RETURN_IF_ERROR(SetBatchShape(B, T));
-  Backend& be = *backend_;
-  GptActivations& a = acts_;
-  SlotActivations& s = a.slots[slot];
+  SlotActivations& s = acts_.slots[slot];
   const int V = cfg_.vocab_size;
-
-  // Tensor parallelism (src/parallel/tensor_parallel/layers.h): QKV and
-  // MLP-up column-parallel, the projections row-parallel, the embedding and
-  // the tied head vocabulary-parallel; with tp null these are plain layers.
+  // The host's part: every id checked, then staged to the device, before
+  // any op runs.
   if (is_first_stage()) {
     for (int64_t i = 0; i < int64_t{B} * T; ++i) {
       if (tokens[i] < 0 || tokens[i] >= V) {
@@ -422,8 +420,49 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
                                                        " is outside the vocabulary [0, ", V, ")"));
       }
     }
+  }
+  const bool with_loss = is_last_stage() && targets != nullptr;
+  if (with_loss) {
+    for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+      if (targets[i] < 0 || targets[i] >= V) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("target id ", targets[i], " is outside the vocabulary [0, ", V, ")"));
+      }
+    }
+  }
+  if (is_first_stage()) RETURN_IF_ERROR(backend_->CopyFromHost(s.tokens, tokens));
+  if (with_loss) RETURN_IF_ERROR(backend_->CopyFromHost(s.targets, targets));
+  // One device holding the whole vocabulary fuses the loss with its
+  // backward; a vocabulary split over ranks needs all-reduces between the
+  // steps.
+  s.loss_fused = with_loss && dloss != 0 && training_ && table_.layout().tp_size == 1;
+  s.fused_dloss = dloss;
+
+  auto ops = [&] { return ForwardOps(slot, with_loss, dloss); };
+  // Graphs for the training passes (dloss != 0; evaluation runs eagerly):
+  // the loss with its backward fused, or a stage before the last.
+  if (use_graphs_ && dloss != 0 && (s.loss_fused || !is_last_stage())) {
+    RETURN_IF_ERROR(RunGraphed({false, slot, B, T, std::bit_cast<uint32_t>(dloss)}, ops));
+  } else {
+    RETURN_IF_ERROR(ops());
+  }
+  if (!with_loss) return 0.0;
+  std::vector<float> losses;
+  RETURN_IF_ERROR(Losses(&losses, slot));
+  double sum = 0.0;
+  for (float x : losses) sum += x;
+  return sum / static_cast<double>(losses.size());
+}
+
+absl::Status Gpt::ForwardOps(int slot, bool with_loss, float dloss) {
+  Backend& be = *backend_;
+  GptActivations& a = acts_;
+  SlotActivations& s = a.slots[slot];
+  // Tensor parallelism (src/parallel/tensor_parallel/layers.h): QKV and
+  // MLP-up column-parallel, the projections row-parallel, the embedding and
+  // the tied head vocabulary-parallel; with tp null these are plain layers.
+  if (is_first_stage()) {
     TraceSpan span(TraceTrack::kCompute, "embedding", "embedding");
-    RETURN_IF_ERROR(be.CopyFromHost(s.tokens, tokens));
     RETURN_IF_ERROR(tp::VocabEmbeddingForward(be, tp_group(), s.layers[0].x, s.tokens, a.positions,
                                               w_.wte, w_.wpe, vocab_start()));
   }
@@ -451,8 +490,7 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   }
   if (!is_last_stage()) {
     // The next stage normalizes the residual stream; only the add is ours.
-    RETURN_IF_ERROR(be.ResidualAdd(a.stage_out, resid_mid, a.branch));
-    return 0.0;
+    return be.ResidualAdd(a.stage_out, resid_mid, a.branch);
   }
   {
     TraceSpan span(TraceTrack::kCompute, "head", "head");
@@ -462,33 +500,56 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
     ASSIGN_OR_RETURN(Tensor lnf, tp::EnterColumn(tp_group(), s.lnf));
     RETURN_IF_ERROR(tp::ColumnLinearForward(be, s.logits, lnf, w_.wte, Tensor()));
   }
-  if (targets == nullptr) return 0.0;
+  if (!with_loss) return absl::OkStatus();
   TraceSpan span(TraceTrack::kCompute, "loss", "loss");
+  if (s.loss_fused) {
+    return be.CrossEntropyFused(s.losses, s.lse, s.logits, s.targets, cfg_.vocab_size, dloss);
+  }
+  return tp::VocabCrossEntropyForward(be, par_.tp, s.losses,
+                                      {s.row_max, s.sum_exp, s.target_logit, s.lse}, s.logits,
+                                      s.targets, vocab_start(), cfg_.vocab_size);
+}
 
-  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
-    if (targets[i] < 0 || targets[i] >= V) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("target id ", targets[i], " is outside the vocabulary [0, ", V, ")"));
+absl::Status Gpt::UseGraphs(bool on) {
+  if (on) {
+    std::string why;
+    if (!backend_->supports_graphs()) {
+      why = absl::StrCat("the ", std::string(backend_->name()),
+                         " backend has none (cuda and cuda-sim do)");
+    } else if (!training_) {
+      why = "the model was created for inference only";
+    } else if (table_.layout().tp_size > 1) {
+      why = "tensor parallelism calls the communicator between the ops";
+    } else if (cp_size() > 1) {
+      why = "context parallelism calls the communicator between the ops";
+    } else if (stream_ != nullptr) {
+      why = "parameter offload streams each layer in between the ops";
+    }
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot record graphs: ", why));
     }
   }
-  RETURN_IF_ERROR(be.CopyFromHost(s.targets, targets));
-  // One device holding the whole vocabulary fuses the loss with its
-  // backward; a vocabulary split over ranks needs all-reduces between the
-  // steps.
-  s.loss_fused = dloss != 0 && training_ && table_.layout().tp_size == 1;
-  s.fused_dloss = dloss;
-  if (s.loss_fused) {
-    RETURN_IF_ERROR(be.CrossEntropyFused(s.losses, s.lse, s.logits, s.targets, V, dloss));
-  } else {
-    RETURN_IF_ERROR(tp::VocabCrossEntropyForward(be, par_.tp, s.losses,
-                                                 {s.row_max, s.sum_exp, s.target_logit, s.lse},
-                                                 s.logits, s.targets, vocab_start(), V));
+  use_graphs_ = on;
+  if (!on) graphs_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Gpt::RunGraphed(const GraphKey& key, const std::function<absl::Status()>& ops) {
+  GraphEntry& entry = graphs_[key];
+  if (entry.graph != nullptr && !entry.graph->valid()) entry.graph.reset();
+  if (entry.graph == nullptr) {
+    if (!entry.warmed_up) {
+      // The first run of a pass sizes the backend's scratch: a capture
+      // cannot allocate.
+      entry.warmed_up = true;
+      return ops();
+    }
+    ASSIGN_OR_RETURN(entry.graph, backend_->Capture(ops));
+    ++graph_counts_.captures;
   }
-  std::vector<float> losses;
-  RETURN_IF_ERROR(Losses(&losses, slot));
-  double sum = 0.0;
-  for (float x : losses) sum += x;
-  return sum / static_cast<double>(losses.size());
+  TraceSpan span(TraceTrack::kCompute, "graph", key.backward ? "backward graph" : "forward graph");
+  ++graph_counts_.replays;
+  return entry.graph->Replay();
 }
 
 absl::Status Gpt::Backward(float dloss, int slot,
@@ -496,6 +557,20 @@ absl::Status Gpt::Backward(float dloss, int slot,
   if (!training_) return absl::FailedPreconditionError("model was created for inference only");
   if (bound_B_ == 0) return absl::FailedPreconditionError("Backward called before Forward");
   RETURN_IF_ERROR(CheckSlot(slot));
+  const SlotActivations& s = acts_.slots[slot];
+  if (is_last_stage() && s.loss_fused && dloss != s.fused_dloss) {
+    return absl::InvalidArgumentError(absl::StrCat("Backward with dloss ", dloss,
+                                                   " after a fused loss of dloss ", s.fused_dloss));
+  }
+  auto ops = [&] { return BackwardOps(dloss, slot, grads_ready); };
+  if (use_graphs_ && !grads_ready) {
+    return RunGraphed({true, slot, bound_B_, bound_T_, std::bit_cast<uint32_t>(dloss)}, ops);
+  }
+  return ops();
+}
+
+absl::Status Gpt::BackwardOps(float dloss, int slot,
+                              const std::function<absl::Status(int64_t offset)>& grads_ready) {
   Backend& be = *backend_;
   GptActivations& a = acts_;
   SlotActivations& s = a.slots[slot];
@@ -505,10 +580,6 @@ absl::Status Gpt::Backward(float dloss, int slot,
   // it (EnterColumn; without, it is the tensor itself).
   const tp::Group group = tp_group();
   if (is_last_stage()) {
-    if (s.loss_fused && dloss != s.fused_dloss) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Backward with dloss ", dloss, " after a fused loss of dloss ", s.fused_dloss));
-    }
     if (!s.loss_fused) {  // (fused: the logits hold their gradient already)
       TraceSpan span(TraceTrack::kCompute, "loss", "loss bwd");
       RETURN_IF_ERROR(be.CrossEntropyBackward(s.logits, s.logits, s.targets, s.lse, vocab_start(),

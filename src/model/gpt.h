@@ -4,8 +4,10 @@
 // the trainer. Nothing here knows which backend runs the ops.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -266,10 +268,43 @@ class Gpt {
   // Per-token losses of slot's last Forward with targets (B*T floats).
   absl::Status Losses(std::vector<float>* out, int slot = 0) const;
 
+  // CUDA graphs for training (Backend::Capture). When on, a training
+  // Forward (targets and dloss != 0 on the last stage) and its Backward
+  // run their device work (everything between the host's checks and uploads
+  // and the losses coming back) as one graph per {pass, slot, B, T, dloss}:
+  // the first call of each runs the ops as usual (sizing the backend's
+  // scratch), the second records them, every later one replays them with
+  // one launch. The results are bitwise those of the ops run one by one.
+  // Eager still: inference and evaluation, and a Backward given
+  // `grads_ready`. FailedPrecondition, naming the reason, where the backend
+  // has no graphs or the forward needs the host between ops: tensor or
+  // context parallelism (communicator calls inside the pass) and parameter
+  // offload (layers stream in). One host thread, between steps.
+  absl::Status UseGraphs(bool on);
+  struct GraphCounts {
+    int64_t captures = 0;  // graphs recorded (again, after the scratch moved)
+    int64_t replays = 0;   // passes run as one graph launch
+  };
+  GraphCounts graph_counts() const { return graph_counts_; }
+
  private:
   Gpt(const GptConfig& cfg, Backend* backend, int max_batch, bool training, ParameterTable table,
       const GptParallel& par);
   absl::Status CheckSlot(int slot) const;
+  // Forward's and Backward's device work, once the host has checked and
+  // uploaded their inputs: no host round trip inside (what a graph needs).
+  absl::Status ForwardOps(int slot, bool with_loss, float dloss);
+  absl::Status BackwardOps(float dloss, int slot,
+                           const std::function<absl::Status(int64_t offset)>& grads_ready);
+  // Runs `ops` as the graph of `key` (UseGraphs): eagerly the first time,
+  // then recorded once and replayed.
+  struct GraphKey {
+    bool backward;
+    int slot, B, T;
+    uint32_t dloss_bits;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  absl::Status RunGraphed(const GraphKey& key, const std::function<absl::Status()>& ops);
   // What a cached run returns: each token's logits, or its hidden state
   // after ln_f (the head is then skipped).
   enum class CachedOutput { kLogits, kHidden };
@@ -342,6 +377,14 @@ class Gpt {
   DeviceBuffer cached_scratch_;
   int64_t cached_scratch_floats_ = 0;
   int bound_B_ = 0, bound_T_ = 0;
+  // UseGraphs: the graphs by key; a key seen once (warmed up) has none yet.
+  struct GraphEntry {
+    bool warmed_up = false;
+    std::unique_ptr<DeviceGraph> graph;
+  };
+  bool use_graphs_ = false;
+  std::map<GraphKey, GraphEntry> graphs_;
+  GraphCounts graph_counts_;
 };
 
 }  // namespace ladder

@@ -91,6 +91,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const RunConfig& cfg, B
   ASSIGN_OR_RETURN(t->model_,
                    Gpt::Create(cfg.model, backend, t->micro_rows_, /*training=*/true, par));
   RETURN_IF_ERROR(t->model_->InitWeights(cfg.seed));
+  if (groups.cuda_graph) {
+    const absl::Status graphs = t->model_->UseGraphs(true);
+    if (!graphs.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cuda-graph: ", graphs.message()));
+    }
+  }
   AdamWConfig opt;
   opt.beta1 = cfg.beta1;
   opt.beta2 = cfg.beta2;

@@ -75,6 +75,9 @@ struct TrainerOptions {
   // (pp::RunStage's overlap); needs a pipeline group that starts them
   // (Communicator::StartsPointToPoint).
   bool overlap_p2p = false;
+  // Each microbatch's forward and backward recorded once as a CUDA graph
+  // and replayed (Gpt::UseGraphs); the same results bit for bit.
+  bool cuda_graph = false;
   // Sequence parallelism inside the tensor-parallel group
   // (GptParallel::sequence_parallel).
   bool sequence_parallel = false;

@@ -95,6 +95,10 @@ TEST_F(GraphSimTest, ForbiddenCallsInvalidateTheCaptureNamingTheCall) {
          return cudaMemcpy(host, x, 8 * sizeof(float), cudaMemcpyDeviceToHost);
        }},
       {"cudaMemset", [](float* x, float*, cudaStream_t) { return cudaMemset(x, 0, 4); }},
+      {"cudaMemcpyAsync between host and device",
+       [](float* x, float* host, cudaStream_t s) {
+         return cudaMemcpyAsync(x, host, 8 * sizeof(float), cudaMemcpyHostToDevice, s);
+       }},
       {"cudaStreamSynchronize",
        [](float*, float*, cudaStream_t s) { return cudaStreamSynchronize(s); }},
       {"cudaDeviceSynchronize",

@@ -78,6 +78,12 @@ absl::Status CudaBackend::Synchronize() {
 
 absl::StatusOr<Tensor> CudaBackend::Scratch(int64_t bytes, DType dtype) {
   if (bytes > scratch_bytes_) {
+    if (capturing_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("an op needs ", bytes, " bytes of scratch while a graph is recorded (",
+                       scratch_bytes_, " held): run the ops once before capturing them"));
+    }
+    ++*scratch_generation_;
     if (scratch_ != nullptr) {
       // cudaFree waits for the device, so no enqueued kernel still uses it.
       RETURN_IF_ERROR(CudaStatus(cudaFree(scratch_), "scratch"));
@@ -89,6 +95,61 @@ absl::StatusOr<Tensor> CudaBackend::Scratch(int64_t bytes, DType dtype) {
   }
   const int64_t n = std::max<int64_t>(1, bytes / static_cast<int64_t>(DTypeSize(dtype)));
   return Tensor(scratch_, dtype, {n}, Device::kCuda);
+}
+
+// ---- graphs -------------------------------------------------------------------
+
+namespace {
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::shared_ptr<const int64_t> generation)
+      : exec_(exec), stream_(stream), generation_(std::move(generation)), recorded_(*generation_) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  absl::Status Replay() override {
+    if (!valid()) {
+      return absl::FailedPreconditionError(
+          "graph replay: the backend's scratch moved since the graph was recorded");
+    }
+    return CudaStatus(cudaGraphLaunch(exec_, stream_), "graph replay");
+  }
+  bool valid() const override { return *generation_ == recorded_; }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  std::shared_ptr<const int64_t> generation_;
+  int64_t recorded_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> CudaBackend::Capture(
+    const std::function<absl::Status()>& body) {
+  if (capturing_) return absl::FailedPreconditionError("Capture inside a capture");
+  RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal),
+                             "begin graph capture"));
+  capturing_ = true;
+  const absl::Status body_status = body();
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (!body_status.ok() || ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the refused call's error is reported here, not by the next op
+    // An op refused by the capture fails with the capture's error; the
+    // end of the capture says which call invalidated it.
+    RETURN_IF_ERROR(CudaStatus(ended, "graph capture"));
+    return body_status;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  RETURN_IF_ERROR(CudaStatus(instantiated, "graph instantiate"));
+  return std::unique_ptr<DeviceGraph>(new CudaGraph(exec, stream_, scratch_generation_));
 }
 
 // ---- ops ----------------------------------------------------------------------

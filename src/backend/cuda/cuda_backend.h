@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -45,6 +46,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   // CUDA events on the stream (event_timer.h).
   DeviceTimer* timer() override { return &timer_; }
+  // Stream capture into a CUDA graph (Backend::Capture): every op enqueues
+  // on stream_, which captures in global mode.
+  bool supports_graphs() const override { return true; }
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Capture(
+      const std::function<absl::Status()>& body) override;
 
   absl::Status EmbeddingForward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
                                 Tensor wpe, int64_t vocab_start) override;
@@ -125,6 +131,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Matmuls> matmuls_;
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
+  // Counts the scratch's reallocations: a graph recorded at an older count
+  // points at freed scratch (DeviceGraph::valid). Shared with the graphs.
+  std::shared_ptr<int64_t> scratch_generation_ = std::make_shared<int64_t>(0);
+  bool capturing_ = false;  // inside Capture's body
   // Shared with the buffers' deleters: a buffer may outlive the backend.
   std::shared_ptr<int64_t> bytes_allocated_ = std::make_shared<int64_t>(0);
 };

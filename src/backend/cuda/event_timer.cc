@@ -21,6 +21,13 @@ absl::Status EventTimer::Anchor() {
 }
 
 int EventTimer::Mark() {
+  // An event recorded while the stream captures a graph belongs to the
+  // graph and cannot be read: no mark (the span gets host time only).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return -1;
+  }
   cudaEvent_t e = nullptr;
   if (cudaEventCreate(&e) != cudaSuccess) return -1;
   if (cudaEventRecord(e, stream_) != cudaSuccess) {

@@ -152,6 +152,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (!ValidStream(stream)) return Fail(cudaErrorInvalidResourceHandle, "cudaMemcpy: bad stream");
   const cudaError_t err = CheckCopy("cudaMemcpy", dst, src, bytes, kind);
   if (err != cudaSuccess || bytes == 0) return err;
+  // A graph cannot hold a copy from or to pageable host memory, and the
+  // simulator does not tell pinned host memory from pageable.
+  if (stream != nullptr && stream->capturing &&
+      !(internal::IsDeviceRange(dst, bytes) && internal::IsDeviceRange(src, bytes))) {
+    RETURN_IF_CAPTURING("cudaMemcpyAsync between host and device");
+  }
   return internal::Enqueue(stream, [=](cudaStream_t) {
     std::memmove(dst, src, bytes);
     return cudaSuccess;

@@ -40,11 +40,13 @@
 //    cudaGraphExec_t runs them again, in order, on each cudaGraphLaunch
 //    (pointer arguments are checked then, so a graph replayed after its
 //    memory was freed fails as a GPU would fault). While a capture is active,
-//    the calls CUDA forbids in that mode (cudaMalloc, cudaFree, synchronous
-//    copies and memsets, any synchronize, work on the legacy stream, reading
-//    an event recorded in the capture) fail and invalidate the capture: its
-//    cudaStreamEndCapture returns cudaErrorStreamCaptureInvalidated naming
-//    the call. Only single-stream captures: a fork into the capture through
+//    the calls CUDA forbids in that mode fail and invalidate the capture:
+//    cudaMalloc, cudaFree, synchronous copies and memsets, copies between
+//    host and device (a GPU allows pinned host memory; the simulator does not
+//    tell it apart), any synchronize, work on the legacy stream, reading an
+//    event recorded in the capture. The capture's cudaStreamEndCapture then
+//    returns cudaErrorStreamCaptureInvalidated naming the call. Only
+//    single-stream captures: a fork into the capture through
 //    an event is refused.
 //
 // What it cannot show: timing, the memory model (races between threads that
