@@ -17,7 +17,9 @@
 # bf16 mixed precision against the CPU, and GPT-2 124M's bf16 training
 # throughput against the bf16 GEMM ceiling (`ladder bench train`); GPT-2
 # 124M's int8 serving, batch-1 decode against the HBM bound (`ladder bench
-# decode`) and 32 streams against one (`ladder bench serve`). It ends with a summary
+# decode`) and 32 streams against one (`ladder bench serve`); CUDA graphs:
+# the equivalence model trained with --cuda-graph bitwise the eager cuda
+# run, and a small model's step time with graphs over without. It ends with a summary
 # table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
 # when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
 # Each test has 90 s, each training run and the benchmark 120 s
@@ -193,6 +195,38 @@ else
     tail -n 30 "$logs/train_cuda.log"; keep_log train_cuda "$logs/train_cuda.log"
     row "train --device cuda" FAIL "$(since "$t0")"
     row "compare cuda vs cpu (1e-4)" "FAIL (no cuda run)" -
+  fi
+fi
+
+# CUDA graphs (--cuda-graph): the same 20 steps recorded and replayed give
+# the eager run's losses and weights bit for bit; then the step time of a
+# small model, where launches dominate, with graphs over without, both
+# measured here (bench train prints each; the row is their ratio).
+echo "== CUDA graphs: train --cuda-graph vs eager (bitwise); bench train graphs vs eager"
+if [ "$gpus" -eq 0 ]; then
+  row "train --device cuda --cuda-graph (bitwise)" "SKIP (no GPU)" -
+  row "bench train graphs / eager step time" "SKIP (no GPU)" -
+else
+  t0=$(date +%s.%N)
+  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cuda --cuda-graph \
+       --out "$work/cuda_graph" >"$logs/train_cuda_graph.log" 2>&1 &&
+     python3 tests/parallel/compare_runs.py "$work/cuda" "$work/cuda_graph" 0 \
+       >"$logs/compare_graph.log" 2>&1; then
+    row "train --device cuda --cuda-graph (bitwise)" "PASS ($(grep -h "cuda graphs" "$logs/train_cuda_graph.log" | cut -c1-60))" "$(since "$t0")"
+  else
+    tail -n 30 "$logs/train_cuda_graph.log"; cat "$logs/compare_graph.log" 2>/dev/null
+    keep_log train_cuda_graph "$logs/train_cuda_graph.log"
+    row "train --device cuda --cuda-graph (bitwise)" FAIL "$(since "$t0")"
+  fi
+  name="bench train graphs / eager step time"
+  graph_bench=(bench train --config tests/parallel/equivalence.conf --device cuda --steps 20 --warmup 2)
+  if run_bench "$name" bench_train_eager "${graph_bench[@]}" &&
+     run_bench "$name" bench_train_graph "${graph_bench[@]}" --cuda-graph; then
+    eager=$(json_number bench_train_eager tokens_per_s)
+    graph=$(json_number bench_train_graph tokens_per_s)
+    ratio=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$eager" "$graph" 2>/dev/null)
+    row "$name" "${ratio:-?} (eager $eager, graphs $graph tokens/s)" "$(since "$t0")"
+    grep -h "step .* ms" "$logs/bench_train_eager.log" "$logs/bench_train_graph.log"
   fi
 fi
 

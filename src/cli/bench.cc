@@ -43,7 +43,10 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   if (flags.IsSet("batch-size")) rc.batch_size = static_cast<int>(f.batch_size);
   rc.total_batch_tokens = 0;  // one micro-batch per step: time what one step costs
-  rc.steps = f.steps + f.warmup;
+  // With CUDA graphs a pass runs eagerly once, then is recorded: one more
+  // untimed step, so the timed ones only replay.
+  const int64_t warmup = f.warmup + (f.layout.cuda_graph ? 1 : 0);
+  rc.steps = f.steps + warmup;
   RETURN_IF_ERROR(rc.Validate());
   RETURN_IF_ERROR(CheckLayout(rc, f.layout, MpiRuntime::world_size()));
   const bool lead = MpiRuntime::world_rank() == 0;
@@ -83,7 +86,7 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
     std::printf("GEMM ceiling: %.1f GFLOP/s (best: %s; summed over %d ranks running at once)\n",
                 gemm, ceiling.source.c_str(), par.grid.world_size());
   }
-  for (int64_t i = 0; i < f.warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
+  for (int64_t i = 0; i < warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;
   float mine[kRankFields] = {};
   for (int64_t i = 0; i < f.steps; ++i) {
@@ -147,6 +150,11 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
     gemm = trainer->peak_gflops();
     std::printf("a step outran the GEMM ceiling measured at start: ceiling raised to %.1f\n", gemm);
   }
+  if (f.layout.cuda_graph) {
+    const Gpt::GraphCounts graphs = trainer->model().graph_counts();
+    std::printf("cuda graphs (rank 0): %lld recorded, %lld passes replayed\n",
+                static_cast<long long>(graphs.captures), static_cast<long long>(graphs.replays));
+  }
   std::printf("step %.1f ms: forward %.0f%%, backward %.0f%%, optimizer %.0f%%, data %.0f%%\n",
               1e3 * sum.t_step / f.steps, 100 * sum.t_forward / sum.t_step,
               100 * sum.t_backward / sum.t_step, 100 * sum.t_optimizer / sum.t_step,
@@ -195,7 +203,8 @@ int BenchCommand(int argc, char** argv) {
                 "ladder's own kernel) measured in the same run. The last line is JSON.");
   flags.String("config", &f.config, "model config to time (required)");
   flags.Int("steps", &f.steps, "timed steps");
-  flags.Int("warmup", &f.warmup, "untimed steps first");
+  flags.Int("warmup", &f.warmup,
+            "untimed steps first (with --cuda-graph one more, the step that records)");
   flags.Int("batch-size", &f.batch_size, "sequences per step", "the config's batch_size");
   AddLayoutFlags(flags, &f.layout);
   AddDeviceFlag(flags, &f.device);
