@@ -19,7 +19,8 @@
 # 124M's int8 serving, batch-1 decode against the HBM bound (`ladder bench
 # decode`) and 32 streams against one (`ladder bench serve`); CUDA graphs:
 # the equivalence model trained with --cuda-graph bitwise the eager cuda
-# run, and a small model's step time with graphs over without. It ends with a summary
+# run, a small model's step time with graphs over without, and the batch-1
+# decode again with --cuda-graph. It ends with a summary
 # table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
 # when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
 # Each test has 90 s, each training run and the benchmark 120 s
@@ -266,6 +267,7 @@ fi
 echo "== serving: bench decode (batch 1), bench serve (32 streams vs 1)"
 if [ "$gpus" -eq 0 ]; then
   row "bench decode gpt2-124m int8" "SKIP (no GPU)" -
+  row "bench decode gpt2-124m int8 --cuda-graph" "SKIP (no GPU)" -
   row "bench serve 32 streams int8" "SKIP (no GPU)" -
 else
   name="bench decode gpt2-124m int8"
@@ -274,6 +276,16 @@ else
     fraction=$(json_number bench_decode fraction)
     row "$name" "${fraction:-?} of the HBM bound (target 0.60)" "$(since "$t0")"
     grep -h "tokens/s" "$logs/bench_decode.log"
+  fi
+  # The same decode with each step replayed as one graph.
+  name="bench decode gpt2-124m int8 --cuda-graph"
+  if run_bench "$name" bench_decode_graph bench decode --config configs/gpt2-124m.conf \
+       --weights int8 --kv int8 --device cuda --tokens 256 --cuda-graph; then
+    fraction=$(json_number bench_decode_graph fraction)
+    eager=$(json_number bench_decode tokens_per_s)
+    graph=$(json_number bench_decode_graph tokens_per_s)
+    row "$name" "${fraction:-?} of the HBM bound; ${graph:-?} vs ${eager:-?} tokens/s eager" "$(since "$t0")"
+    grep -h "tokens/s\|cuda graphs" "$logs/bench_decode_graph.log"
   fi
   name="bench serve 32 streams int8"
   if run_bench "$name" bench_serve bench serve --config configs/gpt2-124m.conf \

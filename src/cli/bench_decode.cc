@@ -37,6 +37,7 @@ struct Flags {
   std::string config, device = "auto";
   FormatFlags formats;
   int64_t tokens = 64;
+  bool cuda_graph = false;
 };
 
 absl::Status Run(const Flags& f) {
@@ -53,6 +54,7 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, backend.get(), 1, /*training=*/false));
   RETURN_IF_ERROR(model->InitWeights(rc.seed));
   RETURN_IF_ERROR(model->QuantizeWeights(format));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
   const int blocks = KvBlockPool::BlocksFor(cfg.context);
   KvBlockPool pool(blocks);
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(cfg, backend.get(), blocks, kv_format));
@@ -83,6 +85,8 @@ absl::Status Run(const Flags& f) {
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(decode_one());  // warm-up
+  // With graphs the second step records: untimed too.
+  if (f.cuda_graph) RETURN_IF_ERROR(decode_one());
   PairedBandwidth paired;
   RETURN_IF_ERROR(TimeAgainstBandwidth(probe, weight_bytes, static_cast<int>(f.tokens) - 1,
                                        decode_one, &paired));
@@ -94,6 +98,11 @@ absl::Status Run(const Flags& f) {
       "%lld tokens\n",
       f.config.c_str(), cfg.NumParameters() / 1e6, WeightFormatName(format),
       weight_bytes / 1048576.0, KvFormatName(kv_format), static_cast<long long>(f.tokens));
+  if (f.cuda_graph) {
+    const Gpt::GraphCounts graphs = model->graph_counts();
+    std::printf("cuda graphs: %lld recorded, %lld steps replayed\n",
+                static_cast<long long>(graphs.captures), static_cast<long long>(graphs.replays));
+  }
   std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(), CpuIsaName(ActiveCpuIsa()));
   std::printf("memory read bandwidth %.1f GB/s (median): bound %.1f tokens/s\n", bandwidth / 1e9,
               bound);
@@ -117,6 +126,7 @@ int BenchDecodeCommand(int argc, char** argv) {
   flags.Int("tokens", &f.tokens, "tokens to decode (less than the context)");
   AddFormatFlags(flags, &f.formats);
   AddDeviceFlag(flags, &f.device);
+  AddCudaGraphFlag(flags, &f.cuda_graph);
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 

@@ -53,7 +53,7 @@ struct Flags {
   int64_t requests = 32, concurrency = 0, prompt_tokens = 64, output_tokens = 64;
   int64_t speculate = 0, max_batch_tokens = 512, seed = 1, shared_prefix = 0;
   double rate = 0, temperature = 0;
-  bool compare_batch1 = false, no_prefix_cache = false;
+  bool compare_batch1 = false, no_prefix_cache = false, cuda_graph = false;
 };
 
 struct Workload {
@@ -265,18 +265,21 @@ absl::Status Run(const Flags& f) {
         draft, LoadModel(f.draft, f.draft_config, "--draft PATH or --draft-config FILE", format,
                          backend.get()));
   }
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, target.get()));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   const Workload w = MakeWorkload(f, c.vocab_size);
   const bool open_loop = f.rate > 0;
   const int concurrency = static_cast<int>(f.concurrency);
   std::printf(
       "bench serve: %.1fM parameters, %s weights, %s KV, %lld requests, %s, prompts %lld shared "
-      "+ ~%lld tokens, outputs ~%lld tokens, temperature %g, prefix cache %s\n",
+      "+ ~%lld tokens, outputs ~%lld tokens, temperature %g, prefix cache %s, cuda graphs %s\n",
       c.NumParameters() / 1e6, WeightFormatName(format), KvFormatName(cfg.kv_format),
       static_cast<long long>(f.requests),
       open_loop ? absl::StrFormat("Poisson arrivals at %g/s", f.rate).c_str()
                 : absl::StrFormat("%d concurrent", concurrency).c_str(),
       static_cast<long long>(f.shared_prefix), static_cast<long long>(f.prompt_tokens),
-      static_cast<long long>(f.output_tokens), f.temperature, cfg.prefix_cache ? "on" : "off");
+      static_cast<long long>(f.output_tokens), f.temperature, cfg.prefix_cache ? "on" : "off",
+      f.cuda_graph ? "on" : "off");
   std::fflush(stdout);
 
   ASSIGN_OR_RETURN(const Figures base, RunLoad(target.get(), cfg, w, open_loop, concurrency));
@@ -375,6 +378,7 @@ int BenchServeCommand(int argc, char** argv) {
             "tokens every prompt starts with (before its own --prompt-tokens); also runs the "
             "load without the prefix cache and prints the TTFT ratio");
   AddPrefixCacheFlag(flags, &f.no_prefix_cache);
+  AddCudaGraphFlag(flags, &f.cuda_graph);
   return RunCommand(flags, argc, argv, [&] { return Run(f); });
 }
 

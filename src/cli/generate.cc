@@ -19,6 +19,7 @@ namespace {
 struct GenerateFlags {
   std::string model, prompt = "\n", stop, device = "auto";
   FormatFlags formats;
+  bool cuda_graph = false;
   DraftFlags draft;
   int64_t max_tokens = 200, top_k = 0, seed = 1;
   double temperature = 1.0, top_p = 1.0;
@@ -43,6 +44,8 @@ absl::Status Generate(const GenerateFlags& f) {
   ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
                    LoadDraftModel(f.draft, backend.get(), weights, &ec));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));
   // The text is printed as it streams: whole UTF-8 characters only, and
   // nothing from the stop string on.
@@ -81,6 +84,11 @@ absl::Status Generate(const GenerateFlags& f) {
   const std::string rest = text.Finish();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
+  if (f.cuda_graph) {
+    const Gpt::GraphCounts graphs = model->graph_counts();
+    std::fprintf(stderr, "cuda graphs: %lld recorded, %lld decode steps replayed\n",
+                 static_cast<long long>(graphs.captures), static_cast<long long>(graphs.replays));
+  }
   return absl::OkStatus();
 }
 
@@ -100,6 +108,7 @@ int GenerateCommand(int argc, char** argv) {
   AddDeviceFlag(flags, &f.device);
   flags.String("stop", &f.stop, "stop before this string", "none");
   AddDraftFlags(flags, &f.draft);
+  AddCudaGraphFlag(flags, &f.cuda_graph);
   return RunCommand(flags, argc, argv, [&] { return Generate(f); });
 }
 

@@ -1,5 +1,6 @@
 #include "src/cli/inference_flags.h"
 
+#include "absl/strings/str_cat.h"
 #include "src/cli/model_dir.h"
 #include "src/core/status.h"
 
@@ -14,6 +15,19 @@ void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
 void AddPrefixCacheFlag(FlagSet& flags, bool* no_prefix_cache) {
   flags.Bool("no-prefix-cache", no_prefix_cache,
              "compute every prompt in full, even the prefix already in the KV cache");
+}
+
+void AddCudaGraphFlag(FlagSet& flags, bool* cuda_graph) {
+  flags.Bool("cuda-graph", cuda_graph,
+             "record each decode step's kernels once per batch size as a CUDA graph and replay "
+             "it, one launch instead of one per kernel (the same tokens; cuda or cuda-sim)");
+}
+
+absl::Status ApplyCudaGraphFlag(bool on, Gpt* model) {
+  if (!on || model == nullptr) return absl::OkStatus();
+  const absl::Status s = model->UseGraphs(true);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat("--cuda-graph: ", s.message()));
 }
 
 void AddDraftFlags(FlagSet& flags, DraftFlags* f) {

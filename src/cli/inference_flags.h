@@ -27,6 +27,13 @@ void AddFormatFlags(FlagSet& flags, FormatFlags* f);
 // (EngineConfig::prefix_cache off).
 void AddPrefixCacheFlag(FlagSet& flags, bool* no_prefix_cache);
 
+// --cuda-graph: decode steps recorded as CUDA graphs once per batch shape
+// and replayed (Gpt::UseGraphs).
+void AddCudaGraphFlag(FlagSet& flags, bool* cuda_graph);
+// Turns graphs on for `model` (null: nothing to do) when `on`;
+// InvalidArgument "--cuda-graph: ..." naming why the model cannot.
+absl::Status ApplyCudaGraphFlag(bool on, Gpt* model);
+
 // --draft PATH --speculate K: speculative decoding (engine.h).
 struct DraftFlags {
   std::string model;

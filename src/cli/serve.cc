@@ -30,6 +30,7 @@ struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, model_name, device = "auto";
   std::string role = "both", prefill_addr;
   FormatFlags formats;
+  bool cuda_graph = false;
   DraftFlags draft;
   bool no_prefix_cache = false;
   int64_t port = 8080, kv_tokens = 0, max_batch_tokens = 256, max_running = 64, max_waiting = 256,
@@ -126,6 +127,9 @@ absl::Status Serve(const ServeFlags& f) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto model, CreateInferenceModel(dir.model, backend.get(), weights));
   if (f.role == "prefill") {
+    if (f.cuda_graph) {
+      return absl::InvalidArgumentError("--cuda-graph: the prefill role runs no decode steps");
+    }
     PrefillServer::Options po;
     po.host = f.host;
     po.port = static_cast<int>(f.transfer_port);
@@ -156,6 +160,8 @@ absl::Status Serve(const ServeFlags& f) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
                    LoadDraftModel(f.draft, backend.get(), weights, &lo.engine));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
+  RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   ASSIGN_OR_RETURN(auto loop, EngineLoop::Create(model.get(), lo));
 
   ServerOptions so;
@@ -237,6 +243,7 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("transfer-port", &f.transfer_port,
             "--role prefill: the KV transfer port; 0 = any free port (printed at startup)");
   AddPrefixCacheFlag(flags, &f.no_prefix_cache);
+  AddCudaGraphFlag(flags, &f.cuda_graph);
   flags.String("model-name", &f.model_name,
                "names a request's 'model' may take, comma separated (the first is the default)",
                "the --model path's base name");

@@ -442,7 +442,8 @@ absl::StatusOr<double> Gpt::Forward(const int32_t* tokens, const int32_t* target
   // Graphs for the training passes (dloss != 0; evaluation runs eagerly):
   // the loss with its backward fused, or a stage before the last.
   if (use_graphs_ && dloss != 0 && (s.loss_fused || !is_last_stage())) {
-    RETURN_IF_ERROR(RunGraphed({false, slot, B, T, std::bit_cast<uint32_t>(dloss)}, ops));
+    RETURN_IF_ERROR(
+        RunGraphed({GraphPass::kForward, slot, B, T, std::bit_cast<uint32_t>(dloss)}, ops));
   } else {
     RETURN_IF_ERROR(ops());
   }
@@ -516,8 +517,6 @@ absl::Status Gpt::UseGraphs(bool on) {
     if (!backend_->supports_graphs()) {
       why = absl::StrCat("the ", std::string(backend_->name()),
                          " backend has none (cuda and cuda-sim do)");
-    } else if (!training_) {
-      why = "the model was created for inference only";
     } else if (table_.layout().tp_size > 1) {
       why = "tensor parallelism calls the communicator between the ops";
     } else if (cp_size() > 1) {
@@ -547,7 +546,10 @@ absl::Status Gpt::RunGraphed(const GraphKey& key, const std::function<absl::Stat
     ASSIGN_OR_RETURN(entry.graph, backend_->Capture(ops));
     ++graph_counts_.captures;
   }
-  TraceSpan span(TraceTrack::kCompute, "graph", key.backward ? "backward graph" : "forward graph");
+  TraceSpan span(TraceTrack::kCompute, "graph", "%s graph",
+                 key.pass == GraphPass::kForward    ? "forward"
+                 : key.pass == GraphPass::kBackward ? "backward"
+                                                    : "decode");
   ++graph_counts_.replays;
   return entry.graph->Replay();
 }
@@ -564,7 +566,8 @@ absl::Status Gpt::Backward(float dloss, int slot,
   }
   auto ops = [&] { return BackwardOps(dloss, slot, grads_ready); };
   if (use_graphs_ && !grads_ready) {
-    return RunGraphed({true, slot, bound_B_, bound_T_, std::bit_cast<uint32_t>(dloss)}, ops);
+    return RunGraphed(
+        {GraphPass::kBackward, slot, bound_B_, bound_T_, std::bit_cast<uint32_t>(dloss)}, ops);
   }
   return ops();
 }

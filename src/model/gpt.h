@@ -268,18 +268,20 @@ class Gpt {
   // Per-token losses of slot's last Forward with targets (B*T floats).
   absl::Status Losses(std::vector<float>* out, int slot = 0) const;
 
-  // CUDA graphs for training (Backend::Capture). When on, a training
-  // Forward (targets and dloss != 0 on the last stage) and its Backward
-  // run their device work (everything between the host's checks and uploads
-  // and the losses coming back) as one graph per {pass, slot, B, T, dloss}:
-  // the first call of each runs the ops as usual (sizing the backend's
-  // scratch), the second records them, every later one replays them with
-  // one launch. The results are bitwise those of the ops run one by one.
-  // Eager still: inference and evaluation, and a Backward given
-  // `grads_ready`. FailedPrecondition, naming the reason, where the backend
-  // has no graphs or the forward needs the host between ops: tensor or
-  // context parallelism (communicator calls inside the pass) and parameter
-  // offload (layers stream in). One host thread, between steps.
+  // CUDA graphs (Backend::Capture). When on, a training Forward (dloss !=
+  // 0) and its Backward run their device work (everything between the
+  // host's checks and uploads and the losses coming back) as one graph per
+  // {pass, slot, B, T, dloss}; a decode step of the cached forward (one new
+  // token per sequence) as one graph per {tokens, block-table width, cache},
+  // its block tables padded to a power-of-two width so that a graph serves
+  // many steps. The first call of each key runs the ops as usual (sizing
+  // the scratch), the second records them, every later one replays them
+  // with one launch; the results are bitwise those of the ops run one by
+  // one. Eager still: evaluation, prefill and speculative verification, a
+  // Backward given `grads_ready`. FailedPrecondition, naming the reason,
+  // where the backend has no graphs or a pass needs the host between ops:
+  // tensor or context parallelism (communicator calls inside the pass) and
+  // parameter offload (layers stream in). One host thread, between steps.
   absl::Status UseGraphs(bool on);
   struct GraphCounts {
     int64_t captures = 0;  // graphs recorded (again, after the scratch moved)
@@ -297,11 +299,17 @@ class Gpt {
   absl::Status BackwardOps(float dloss, int slot,
                            const std::function<absl::Status(int64_t offset)>& grads_ready);
   // Runs `ops` as the graph of `key` (UseGraphs): eagerly the first time,
-  // then recorded once and replayed.
+  // then recorded once and replayed. A key names everything the recorded
+  // launches depend on besides the memory they read.
+  enum class GraphPass { kForward, kBackward, kDecode };
   struct GraphKey {
-    bool backward;
-    int slot, B, T;
-    uint32_t dloss_bits;
+    GraphPass pass;
+    int slot;            // activation slot; for a decode step its CachedOutput
+    int64_t rows, cols;  // B and T; for a decode step its tokens and block-table width
+    uint32_t dloss_bits = 0;
+    uintptr_t cache = 0;  // a decode step's KV cache: its memory, blocks, format
+    int cache_blocks = 0;
+    bool cache_int8 = false;
     auto operator<=>(const GraphKey&) const = default;
   };
   absl::Status RunGraphed(const GraphKey& key, const std::function<absl::Status()>& ops);
@@ -311,6 +319,14 @@ class Gpt {
   // Runs the batch; returns the device rows of `what` ([N, Vp] logits or
   // [N, C] hidden states, in the scratch: valid until the next call).
   absl::StatusOr<Tensor> RunCached(const CachedTokens& batch, KvCache& cache, CachedOutput what);
+  // A cached run's views into the scratch: its rows, and its ids once on
+  // the device.
+  struct CachedStep {
+    Tensor x, ln, resid, branch, atty, qkv, fch, fch_gelu, out, mean, rstd;
+    Tensor tokens, pos, seq, slots, tables;
+  };
+  // Its ops: the embedding, the layers and the head (none for kHidden).
+  absl::Status CachedOps(const KvCache& cache, CachedOutput what, const CachedStep& st);
   // The first `width` columns of every row of `rows`, to the host in one
   // copy (the padding squeezed out there).
   absl::Status RowsToHost(const Tensor& rows, int64_t width, std::vector<float>* out) const;
@@ -378,6 +394,7 @@ class Gpt {
   int64_t cached_scratch_floats_ = 0;
   int bound_B_ = 0, bound_T_ = 0;
   // UseGraphs: the graphs by key; a key seen once (warmed up) has none yet.
+  // Decode steps' graphs point into cached_scratch_: dropped when it grows.
   struct GraphEntry {
     bool warmed_up = false;
     std::unique_ptr<DeviceGraph> graph;

@@ -67,9 +67,23 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
     return absl::InvalidArgumentError("malformed cached batch");
   }
   const int64_t num_seqs = static_cast<int64_t>(batch.block_tables.size()) / mb;
+  // A decode step (one new token per sequence) runs as a graph under
+  // UseGraphs. Its block tables are padded (with -1, never read) to the next
+  // power of two, at most what the context or the tables need: the width
+  // is part of the attention's launch, and a padded width serves the steps
+  // of many lengths.
+  const bool graphed = use_graphs_ && N == num_seqs;
+  int64_t width = mb;
+  if (graphed) {
+    const int64_t most =
+        std::max<int64_t>(mb, (cfg_.context + KvCache::kBlockTokens - 1) / KvCache::kBlockTokens);
+    width = 1;
+    while (width < mb) width *= 2;
+    width = std::min(width, most);
+  }
   // The step's ids, checked on the host and staged to the device in one
   // copy: [tokens | positions | sequences | cache slots | block tables].
-  std::vector<int32_t> ids(static_cast<size_t>(4 * N) + batch.block_tables.size());
+  std::vector<int32_t> ids(static_cast<size_t>(4 * N + num_seqs * width), -1);
   int32_t* const slots = ids.data() + 3 * N;
   for (int64_t i = 0; i < N; ++i) {
     const int32_t t = batch.tokens[i], s = batch.seq[i], p = batch.pos[i];
@@ -88,7 +102,9 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
   std::copy(batch.tokens.begin(), batch.tokens.end(), ids.begin());
   std::copy(batch.pos.begin(), batch.pos.end(), ids.begin() + N);
   std::copy(batch.seq.begin(), batch.seq.end(), ids.begin() + 2 * N);
-  std::copy(batch.block_tables.begin(), batch.block_tables.end(), ids.begin() + 4 * N);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    std::copy_n(batch.block_tables.begin() + s * mb, mb, ids.begin() + 4 * N + s * width);
+  }
 
   // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C], the logits and
   // the ids.
@@ -98,6 +114,8 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
   // few milliseconds, and fresh pages every step (faulted in and zeroed by
   // the kernel) cost several percent of it.
   if (floats > cached_scratch_floats_) {
+    // Recorded decode steps point into the old scratch.
+    std::erase_if(graphs_, [](const auto& g) { return g.first.pass == GraphPass::kDecode; });
     cached_scratch_.reset();
     ASSIGN_OR_RETURN(cached_scratch_, be.Allocate(static_cast<size_t>(floats) * 4));
     cached_scratch_floats_ = floats;
@@ -110,26 +128,54 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
     used += t.numel();
     return t;
   };
-  Tensor x = take({N, C}), ln = take({N, C}), resid = take({N, C}), branch = take({N, C}),
-         atty = take({N, C}), qkv = take({N, 3 * C}), fch = take({N, 4 * C}),
-         fch_gelu = take({N, 4 * C}), out = take({N, Vp});
-  Tensor mean = take({N}), rstd = take({N});
+  CachedStep st;
+  st.x = take({N, C});
+  st.ln = take({N, C});
+  st.resid = take({N, C});
+  st.branch = take({N, C});
+  st.atty = take({N, C});
+  st.qkv = take({N, 3 * C});
+  st.fch = take({N, 4 * C});
+  st.fch_gelu = take({N, 4 * C});
+  st.out = take({N, Vp});
+  st.mean = take({N});
+  st.rstd = take({N});
   // The ids take float-sized slots after those.
   const Tensor staged(scratch.f32() + used, DType::kI32, {static_cast<int64_t>(ids.size())},
                       device());
   RETURN_IF_ERROR(be.CopyFromHost(staged, ids.data()));
-  const Tensor d_tokens = staged.Slice(0, {N}), d_pos = staged.Slice(N, {N}),
-               d_seq = staged.Slice(2 * N, {N}), d_slots = staged.Slice(3 * N, {N}),
-               d_tables = staged.Slice(4 * N, {num_seqs, mb});
+  st.tokens = staged.Slice(0, {N});
+  st.pos = staged.Slice(N, {N});
+  st.seq = staged.Slice(2 * N, {N});
+  st.slots = staged.Slice(3 * N, {N});
+  st.tables = staged.Slice(4 * N, {num_seqs, width});
+  const Tensor result = what == CachedOutput::kHidden ? st.ln : st.out;
+  auto ops = [&] { return CachedOps(cache, what, st); };
+  if (!graphed) {
+    RETURN_IF_ERROR(ops());
+    return result;
+  }
+  const PagedKv& first = cache.layer(0);
+  RETURN_IF_ERROR(
+      RunGraphed({GraphPass::kDecode, static_cast<int>(what), N, width, 0,
+                  reinterpret_cast<uintptr_t>(first.k.data), cache.num_blocks(), first.int8()},
+                 ops));
+  return result;
+}
 
+absl::Status Gpt::CachedOps(const KvCache& cache, CachedOutput what, const CachedStep& st) {
+  Backend& be = *backend_;
+  const Tensor &x = st.x, &ln = st.ln, &resid = st.resid, &branch = st.branch, &atty = st.atty,
+               &qkv = st.qkv, &fch = st.fch, &fch_gelu = st.fch_gelu, &mean = st.mean,
+               &rstd = st.rstd;
   // Embedding: one call for all tokens, each at its own position.
   if (!IsInt8(weight_format_)) {
-    RETURN_IF_ERROR(be.EmbeddingForward(x, d_tokens, d_pos, w_.wte, w_.wpe, 0));
+    RETURN_IF_ERROR(be.EmbeddingForward(x, st.tokens, st.pos, w_.wte, w_.wpe, 0));
   } else {
     // The int8 token table is read by DequantizeRows; the position rows
     // come from the embedding op without a token table and are added after.
-    RETURN_IF_ERROR(be.DequantizeRows(x, q_wte_.q, q_wte_.scales, d_tokens));
-    RETURN_IF_ERROR(be.EmbeddingForward(branch, d_tokens, d_pos, Tensor(), w_.wpe, 0));
+    RETURN_IF_ERROR(be.DequantizeRows(x, q_wte_.q, q_wte_.scales, st.tokens));
+    RETURN_IF_ERROR(be.EmbeddingForward(branch, st.tokens, st.pos, Tensor(), w_.wpe, 0));
     RETURN_IF_ERROR(be.ResidualAdd(x, x, branch));
   }
   const int heads = cfg_.n_head;
@@ -140,9 +186,9 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
     RETURN_IF_ERROR(
         be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w.ln1_w, w.ln1_b));
     RETURN_IF_ERROR(Linear(qkv, ln, w.qkv_w, q8 ? q_qkv_[l] : none, w.qkv_b));
-    RETURN_IF_ERROR(be.KvCacheWrite(cache.layer(l), qkv, d_slots, heads));
+    RETURN_IF_ERROR(be.KvCacheWrite(cache.layer(l), qkv, st.slots, heads));
     RETURN_IF_ERROR(
-        be.PagedAttentionForward(atty, qkv, cache.layer(l), d_tables, d_seq, d_pos, heads));
+        be.PagedAttentionForward(atty, qkv, cache.layer(l), st.tables, st.seq, st.pos, heads));
     RETURN_IF_ERROR(Linear(branch, atty, w.proj_w, q8 ? q_proj_[l] : none, w.proj_b));
     RETURN_IF_ERROR(
         be.ResidualLayerNormForward(resid, ln, mean, rstd, x, branch, w.ln2_w, w.ln2_b));
@@ -153,9 +199,8 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
   }
   RETURN_IF_ERROR(
       be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
-  if (what == CachedOutput::kHidden) return ln;
-  RETURN_IF_ERROR(Linear(out, ln, w_.wte, q_wte_, Tensor()));
-  return out;
+  if (what == CachedOutput::kHidden) return absl::OkStatus();
+  return Linear(st.out, ln, w_.wte, q_wte_, Tensor());
 }
 
 absl::Status Gpt::PrefillLogits(const std::vector<int32_t>& tokens, KvCache& cache,

@@ -52,6 +52,7 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
     return absl::InvalidArgumentError(
         absl::StrCat("int8 weights need a width divisible by 32; n_embd is ", cfg_.n_embd));
   }
+  graphs_.clear();  // recorded with the fp32 weights
   std::vector<float> host(table_.total_floats());
   RETURN_IF_ERROR(GetWeights(host.data()));
   const float* base = static_cast<const float*>(weights_.get());

@@ -10,7 +10,10 @@
 #    reduces buckets as it goes, runs eagerly) and pp2 (1F1B, 4 microbatches,
 #    a graph per activation slot);
 #  - refusals, each a one-line error and exit code 2: the CPU backend,
-#    tensor parallelism, parameter offload.
+#    tensor parallelism, parameter offload;
+#  - decoding: `ladder generate --cuda-graph` (decode steps replayed) prints
+#    the eager run's text, greedy and sampled, fp32 and int8 weights and KV;
+#    on the CPU backend it is refused.
 #   cuda_graph_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/training_run.sh"
 train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 6
@@ -73,6 +76,26 @@ refuse() {
 refuse cpu 1 "the cpu backend has none (cuda and cuda-sim do)" --device cpu
 refuse tp2 2 "tensor parallelism calls the communicator between the ops" --tp 2
 refuse offload 1 "parameter offload streams each layer in between the ops" --offload params
+
+# Decoding with graphs: the model trained above, 40 new tokens.
+for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--temperature 0 --weights int8 --kv int8"; do
+  gen=(generate --model "$tmp/fp32-eager" --prompt "In the beginning" --max-tokens 40 --device cuda-sim
+       $opts)
+  "$ladder" "${gen[@]}" >"$tmp/gen_eager.txt" 2>"$tmp/gen.log" || { cat "$tmp/gen.log"; fail "generate $opts"; }
+  "$ladder" "${gen[@]}" --cuda-graph >"$tmp/gen_graph.txt" 2>"$tmp/gen.log" ||
+    { cat "$tmp/gen.log"; fail "generate --cuda-graph $opts"; }
+  [ -s "$tmp/gen_eager.txt" ] || fail "generate $opts printed nothing"
+  replays=$(sed -n 's/^cuda graphs: [0-9]* recorded, \([0-9]*\) decode steps replayed$/\1/p' "$tmp/gen.log")
+  [ "${replays:-0}" -ge 30 ] || fail "generate --cuda-graph $opts: ${replays:-no} decode steps replayed"
+  cmp -s "$tmp/gen_eager.txt" "$tmp/gen_graph.txt" ||
+    fail "generate $opts: --cuda-graph gives '$(cat "$tmp/gen_graph.txt")', eager '$(cat "$tmp/gen_eager.txt")'"
+done
+"$ladder" generate --model "$tmp/fp32-eager" --prompt "In" --device cpu --cuda-graph \
+  >"$tmp/gen_cpu.txt" 2>"$tmp/gen.log"
+rc=$?
+[ $rc -eq 2 ] || fail "generate --cuda-graph on the CPU: exit code $rc, not 2"
+grep -qF "ladder generate: --cuda-graph: cannot record graphs: the cpu backend has none" "$tmp/gen.log" ||
+  { cat "$tmp/gen.log"; fail "generate --cuda-graph on the CPU: no error naming the backend"; }
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"
