@@ -161,6 +161,28 @@ for name in $tests; do
   row "$name" "$result" "$secs"
 done
 
+# train_compare ROW OUT REF TOLERANCE... -- FLAGS...: the equivalence model
+# trained with FLAGS into $work/OUT (under the train timeout), compared with
+# the run $work/REF by compare_runs.py; ROW says PASS with the comparison's
+# first words, or FAIL with the training log kept.
+train_compare() {
+  local name=$1 out=$2 ref=$3 tolerances=()
+  shift 3
+  while [ "$1" != -- ]; do tolerances+=("$1"); shift; done
+  shift
+  t0=$(date +%s.%N)
+  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" "$@" --out "$work/$out" \
+       >"$logs/train_$out.log" 2>&1 && [ -f "$work/$ref/model.bin" ] &&
+     python3 tests/parallel/compare_runs.py "$work/$ref" "$work/$out" "${tolerances[@]}" \
+       >"$logs/compare_$out.log" 2>&1; then
+    row "$name" "PASS ($(head -c 60 "$logs/compare_$out.log"))" "$(since "$t0")"
+  else
+    tail -n 30 "$logs/train_$out.log"; cat "$logs/compare_$out.log" 2>/dev/null
+    keep_log "train_$out" "$logs/train_$out.log"
+    row "$name" FAIL "$(since "$t0")"
+  fi
+}
+
 echo "== training: equivalence.conf, 20 steps, --device cuda vs --device cpu"
 work=$logs/train
 mkdir -p "$work"
@@ -208,17 +230,8 @@ if [ "$gpus" -eq 0 ]; then
   row "train --device cuda --cuda-graph (bitwise)" "SKIP (no GPU)" -
   row "bench train graphs / eager step time" "SKIP (no GPU)" -
 else
-  t0=$(date +%s.%N)
-  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cuda --cuda-graph \
-       --out "$work/cuda_graph" >"$logs/train_cuda_graph.log" 2>&1 &&
-     python3 tests/parallel/compare_runs.py "$work/cuda" "$work/cuda_graph" 0 \
-       >"$logs/compare_graph.log" 2>&1; then
-    row "train --device cuda --cuda-graph (bitwise)" "PASS ($(grep -h "cuda graphs" "$logs/train_cuda_graph.log" | cut -c1-60))" "$(since "$t0")"
-  else
-    tail -n 30 "$logs/train_cuda_graph.log"; cat "$logs/compare_graph.log" 2>/dev/null
-    keep_log train_cuda_graph "$logs/train_cuda_graph.log"
-    row "train --device cuda --cuda-graph (bitwise)" FAIL "$(since "$t0")"
-  fi
+  train_compare "train --device cuda --cuda-graph (bitwise)" cuda_graph cuda 0 -- \
+    --device cuda --cuda-graph
   name="bench train graphs / eager step time"
   graph_bench=(bench train --config tests/parallel/equivalence.conf --device cuda --steps 20 --warmup 2)
   if run_bench "$name" bench_train_eager "${graph_bench[@]}" &&
@@ -240,17 +253,8 @@ if [ "$gpus" -eq 0 ]; then
   row "train --device cuda --precision bf16" "SKIP (no GPU)" -
   row "bench train gpt2-124m bf16" "SKIP (no GPU)" -
 else
-  t0=$(date +%s.%N)
-  if timeout "$train_timeout" "${ladder_cmd[@]}" "${train[@]}" --device cuda --precision bf16 \
-       --out "$work/cuda_bf16" >"$logs/train_cuda_bf16.log" 2>&1 && [ "$cpu_ok" -eq 1 ] &&
-     python3 tests/parallel/compare_runs.py "$work/cpu" "$work/cuda_bf16" 2e-2 5e-2 \
-       >"$logs/compare_bf16.log" 2>&1; then
-    row "train --device cuda --precision bf16" "PASS ($(head -c 60 "$logs/compare_bf16.log"))" "$(since "$t0")"
-  else
-    tail -n 30 "$logs/train_cuda_bf16.log"; cat "$logs/compare_bf16.log" 2>/dev/null
-    keep_log train_cuda_bf16 "$logs/train_cuda_bf16.log"
-    row "train --device cuda --precision bf16" FAIL "$(since "$t0")"
-  fi
+  train_compare "train --device cuda --precision bf16" cuda_bf16 cpu 2e-2 5e-2 -- \
+    --device cuda --precision bf16
   name="bench train gpt2-124m bf16"
   if run_bench "$name" bench_train_bf16 bench train --config configs/gpt2-124m.conf \
        --device cuda --precision bf16 --batch-size 8 --steps 5 --warmup 2; then

@@ -12,19 +12,12 @@
 #include "src/model/gpt.h"
 #include "src/serve/kv_blocks.h"
 #include "src/train/trainer.h"
+#include "tests/model/small_gpt.h"
 
 namespace ladder {
 namespace {
 
-GptConfig Small() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.context = 64;
-  c.vocab_size = 256;
-  return c;
-}
+GptConfig Small() { return SmallGpt(64); }
 
 // Block tables of the pool's sequences as CachedTokens wants them.
 void FillTables(const KvBlockPool& pool, const std::vector<KvBlockPool::SequenceId>& ids,

@@ -13,19 +13,12 @@
 #include "src/core/philox.h"
 #include "src/model/gpt.h"
 #include "src/serve/kv_blocks.h"
+#include "tests/model/small_gpt.h"
 
 namespace ladder {
 namespace {
 
-GptConfig Small() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.context = 128;
-  c.vocab_size = 256;
-  return c;
-}
+GptConfig Small() { return SmallGpt(128); }
 
 struct Copy {
   std::unique_ptr<Gpt> model;

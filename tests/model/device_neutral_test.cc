@@ -15,20 +15,13 @@
 #include "src/serve/engine.h"
 #include "src/serve/kv_blocks.h"
 #include "src/train/trainer.h"
+#include "tests/model/small_gpt.h"
 #include "tests/model/tagged_backend.h"
 
 namespace ladder {
 namespace {
 
-GptConfig Small() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.context = 32;
-  c.vocab_size = 256;
-  return c;
-}
+GptConfig Small() { return SmallGpt(32); }
 
 std::string Mistagged(const TaggedBackend& be) { return absl::StrJoin(be.mistagged(), ", "); }
 

@@ -13,19 +13,13 @@
 #include "src/model/gpt.h"
 #include "src/model/model_file.h"
 #include "src/train/lr_schedule.h"
+#include "tests/model/small_gpt.h"
 
 namespace ladder {
 namespace {
 
-GptConfig SmallConfig() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.context = 16;
-  c.vocab_size = 300;  // padded to 384: exercises the padding
-  return c;
-}
+// A vocabulary of 300, padded to 384: exercises the padding.
+GptConfig SmallConfig() { return SmallGpt(16, 300); }
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
   PhiloxStream rng(seed, 0);

@@ -27,21 +27,14 @@
 #include "src/serve/prefill_server.h"
 #include "src/serve/remote_prefill.h"
 #include "src/serve/transfer_protocol.h"
+#include "tests/model/small_gpt.h"
 
 namespace ladder {
 namespace {
 
 using ::testing::HasSubstr;
 
-GptConfig Small() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.context = 96;
-  c.vocab_size = 256;
-  return c;
-}
+GptConfig Small() { return SmallGpt(96); }
 
 // The decode side's description of a model in `kv` (fp32 weights, as the
 // prefill servers here use).
