@@ -58,9 +58,7 @@ train() {  # SETTING ROUND: one run, MS_PREFETCH (e.g. 100_yes)
 # (1 ms under a 50 ms step; a delay that comes out twice runs once); with
 # --size test, 10 ms only. The notes read the trace of the c runs.
 train 0_no 1
-c=$(python3 -c "import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])][1:]
-print(statistics.median(x['time_s']['step'] for x in r) * 1000)" "$EXP_WORK/d0_no_r1/metrics.jsonl")
+c=$(exp_step_medians "$EXP_WORK/d0_no_r1/metrics.jsonl" '1000 * t["step"]')
 delay() {  # F: c * F, rounded to 10 ms (to 1 ms where c is under 50 ms), at least 1
   awk -v c="$c" -v f="$1" 'BEGIN { u = c < 50 ? 1 : 10; d = int(c * f / u + 0.5) * u
     print d < 1 ? 1 : d }'

@@ -22,10 +22,7 @@ for level in none gelu layer; do
   acts=$(exp_json "$EXP_WORK/$level/ranks.json" "j[0]['memory']['activations']")
   predicted=$(exp_json "$EXP_WORK/$level.plan.json" "j['stages'][0]['memory']['activations']")
   # The median step after the first (which warms the caches and the BLAS).
-  step=$(python3 -c "
-import json, statistics, sys
-t = [json.loads(l)['time_s']['step'] for l in open(sys.argv[1])][1:]
-print(statistics.median(t))" "$EXP_WORK/$level/metrics.jsonl")
+  step=$(exp_step_medians "$EXP_WORK/$level/metrics.jsonl" 't["step"]')
   if [ "$level" = none ]; then none_acts=$acts none_step=$step; fi
   exp_row "$level" "$(exp_calc "round($acts / 2**20, 2)")" \
     "$(exp_calc "round(100 * (1 - $acts / $none_acts), 1)")" "$(exp_fmt "$step" 3)" \

@@ -46,14 +46,8 @@ for mib in $buckets; do
       --dp 2 --bucket-mb "$mib" --slow-link "data:$latency_us:$link_gbps" "${flags[@]}" \
       --log-every "$steps" --out "$out" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
     # Medians over the steps after the first (warm-up).
-    read -r step backward exposed overlapped < <(python3 - "$out/metrics.jsonl" <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-later = r[1:] or r
-med = lambda k: statistics.median(x["time_s"][k] for x in later)
-print(med("step"), med("backward"), med("grad_exposed"), med("grad_overlapped"))
-PY
-    )
+    read -r step backward exposed overlapped < <(exp_step_medians "$out/metrics.jsonl" \
+      't["step"]' 't["backward"]' 't["grad_exposed"]' 't["grad_overlapped"]')
     # The link's time for the buckets one after another: each an all-reduce
     # of 2 ranks, 2 (alpha + n / (2 beta)), n its bytes.
     read -r count predicted < <(python3 - "$params" "$mib" "$latency_us" "$link_gbps" <<'PY'

@@ -48,15 +48,8 @@ for m in $micros; do
       --slow-link "pipeline:$latency_us:$link_gbps" "${flags[@]}" --log-every "$steps" \
       --out "$out" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
     # The first stage's medians over the steps after the first (warm-up).
-    read -r step compute bubble < <(python3 - "$out/metrics.jsonl" <<'PY'
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-later = r[1:] or r
-med = lambda f: statistics.median(f(x["time_s"]) for x in later)
-print(med(lambda t: t["step"]), med(lambda t: t["forward"] + t["backward"]),
-      med(lambda t: t["bubble"]))
-PY
-    )
+    read -r step compute bubble < <(exp_step_medians "$out/metrics.jsonl" 't["step"]' \
+      't["forward"] + t["backward"]' 't["bubble"]')
     # The first stage sends m activations and receives m gradients a step,
     # each B/m x T x C floats: alpha + n / beta apiece, one after another.
     predicted=$(exp_calc "2 * $m * ($latency_us * 1e-6 + 4 * $batch / $m * $context * $width / ($link_gbps * 1e9))")

@@ -133,5 +133,17 @@ exp_mpirun() {
 # exp_json FILE "j[0]['memory']['weights']".
 exp_json() { python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 # Arithmetic in Python: exp_calc "2 * 3 / 4" -> 1.5; exp_fmt VALUE DIGITS.
+# Medians over a run's steps after the first (which warms the caches and
+# the BLAS) of expressions over each step's split, `t` its time_s:
+#   exp_step_medians RUN/metrics.jsonl 't["step"]' 't["forward"] + t["backward"]'
+# prints them on one line.
+exp_step_medians() {
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+steps = [json.loads(l)["time_s"] for l in open(sys.argv[1])]
+later = steps[1:] or steps
+print(*(statistics.median(eval(e, {}, {"t": t}) for t in later) for e in sys.argv[2:]))
+PY
+}
 exp_calc() { python3 -c "print($1)"; }
 exp_fmt() { python3 -c "print(f'{float(\"$1\"):.$2f}')"; }
