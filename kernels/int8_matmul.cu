@@ -1,5 +1,6 @@
-// int8 weights for inference: the W8A8 linear layer (MatmulInt8Forward) and
-// the int8 table lookup (DequantizeRows).
+// int8 weights for inference: the linear layer (MatmulInt8Forward) with fp32
+// activations (W8A8) or bf16 activations (W8A16), and the int8 table lookup
+// (DequantizeRows).
 //
 // ---- MatmulInt8Forward ------------------------------------------------------
 // out [N,OC] = inp [N,C] @ dequant(W)^T + bias, W int8 in groups of G input
@@ -52,6 +53,42 @@
 // Plain integer multiply-adds on bytes unpacked from the words (no __dp4a:
 // one kernel text for the GPU and the simulator; dp4a is a later step).
 //
+// ---- MatmulInt8Forward, W8A16 (bf16 activations) ------------------------------
+// out [N, OC] bf16 = inp [N, C] bf16 @ dequant(W)^T + bias (f32), with no
+// activation quantization: the int8 weights are widened to bf16 in registers
+// (exactly: |q| <= 127 needs 7 significant bits, bf16 has 8) and multiplied
+// with the activations on the tensor cores (mma.sync m16n8k16, fp32
+// accumulators, tensor_core.cuh). Per 16 input channels (one mma step) the
+// mma sums the 16 products q * x of each (row, token) from zero; that part
+// is then scaled by its group's scale into the fp32 accumulator,
+//   acc = fmaf(part, s[o, c / G], acc)           (steps in increasing order)
+// and out = bf16(acc + bias), rounded once. The weights move once from HBM
+// per 32-token tile (decode: once), 1 byte each; the scales are 4 bytes per
+// G weights; the activations come from L2.
+//
+// Fragments straight from the panel layout, no shared memory: lane (g, t)
+// (g = lane / 4, t = lane % 4) of a step reads the two 4-byte words of panel
+// rows 2g and 2g + 1 at channels 4t .. 4t + 3 (one 8-byte load; the warp's
+// 32 loads cover the step's 256 contiguous bytes). Because an mma sums over
+// k and its rows are independent, the kernel relabels both: logical row g is
+// physical row 2g and logical row g + 8 is 2g + 1; logical channels
+// (2t, 2t + 1) are physical 4t, 4t + 1 and (2t + 8, 2t + 9) are 4t + 2,
+// 4t + 3. With that, the A fragment (tensor_core.cuh) is the lane's own two
+// words split in halves, and the B fragment (the activations, "col": token g)
+// is one 8-byte load of inp[token][4t .. 4t + 3], the same relabelling.
+// The accumulators c[0..3] are rows 2g, 2g, 2g + 1, 2g + 1 and tokens
+// 2t, 2t + 1, 2t, 2t + 1 of the 8-token tile.
+//
+// Launch shape: a block of 4 warps serves one panel (16 output rows) and a
+// tile of 32 tokens (4 mma tiles of 8); grid (ceil(N / 32), OC / 16). The
+// panel's steps are dealt to the warps round robin (warp w: steps w, w + 4,
+// ...), each warp keeping accumulators for the 32 tokens, and the block
+// adds the 4 warps' sums in warp order through shared memory. Decoding
+// (N = 1) thus still spreads every weight matrix over OC / 16 blocks of 4
+// warps. The order of every sum is fixed by C and G alone, never by N or
+// the launch: a token's row is the same bits whatever else is in the batch
+// (continuous batching stays deterministic), as for W8A8.
+//
 // ---- DequantizeRows ----------------------------------------------------------
 // out[n, c] = float(q[rows[n], c]) * s[rows[n], c / G]: one thread per output
 // element, bitwise the CPU's. Reads one byte (scattered by the panel layout:
@@ -62,6 +99,7 @@
 #include "kernels/common.cuh"
 #include "kernels/int8_matmul.h"
 #include "kernels/launch.cuh"
+#include "kernels/tensor_core.cuh"
 
 LADDER_KERNELS_BEGIN
 namespace {
@@ -78,6 +116,12 @@ constexpr int kDequantThreads = 256;
 constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 
 static_assert(kWarps == kTokens, "warp t owns token t's accumulators");
+
+constexpr int kW16Warps = 4;  // warps splitting one panel's mma steps
+constexpr int kW16Threads = kW16Warps * kWarpSize;
+constexpr int kW16Tiles = 4;  // mma tiles of 8 tokens per block
+constexpr int kW16Tokens = 8 * kW16Tiles;
+constexpr int kStepChannels = 16;  // input channels per mma step (k16)
 static_assert(kChunkBlocks % kWarps == 0, "every warp gets the same number of blocks");
 
 // quantize.h Int8PanelIndex / Int8PanelScaleIndex.
@@ -179,6 +223,87 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Two int8 (the low 16 bits of v) as a bf16 pair, the lower byte in the low
+// half; exact.
+__device__ __forceinline__ uint32_t Int8PairToBf16x2(uint32_t v) {
+  return PackBf16x2(static_cast<float>(static_cast<int8_t>(v & 0xffu)),
+                    static_cast<float>(static_cast<int8_t>((v >> 8) & 0xffu)));
+}
+
+// The 4 warps' sums for the block's tokens and rows, added in warp order.
+struct W16Partials {
+  float acc[kW16Warps][kW16Tokens][kPanelRows];
+};
+
+// Grid (ceil(N / 32), OC / 16), kW16Threads threads, sizeof(W16Partials) bytes.
+__global__ void __launch_bounds__(kW16Threads)
+    MatmulW8A16Kernel(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ inp,
+                      const int8_t* __restrict__ q, const float* __restrict__ scales,
+                      const float* __restrict__ bias, int N, int C, int OC, int G) {
+  W16Partials& sh = *DynamicShared<W16Partials>();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int panel = blockIdx.y, n0 = blockIdx.x * kW16Tokens;
+  const int tiles = MinInt(kW16Tiles, (N - n0 + 7) / 8);  // tiles holding a token
+  const int steps = C / kStepChannels, groups = C / G;
+  // This lane's words of step s: panel base + (4s + t) * 64 + 8g.
+  const int8_t* q_lane =
+      q + static_cast<size_t>(panel) * kPanelRows * C + t * (kPanelRows * 4) + 8 * g;
+  const float* s_panel = scales + static_cast<size_t>(panel) * kPanelRows * groups;
+  // inp rows of this lane's token in each tile, at channel 4t.
+  const __nv_bfloat16* x_lane = inp + static_cast<size_t>(n0 + g) * C + 4 * t;
+
+  float acc[kW16Tiles][4];
+#pragma unroll
+  for (int j = 0; j < kW16Tiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll 4
+  for (int s = warp; s < steps; s += kW16Warps) {
+    const uint2 w =
+        *reinterpret_cast<const uint2*>(q_lane + static_cast<size_t>(s) * 4 * (kPanelRows * 4));
+    const uint32_t a[4] = {Int8PairToBf16x2(w.x), Int8PairToBf16x2(w.y),
+                           Int8PairToBf16x2(w.x >> 16), Int8PairToBf16x2(w.y >> 16)};
+    const float* s_group = s_panel + (s * kStepChannels / G) * kPanelRows + 2 * g;
+    const float s0 = s_group[0], s1 = s_group[1];  // rows 2g, 2g + 1
+#pragma unroll
+    for (int j = 0; j < kW16Tiles; ++j) {
+      if (j >= tiles) break;  // the same in every lane
+      uint32_t b[2] = {0u, 0u};
+      if (n0 + 8 * j + g < N) {
+        const uint2 x = *reinterpret_cast<const uint2*>(x_lane + static_cast<size_t>(8 * j) * C +
+                                                        s * kStepChannels);
+        b[0] = x.x;
+        b[1] = x.y;
+      }
+      const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float part[4];
+      MmaBf16_16816(part, a, b, zero);
+      acc[j][0] = fmaf(part[0], s0, acc[j][0]);
+      acc[j][1] = fmaf(part[1], s0, acc[j][1]);
+      acc[j][2] = fmaf(part[2], s1, acc[j][2]);
+      acc[j][3] = fmaf(part[3], s1, acc[j][3]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kW16Tiles; ++j) {
+    const int tok = 8 * j + 2 * t;
+    sh.acc[warp][tok][2 * g] = acc[j][0];
+    sh.acc[warp][tok + 1][2 * g] = acc[j][1];
+    sh.acc[warp][tok][2 * g + 1] = acc[j][2];
+    sh.acc[warp][tok + 1][2 * g + 1] = acc[j][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kW16Tokens * kPanelRows; i += kW16Threads) {
+    const int tok = i / kPanelRows, r = i % kPanelRows, n = n0 + tok;
+    if (n >= N) continue;
+    float v = sh.acc[0][tok][r];
+#pragma unroll
+    for (int w = 1; w < kW16Warps; ++w) v += sh.acc[w][tok][r];
+    const int row = panel * kPanelRows + r;
+    out[static_cast<size_t>(n) * OC + row] =
+        __float2bfloat16_rn(v + (bias != nullptr ? bias[row] : 0.0f));
+  }
+}
+
 // One thread per element of out [N, C].
 __global__ void __launch_bounds__(kDequantThreads)
     DequantizeRowsKernel(float* __restrict__ out, const int8_t* __restrict__ q,
@@ -209,6 +334,21 @@ cudaError_t LaunchMatmulInt8Forward(float* out, const float* inp, const int8_t* 
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;  // OC above 2 million
   return Launch<MatmulInt8Kernel>(grid, kThreads, sizeof(Chunk), stream, out, inp, q, scales, bias,
                                   N, C, OC, G);
+}
+
+cudaError_t LaunchMatmulInt8ForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* inp,
+                                        const int8_t* q, const float* scales, const float* bias,
+                                        int N, int C, int OC, int G, cudaStream_t stream) {
+  if (N <= 0 || OC <= 0) return cudaSuccess;
+  if (C <= 0 || C % kQBlock != 0 || G <= 0 || G % kQBlock != 0 || C % G != 0 ||
+      OC % kPanelRows != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(inp) % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid((N + kW16Tokens - 1) / kW16Tokens, OC / kPanelRows);
+  if (grid.y > kMaxGridY) return cudaErrorInvalidValue;  // OC above a million
+  return Launch<MatmulW8A16Kernel>(grid, kW16Threads, sizeof(W16Partials), stream, out, inp, q,
+                                   scales, bias, N, C, OC, G);
 }
 
 cudaError_t LaunchDequantizeRows(float* out, const int8_t* q, const float* scales,

@@ -1,7 +1,7 @@
 // Launchers of kernels/int8_matmul.cu: the int8-weight linear layer of
-// inference (W8A8) and the int8 table lookup, callable from host C++ (g++).
-// Raw device pointers, work enqueued on `stream`, the launch error returned.
-// Shape checks live in the callers (src/backend/cuda/int8_matmul.h).
+// inference (W8A8, and W8A16 for bf16 activations) and the int8 table lookup, callable from host
+// C++ (g++). Raw device pointers, work enqueued on `stream`, the launch error returned. Shape
+// checks live in the callers (src/backend/cuda/int8_matmul.h).
 //
 // The contract is Backend::MatmulInt8Forward and Backend::DequantizeRows
 // (src/backend/backend.h). The weights are an [OC, C] matrix in quantize.h's
@@ -11,6 +11,7 @@
 // 4-byte aligned (the kernel reads a row's 4 channels as one word).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,6 +30,16 @@ LADDER_KERNELS_BEGIN
 cudaError_t LaunchMatmulInt8Forward(float* out, const float* inp, const int8_t* q,
                                     const float* scales, const float* bias, int N, int C, int OC,
                                     int G, cudaStream_t stream);
+
+// W8A16: out [N, OC] bf16 = inp [N, C] bf16 @ dequant(W)^T + bias (f32, may
+// be null), on the tensor cores: per 16 input channels, in order, the exact
+// products q * x summed by an mma from zero, then acc = fmaf(part, scale,
+// acc) in fp32; out = bf16(acc + bias), rounded once to nearest even. The
+// bits of a token's row depend on C, G and its own activations only, never
+// on N or the rest of the batch. q and inp 8-byte aligned.
+cudaError_t LaunchMatmulInt8ForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* inp,
+                                        const int8_t* q, const float* scales, const float* bias,
+                                        int N, int C, int OC, int G, cudaStream_t stream);
 
 // out [N, C] = dequant(W)[rows[n], :] = float(q) * scale, bit for bit as the
 // CPU. rows [N] i32 lives on the device: an entry outside [0, OC) gives a row

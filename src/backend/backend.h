@@ -55,7 +55,8 @@
 // backend stores fp32 only (bf16 activations are InvalidArgument there), with
 // one exception for serving: MatmulForward and EmbeddingForward read bf16
 // *weights* with fp32 activations (--weights bf16). The serving ops (paged KV
-// cache and attention, int8 weights) take fp32 activations on every backend.
+// cache and attention, int8 weights) take fp32 activations on every backend;
+// MatmulInt8Forward takes bf16 ones too on cuda and cuda-sim (W8A16).
 //
 // Each op has one reference implementation (the CPU backend); any faster one
 // (a CUDA kernel, a vectorized variant) is tested against it.
@@ -362,6 +363,12 @@ class Backend {
   // (W8A8, llama.cpp's Q8_0 x Q8_0 dot), so each block's dot product is exact
   // integer arithmetic and costs one float multiply-add; see int8_matmul.cc
   // for the exact definition every ISA level computes bit for bit.
+  // W8A16 (cuda, cuda-sim; InvalidArgument on the CPU): inp and out bf16,
+  // bias f32. Nothing is quantized but the weights: each 16 input channels'
+  // exact products q * x are summed in fp32 (on the tensor cores), scaled by
+  // their group's scale into an fp32 accumulator, and out is rounded to bf16
+  // once (kernels/int8_matmul.h). A token's row depends on its own
+  // activations only, never on the rest of the batch.
   virtual absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
                                          Tensor bias) = 0;
   // out[n, :] = dequant(W)[rows[n], :]: the embedding lookup of an int8 table.

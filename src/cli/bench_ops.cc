@@ -9,7 +9,8 @@
 //     MeasureBackendGemmCeiling in bf16: the tensor cores' rate), the
 //     compute floor of the rows marked "bf16": the attention kernels with
 //     bf16 storage, which run on the tensor cores at head size 64
-//     (kernels/flash_attention_tc.cu), 2 bytes an activation.
+//     (kernels/flash_attention_tc.cu), and the W8A16 int8 matmul
+//     (kernels/int8_matmul.cu), 2 bytes an activation.
 // An op that must move `bytes` and compute `flops` cannot take less than
 //   floor = max(bytes / copy bandwidth, flops / matmul rate)
 // and its row says which term is larger (memory or compute) and floor /
@@ -419,6 +420,27 @@ absl::Status Run(const Flags& f) {
                    [&be, out, inp, q8, q8_scales, b_fc] {
                      return be.MatmulInt8Forward(out, inp, q8, q8_scales, b_fc);
                    }});
+  }
+  if (device) {
+    // W8A16, the same fc weights with bf16 activations (the tensor cores):
+    // at batch 1 (decode: the weights are nearly all the bytes) and over the
+    // N tokens (prefill: compute-bound, against the bf16 matmul rate). Bytes:
+    // the int8 weights and f32 scales, bf16 activations in and out, the f32
+    // bias; 2 N OC C FLOPs.
+    const double oc = 4 * c, k2 = 2;
+    ASSIGN_OR_RETURN(Tensor x16, make_random_bf16({N, C}));
+    ASSIGN_OR_RETURN(Tensor out16, buf.Make(DType::kBF16, {N, 4 * C}));
+    for (const int64_t rows : {int64_t{1}, N}) {
+      const double r = static_cast<double>(rows);
+      const Tensor inp = x16.Slice(0, {rows, C}), out = out16.Slice(0, {rows, 4 * C});
+      ops.push_back({"MatmulInt8Forward W8A16",
+                     absl::StrCat(Dims({rows, C}), "->", Dims({rows, 4 * C}), " G 32"),
+                     oc * c + kF * (oc * c / kGroup + oc) + k2 * r * (c + oc), 2 * r * oc * c,
+                     [&be, out, inp, q8, q8_scales, b_fc] {
+                       return be.MatmulInt8Forward(out, inp, q8, q8_scales, b_fc);
+                     },
+                     /*bf16=*/true});
+    }
   }
   // A prefill's cache write: read the k and v columns of N tokens, write
   // them into their slots; slots i32. No FLOPs.

@@ -31,6 +31,14 @@
 //    prefill path the float matmul is closer still).
 //  - determinism and batch-independence up to kSmallBatch tokens: bitwise;
 //    CPU-only, at every ISA level and for one thread or all.
+//  - W8A16 (bf16 activations and output; cuda and cuda-sim, InvalidArgument
+//    on the CPU): within one bf16 rounding of the exact matmul over the
+//    dequantized weights (double), plus fp32 summation error:
+//      |got - want| <= 2^-8 |want| + 2e-5 (sum_c |w[c] x[c]| + |bias|)
+//    (2^-8: half a bf16 step of the result; 2e-5: the fp32 sums of up to
+//    C / 16 scaled 16-product parts, C <= 768). Random shapes with N not a
+//    multiple of any tile, G = 32 and G = C; and bitwise deterministic and
+//    independent of the batch (a token alone and inside N = 70).
 //  - DequantizeRows: bitwise q * scale (one float multiply per value).
 //    CPU-only: InvalidArgument for a row outside [0, OC) (the rows live on
 //    the device; the CUDA kernel writes a row of NaN instead).
@@ -50,6 +58,7 @@
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
 #include "src/backend/quantize.h"
+#include "src/core/bf16.h"
 #include "tests/backend/backend_test_util.h"
 #include "tests/backend/cpu_test_inputs.h"
 
@@ -329,6 +338,106 @@ TEST_F(CpuOnlyInt8OpsTest, DeterministicAndIndependentOfThreadsAndBatchAtEveryLe
       EXPECT_EQ(0, std::memcmp(a.data() + n * OC, alone.data(), OC * sizeof(float))) << n;
     }
   }
+}
+
+// ---- W8A16 -------------------------------------------------------------------
+
+using Bf16s = std::vector<uint16_t>;
+
+Bf16s ToBf16(const Floats& x) {
+  Bf16s r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = FloatToBf16(x[i]);
+  return r;
+}
+
+Floats Widen(const Bf16s& x) {
+  Floats r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = Bf16ToFloat(x[i]);
+  return r;
+}
+
+// out [N, OC] of the W8A16 layer on h's backend, widened; the call's status
+// in *status.
+Floats MatmulW8A16(testing_backends::BackendHarness& h, const Bf16s& x, const DeviceWeight& dw,
+                   const Quantized& w, const Floats& bias, int64_t N,
+                   absl::Status* status = nullptr) {
+  auto out = h.Out<uint16_t>({N, w.OC});
+  auto in = h.Up(x, {N, w.C});
+  auto b = h.Up(bias.empty() ? Floats(w.OC) : bias, {w.OC});
+  const absl::Status s = h.be().MatmulInt8Forward(out.t(), in.t(), dw.q.t(), dw.scales.t(),
+                                                  bias.empty() ? Tensor() : b.t());
+  if (status != nullptr) *status = s;
+  return Widen(out.Get());
+}
+
+TEST_P(Int8OpsTest, W8A16IsTheMatmulWithinBf16Rounding) {
+  if (is_cpu()) {
+    const Quantized w = MakeQuantized(16, 64, 32, 3);
+    absl::Status s;
+    MatmulW8A16(*this, ToBf16(Uniform(64, 4)), DeviceWeight(*this, w), w, {}, 1, &s);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    GTEST_SKIP() << "the CPU backend stores fp32 activations only";
+  }
+  uint32_t seed = 300;
+  for (int64_t N : {1, 7, 33, 70}) {
+    for (int64_t C : {32, 224, 768}) {
+      for (int64_t OC : {16, 112}) {
+        for (int64_t G : {int64_t{32}, C}) {
+          const Quantized w = MakeQuantized(OC, C, G, ++seed);
+          const DeviceWeight dw(*this, w);
+          const Bf16s x16 = ToBf16(Uniform(N * C, ++seed, -2.0f, 2.0f));
+          const Floats x = Widen(x16);
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " OC=" << OC
+                                              << " G=" << G << " bias=" << with_bias);
+            const Floats bias = with_bias ? Uniform(OC, ++seed) : Floats();
+            absl::Status status;
+            const Floats got = MatmulW8A16(*this, x16, dw, w, bias, N, &status);
+            ASSERT_TRUE(status.ok()) << status;
+            for (int64_t n = 0; n < N; ++n) {
+              for (int64_t o = 0; o < OC; ++o) {
+                double want = bias.empty() ? 0.0 : bias[o];
+                double mag = std::fabs(want);
+                for (int64_t c = 0; c < C; ++c) {
+                  const double p =
+                      static_cast<double>(w.q[o * C + c]) * w.Scale(o, c) * x[n * C + c];
+                  want += p;
+                  mag += std::fabs(p);
+                }
+                const double g = got[n * OC + o];
+                ASSERT_LE(std::fabs(g - want), std::ldexp(std::fabs(want), -8) + 2e-5 * mag)
+                    << "n=" << n << " o=" << o << " got " << g << " want " << want;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Int8OpsTest, W8A16IsDeterministicAndIndependentOfBatch) {
+  if (is_cpu()) GTEST_SKIP() << "the CPU backend stores fp32 activations only";
+  const int64_t N = 70, C = 224, OC = 112;
+  const Quantized w = MakeQuantized(OC, C, 32, 51);
+  const DeviceWeight dw(*this, w);
+  const Bf16s x = ToBf16(Uniform(N * C, 52));
+  const Floats bias = Uniform(OC, 53);
+  const Floats a = MatmulW8A16(*this, x, dw, w, bias, N), b = MatmulW8A16(*this, x, dw, w, bias, N);
+  EXPECT_TRUE(testing_backends::BitwiseEqual(a, b));
+  for (int64_t n : {int64_t{0}, int64_t{33}, N - 1}) {
+    const Bf16s row(x.begin() + n * C, x.begin() + (n + 1) * C);
+    const Floats alone = MatmulW8A16(*this, row, dw, w, bias, 1);
+    EXPECT_TRUE(
+        testing_backends::BitwiseEqual(Floats(a.begin() + n * OC, a.begin() + (n + 1) * OC), alone))
+        << n;
+  }
+  // The output must be bf16 too.
+  auto f32_out = Out({N, OC});
+  EXPECT_EQ(
+      be().MatmulInt8Forward(f32_out.t(), Up(x, {N, C}).t(), dw.q.t(), dw.scales.t(), Tensor())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(Int8OpsTest, DequantizeRowsIsQTimesScale) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ladder bench ops` on one device at a small size: every op's row is in the
-# TSV (on a device backend also the two bf16 attention rows and the bf16
-# matmul rate they are held to), each measured time and ratio to the floor
+# TSV (on a device backend also the two bf16 attention rows, the two W8A16
+# int8 matmul rows and the bf16 matmul rate they are held to), each measured time and ratio to the floor
 # is a finite positive number, and bad flags are refused with one line and
 # exit code 2.
 #   bench_ops_test.sh LADDER_BINARY DEVICE
@@ -24,7 +24,7 @@ grep -qE "^copy bandwidth: [0-9.]+ GB/s" "$tmp/out" || fail "no copy bandwidth l
 grep -qE "^matmul rate: +[0-9.]+ TFLOP/s" "$tmp/out" || fail "no matmul rate line"
 want_rows=20
 if [ "$device" != cpu ]; then
-  want_rows=22
+  want_rows=24
   grep -qE "^bf16 matmul rate: [0-9.]+ TFLOP/s" "$tmp/out" || fail "no bf16 matmul rate line"
 fi
 grep -qE "^geometric mean of floor/measured: [0-9.]+ over $want_rows ops" "$tmp/out" ||
@@ -38,7 +38,8 @@ if [ -f "$tmp/ops.tsv" ]; then
   head -1 "$tmp/ops.tsv" | grep -qP "^op\tshape\tms\tgb_per_s\ttflop_per_s\tbound\tfloor_ms\tof_floor$" ||
     fail "TSV header: $(head -1 "$tmp/ops.tsv")"
   extra=()
-  [ "$device" != cpu ] && extra=("AttentionForward bf16" "AttentionBackward bf16")
+  [ "$device" != cpu ] && extra=("AttentionForward bf16" "AttentionBackward bf16"
+    "MatmulInt8Forward W8A16")
   for op in $ops "MatmulForward qkv" "MatmulForward fc" "MatmulBackward qkv" "MatmulBackward fc" \
     "${extra[@]}"; do
     grep -qP "^$op\t" "$tmp/ops.tsv" || fail "no row for $op"

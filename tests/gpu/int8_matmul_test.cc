@@ -21,6 +21,14 @@
 // and a second run must give the same bits. An out-of-range row index (which
 // only the kernel can see) gives a row of NaN and leaves the others exact.
 //
+// W8A16 (bf16 activations, the same cases): no CPU reference exists (the CPU
+// stores fp32 activations only), so each output is held to the exact matmul
+// over the dequantized weights and the bf16 inputs, in double:
+//   |got - want| <= 2^-8 |want| + 2e-5 (sum_c |w[c] x[c]| + |bias|)
+// (one bf16 rounding of the result, plus the fp32 sums of the mma parts and
+// the fmas: the hardware's order inside an mma is unspecified). And every
+// token's row must be the bits of that token run alone (batch independence).
+//
 // Without a GPU every test that needs one skips with the reason; the argument
 // checks still run. Inputs come from Philox (seed 20240607, or
 // LADDER_GPU_TEST_SEED), so a failure reproduces.
@@ -159,6 +167,53 @@ TEST_P(Int8MatmulGpuTest, MatchesCpuBitwise) {
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
   gpu_test::ExpectBitwise("DequantizeRows", deq_g.Download(), deq_c);
+}
+
+TEST_P(Int8MatmulGpuTest, W8A16WithinBf16RoundingAndIndependentOfBatch) {
+  const Case& c = GetParam();
+  const int64_t N = c.N, C = c.C, OC = c.OC, G = c.G, groups = C / G;
+  const uint64_t s = static_cast<uint64_t>(((N * 4099 + C) * 131 + OC) * 17 + G) * 4 + 1000;
+  const Weights w = MakeWeights(OC, C, G, s + 0);
+  const std::vector<float> inp = gpu_test::Bf16Rounded(gpu_test::Normal(N * C, s + 1));
+  const std::vector<float> bias =
+      c.bias ? gpu_test::Normal(OC, s + 2, 0.0f, 0.5f) : std::vector<float>();
+  GpuArray<int8_t> q_g(w.q);
+  GpuArray<float> s_g(w.scales), b_g(bias);
+  gpu_test::GpuStored in_g(inp, DType::kBF16), out_g(gpu_test::Poison(N * OC), DType::kBF16);
+  for (bool ok : {q_g.ok(), s_g.ok(), b_g.ok(), in_g.ok(), out_g.ok()}) {
+    ASSERT_TRUE(ok) << "cudaMalloc failed";
+  }
+  const Tensor bias_t = c.bias ? b_g.View({OC}) : Tensor();
+  absl::Status st = cuda::MatmulInt8Forward(out_g.View({N, OC}), in_g.View({N, C}),
+                                            q_g.View({OC, C}), s_g.View({OC, groups}), bias_t);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> out = out_g.Download();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t o = 0; o < OC; ++o) {
+      double want = c.bias ? bias[o] : 0.0, mag = std::fabs(want);
+      for (int64_t k = 0; k < C; ++k) {
+        const double p = static_cast<double>(w.q[Int8PanelIndex(o, k, C)]) *
+                         w.scales[Int8PanelScaleIndex(o, k / G, groups)] * inp[n * C + k];
+        want += p;
+        mag += std::fabs(p);
+      }
+      const double got = out[n * OC + o];
+      ASSERT_LE(std::fabs(got - want), gpu_test::kBf16Rounding * std::fabs(want) + 2e-5 * mag)
+          << "token " << n << ", row " << o << ": got " << got << ", want " << want;
+    }
+  }
+  // Each token alone gives the bits it got inside the batch.
+  for (int64_t n : {int64_t{0}, N / 2, N - 1}) {
+    const std::vector<float> row(inp.begin() + n * C, inp.begin() + (n + 1) * C);
+    gpu_test::GpuStored row_g(row, DType::kBF16), alone_g(gpu_test::Poison(OC), DType::kBF16);
+    st = cuda::MatmulInt8Forward(alone_g.View({1, OC}), row_g.View({1, C}), q_g.View({OC, C}),
+                                 s_g.View({OC, groups}), bias_t);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    gpu_test::ExpectBitwise(absl::StrCat("token ", n, " alone"), alone_g.Download(),
+                            std::vector<float>(out.begin() + n * OC, out.begin() + (n + 1) * OC));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Int8MatmulGpuTest,

@@ -43,12 +43,26 @@ absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales, 
                                cudaStream_t stream) {
   int64_t OC = 0, C = 0, G = 0, N = 0, Cin = 0;
   RETURN_IF_ERROR(CheckQuantized(kFwd, q, scales, &OC, &C, &G));
-  RETURN_IF_ERROR(RowView(kFwd, "inp", inp, DType::kF32, &N, &Cin));
+  // The activations' dtype picks the layer: f32 is W8A8, bf16 is W8A16.
+  const DType act = inp.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  RETURN_IF_ERROR(RowView(kFwd, "inp", inp, act, &N, &Cin));
   if (Cin != C) {
     return absl::InvalidArgumentError(absl::StrCat(kFwd, ": inp has ", Cin, " columns, q has ", C));
   }
-  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, DType::kF32, N, OC));
+  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, act, N, OC));
   if (!bias.empty()) RETURN_IF_ERROR(CheckNumel(kFwd, "bias", bias, DType::kF32, OC));
+  if (act == DType::kBF16) {
+    if (reinterpret_cast<uintptr_t>(q.data) % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(inp.data) % 8 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kFwd, ": W8A16 needs q and inp 8-byte aligned"));
+    }
+    return CudaStatus(kernels::LaunchMatmulInt8ForwardBf16(
+                          Data<__nv_bfloat16>(out), Data<__nv_bfloat16>(inp), q.i8(), scales.f32(),
+                          bias.empty() ? nullptr : bias.f32(), static_cast<int>(N),
+                          static_cast<int>(C), static_cast<int>(OC), static_cast<int>(G), stream),
+                      kFwd);
+  }
   return CudaStatus(kernels::LaunchMatmulInt8Forward(
                         out.f32(), inp.f32(), q.i8(), scales.f32(),
                         bias.empty() ? nullptr : bias.f32(), static_cast<int>(N),
