@@ -62,7 +62,8 @@
 // mma sums the 16 products q * x of each (row, token) from zero; that part
 // is then scaled by its group's scale into the fp32 accumulator,
 //   acc = fmaf(part, s[o, c / G], acc)           (steps in increasing order)
-// and out = bf16(acc + bias), rounded once. The weights move once from HBM
+// and out = bf16(acc + bias), rounded once (or acc + bias in f32: the
+// head's logits, which sampling reads in f32). The weights move once from HBM
 // per 32-token tile (decode: once), 1 byte each; the scales are 4 bytes per
 // G weights; the activations come from L2.
 //
@@ -236,8 +237,10 @@ struct W16Partials {
 };
 
 // Grid (ceil(N / 32), OC / 16), kW16Threads threads, sizeof(W16Partials) bytes.
+// O: the output's type (bf16, or f32 for the logits of the head).
+template <typename O>
 __global__ void __launch_bounds__(kW16Threads)
-    MatmulW8A16Kernel(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ inp,
+    MatmulW8A16Kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp,
                       const int8_t* __restrict__ q, const float* __restrict__ scales,
                       const float* __restrict__ bias, int N, int C, int OC, int G) {
   W16Partials& sh = *DynamicShared<W16Partials>();
@@ -299,8 +302,7 @@ __global__ void __launch_bounds__(kW16Threads)
 #pragma unroll
     for (int w = 1; w < kW16Warps; ++w) v += sh.acc[w][tok][r];
     const int row = panel * kPanelRows + r;
-    out[static_cast<size_t>(n) * OC + row] =
-        __float2bfloat16_rn(v + (bias != nullptr ? bias[row] : 0.0f));
+    out[static_cast<size_t>(n) * OC + row] = FromFloat<O>(v + (bias != nullptr ? bias[row] : 0.0f));
   }
 }
 
@@ -336,9 +338,10 @@ cudaError_t LaunchMatmulInt8Forward(float* out, const float* inp, const int8_t* 
                                   N, C, OC, G);
 }
 
-cudaError_t LaunchMatmulInt8ForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* inp,
-                                        const int8_t* q, const float* scales, const float* bias,
-                                        int N, int C, int OC, int G, cudaStream_t stream) {
+template <typename O>
+cudaError_t LaunchMatmulInt8ForwardBf16(O* out, const __nv_bfloat16* inp, const int8_t* q,
+                                        const float* scales, const float* bias, int N, int C,
+                                        int OC, int G, cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return cudaSuccess;
   if (C <= 0 || C % kQBlock != 0 || G <= 0 || G % kQBlock != 0 || C % G != 0 ||
       OC % kPanelRows != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0 ||
@@ -347,9 +350,16 @@ cudaError_t LaunchMatmulInt8ForwardBf16(__nv_bfloat16* out, const __nv_bfloat16*
   }
   const dim3 grid((N + kW16Tokens - 1) / kW16Tokens, OC / kPanelRows);
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;  // OC above a million
-  return Launch<MatmulW8A16Kernel>(grid, kW16Threads, sizeof(W16Partials), stream, out, inp, q,
-                                   scales, bias, N, C, OC, G);
+  return Launch<MatmulW8A16Kernel<O>>(grid, kW16Threads, sizeof(W16Partials), stream, out, inp, q,
+                                      scales, bias, N, C, OC, G);
 }
+template cudaError_t LaunchMatmulInt8ForwardBf16<__nv_bfloat16>(__nv_bfloat16*,
+                                                                const __nv_bfloat16*, const int8_t*,
+                                                                const float*, const float*, int,
+                                                                int, int, int, cudaStream_t);
+template cudaError_t LaunchMatmulInt8ForwardBf16<float>(float*, const __nv_bfloat16*, const int8_t*,
+                                                        const float*, const float*, int, int, int,
+                                                        int, cudaStream_t);
 
 cudaError_t LaunchDequantizeRows(float* out, const int8_t* q, const float* scales,
                                  const int32_t* rows, int N, int C, int OC, int G,

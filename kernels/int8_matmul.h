@@ -37,9 +37,11 @@ cudaError_t LaunchMatmulInt8Forward(float* out, const float* inp, const int8_t* 
 // acc) in fp32; out = bf16(acc + bias), rounded once to nearest even. The
 // bits of a token's row depend on C, G and its own activations only, never
 // on N or the rest of the batch. q and inp 8-byte aligned.
-cudaError_t LaunchMatmulInt8ForwardBf16(__nv_bfloat16* out, const __nv_bfloat16* inp,
-                                        const int8_t* q, const float* scales, const float* bias,
-                                        int N, int C, int OC, int G, cudaStream_t stream);
+// O is __nv_bfloat16, or float to keep the fp32 result unrounded (logits).
+template <typename O>
+cudaError_t LaunchMatmulInt8ForwardBf16(O* out, const __nv_bfloat16* inp, const int8_t* q,
+                                        const float* scales, const float* bias, int N, int C,
+                                        int OC, int G, cudaStream_t stream);
 
 // out [N, C] = dequant(W)[rows[n], :] = float(q) * scale, bit for bit as the
 // CPU. rows [N] i32 lives on the device: an entry outside [0, OC) gives a row

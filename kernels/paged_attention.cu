@@ -1,6 +1,9 @@
 // Paged KV cache for serving: writing new tokens' keys and values into it
 // (KvCacheWrite), and attending to it (PagedAttentionForward), with an fp32
-// or an int8 cache.
+// or an int8 cache. The activations (qkv in, the attention's output) are
+// fp32 or bf16 (A below): a bf16 value is widened exactly on load and a
+// result rounded once on store, so a bf16 call computes exactly what the
+// fp32 call computes on the widened inputs, then rounds its output.
 //
 // Serving adds a few tokens per sequence per step (one when decoding, a chunk
 // when prefilling) to sequences of different lengths whose keys and values
@@ -87,21 +90,23 @@ __device__ __forceinline__ float ToF(int8_t x) { return static_cast<float>(x); }
 // ---- KvCacheWrite ------------------------------------------------------------
 
 // One head's HS values x into dst (row-major, contiguous): copied.
-__device__ __forceinline__ void StoreSlice(float* dst, float* /*scale*/, const float* x, int HS,
+template <typename A>
+__device__ __forceinline__ void StoreSlice(float* dst, float* /*scale*/, const A* x, int HS,
                                            int lane) {
-  for (int d = lane; d < HS; d += kWarpSize) dst[d] = x[d];
+  for (int d = lane; d < HS; d += kWarpSize) dst[d] = ToFloat(x[d]);
 }
 
 // Quantized as QuantizeSymmetric: scale = max|x| / 127, q = rint(clamp(x / scale)).
-__device__ __forceinline__ void StoreSlice(int8_t* dst, float* scale, const float* x, int HS,
+template <typename A>
+__device__ __forceinline__ void StoreSlice(int8_t* dst, float* scale, const A* x, int HS,
                                            int lane) {
   float amax = 0.0f;
-  for (int d = lane; d < HS; d += kWarpSize) amax = fmaxf(amax, fabsf(x[d]));
+  for (int d = lane; d < HS; d += kWarpSize) amax = fmaxf(amax, fabsf(ToFloat(x[d])));
   amax = WarpMax(amax);  // a max is exact in any order
   const float s = amax / 127.0f;
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
   for (int d = lane; d < HS; d += kWarpSize) {
-    float v = x[d] * inv;
+    float v = ToFloat(x[d]) * inv;
     v = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
     dst[d] = static_cast<int8_t>(static_cast<int32_t>(rintf(v)));
   }
@@ -109,12 +114,12 @@ __device__ __forceinline__ void StoreSlice(int8_t* dst, float* scale, const floa
 }
 
 // Grid: ceil(N * NH / kWarps) blocks of kThreads; warp = one (token, head).
-template <typename T>
+template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads)
     KvCacheWriteKernel(T* __restrict__ k_cache, T* __restrict__ v_cache,
                        float* __restrict__ k_scale, float* __restrict__ v_scale,
-                       const float* __restrict__ qkv, const int32_t* __restrict__ slots, int N,
-                       int S, int NH, int HS) {
+                       const A* __restrict__ qkv, const int32_t* __restrict__ slots, int N, int S,
+                       int NH, int HS) {
   const int job = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (job >= N * NH) return;  // whole warps leave together
@@ -122,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
   const int slot = slots[n];
   if (slot < 0 || slot >= S) return;  // outside the cache: not written (see the header)
   const int C = NH * HS;
-  const float* row = qkv + static_cast<size_t>(n) * 3 * C + h * HS;
+  const A* row = qkv + static_cast<size_t>(n) * 3 * C + h * HS;
   const size_t at = static_cast<size_t>(slot) * C + h * HS;
   const size_t scale_at = static_cast<size_t>(slot) * NH + h;
   StoreSlice(k_cache + at, k_scale != nullptr ? k_scale + scale_at : nullptr, row + C, HS, lane);
@@ -143,10 +148,10 @@ __device__ __forceinline__ bool ValidQuery(int s, int p_last, int num_seqs, int 
 // output accumulator o [HS] and the value weights of the current cache block
 // w [kBlock]. A token of one split writes out; of more, each split writes
 // part_o [HS] and part_ml (m, l) at its index ((n * NH + h) * splits + j).
-template <typename T>
+template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads)
-    PagedAttentionKernel(float* __restrict__ out, float* __restrict__ part_o,
-                         float* __restrict__ part_ml, const float* __restrict__ qkv,
+    PagedAttentionKernel(A* __restrict__ out, float* __restrict__ part_o,
+                         float* __restrict__ part_ml, const A* __restrict__ qkv,
                          const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                          const int32_t* __restrict__ block_tables, const int32_t* __restrict__ seq,
@@ -159,11 +164,11 @@ __global__ void __launch_bounds__(kThreads)
   const int split = static_cast<int>(job % splits);
   const int n = static_cast<int>(job / splits / NH), h = static_cast<int>(job / splits % NH);
   const int C = NH * HS;
-  float* dst = out + static_cast<size_t>(n) * C + h * HS;
+  A* dst = out + static_cast<size_t>(n) * C + h * HS;
   const int s = seq[n], p_last = pos[n];
   if (!ValidQuery(s, p_last, num_seqs, max_blocks)) {
     if (split == 0) {
-      for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;  // see the header
+      for (int d = lane; d < HS; d += kWarpSize) dst[d] = FromFloat<A>(NAN);  // see the header
     }
     return;
   }
@@ -176,9 +181,9 @@ __global__ void __launch_bounds__(kThreads)
   float* q = DynamicShared<float>() + warp * (2 * HS + kBlock);
   float* o = q + HS;
   float* w = o + HS;  // the current block's value weights [kBlock]
-  const float* q_src = qkv + static_cast<size_t>(n) * 3 * C + h * HS;
+  const A* q_src = qkv + static_cast<size_t>(n) * 3 * C + h * HS;
   for (int d = lane; d < HS; d += kWarpSize) {
-    q[d] = q_src[d];
+    q[d] = ToFloat(q_src[d]);
     o[d] = 0.0f;
   }
   // Each lane reads back only the channels it wrote, so no barrier is needed.
@@ -192,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
       // See the header: NaN out, directly or through the combine (a NaN l
       // makes the merged sum NaN).
       if (direct) {
-        for (int d = lane; d < HS; d += kWarpSize) dst[d] = NAN;
+        for (int d = lane; d < HS; d += kWarpSize) dst[d] = FromFloat<A>(NAN);
       } else if (lane == 0) {
         part_ml[2 * part] = NAN;
         part_ml[2 * part + 1] = NAN;
@@ -250,7 +255,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (direct) {
     const float inv = 1.0f / l;
-    for (int d = lane; d < HS; d += kWarpSize) dst[d] = o[d] * inv;
+    for (int d = lane; d < HS; d += kWarpSize) dst[d] = FromFloat<A>(o[d] * inv);
     return;
   }
   float* po = part_o + part * HS;
@@ -263,8 +268,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Grid: ceil(N * NH / kWarps) blocks of kThreads; warp = one (token, head)
 // of more than one split: merges its splits' partials into out.
+template <typename A>
 __global__ void __launch_bounds__(kThreads)
-    CombineSplitsKernel(float* __restrict__ out, const float* __restrict__ part_o,
+    CombineSplitsKernel(A* __restrict__ out, const float* __restrict__ part_o,
                         const float* __restrict__ part_ml, const int32_t* __restrict__ seq,
                         const int32_t* __restrict__ pos, int N, int NH, int HS, int num_seqs,
                         int max_blocks, int splits) {
@@ -284,13 +290,13 @@ __global__ void __launch_bounds__(kThreads)
     L += part_ml[2 * (first + j) + 1] * expf(part_ml[2 * (first + j)] - M);
   }
   const float inv = 1.0f / L;
-  float* dst = out + static_cast<size_t>(n) * NH * HS + h * HS;
+  A* dst = out + static_cast<size_t>(n) * NH * HS + h * HS;
   for (int d = lane; d < HS; d += kWarpSize) {
     float acc = 0.0f;
     for (int j = 0; j < count; ++j) {
       acc += part_o[(first + j) * HS + d] * expf(part_ml[2 * (first + j)] - M);
     }
-    dst[d] = acc * inv;
+    dst[d] = FromFloat<A>(acc * inv);
   }
 }
 
@@ -298,25 +304,24 @@ unsigned Blocks(int N, int NH) {
   return static_cast<unsigned>((static_cast<int64_t>(N) * NH + kWarps - 1) / kWarps);
 }
 
-template <typename T>
-cudaError_t WriteImpl(T* k_cache, T* v_cache, float* k_scale, float* v_scale, const float* qkv,
+template <typename T, typename A>
+cudaError_t WriteImpl(T* k_cache, T* v_cache, float* k_scale, float* v_scale, const A* qkv,
                       const int32_t* slots, int N, int S, int NH, int HS, cudaStream_t stream) {
   if (N <= 0 || NH <= 0 || HS <= 0) return cudaSuccess;
-  return Launch<KvCacheWriteKernel<T>>(Blocks(N, NH), kThreads, 0, stream, k_cache, v_cache,
-                                       k_scale, v_scale, qkv, slots, N, S, NH, HS);
+  return Launch<KvCacheWriteKernel<T, A>>(Blocks(N, NH), kThreads, 0, stream, k_cache, v_cache,
+                                          k_scale, v_scale, qkv, slots, N, S, NH, HS);
 }
 
-template <typename T>
-cudaError_t AttentionImpl(float* out, float* scratch, const float* qkv, const T* k_cache,
-                          const T* v_cache, const float* k_scale, const float* v_scale,
-                          const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
-                          int N, int S, int NH, int HS, int num_seqs, int max_blocks,
-                          cudaStream_t stream) {
+template <typename T, typename A>
+cudaError_t AttentionImpl(A* out, float* scratch, const A* qkv, const T* k_cache, const T* v_cache,
+                          const float* k_scale, const float* v_scale, const int32_t* block_tables,
+                          const int32_t* seq, const int32_t* pos, int N, int S, int NH, int HS,
+                          int num_seqs, int max_blocks, cudaStream_t stream) {
   if (N <= 0 || NH <= 0 || HS <= 0 || max_blocks <= 0) return cudaSuccess;
   const int splits = PagedSplits(max_blocks);
   float* part_o = scratch;
   float* part_ml = scratch + static_cast<size_t>(N) * NH * splits * HS;
-  constexpr auto kernel = PagedAttentionKernel<T>;
+  constexpr auto kernel = PagedAttentionKernel<T, A>;
   const size_t smem = sizeof(float) * kWarps * (2 * static_cast<size_t>(HS) + kBlock);
   cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
@@ -326,41 +331,60 @@ cudaError_t AttentionImpl(float* out, float* scratch, const float* qkv, const T*
                        seq, pos, N, S, NH, HS, num_seqs, max_blocks, splits,
                        1.0f / sqrtf(static_cast<float>(HS)));
   if (err != cudaSuccess || splits == 1) return err;
-  return Launch<CombineSplitsKernel>(Blocks(N, NH), kThreads, 0, stream, out, part_o, part_ml, seq,
-                                     pos, N, NH, HS, num_seqs, max_blocks, splits);
+  return Launch<CombineSplitsKernel<A>>(Blocks(N, NH), kThreads, 0, stream, out, part_o, part_ml,
+                                        seq, pos, N, NH, HS, num_seqs, max_blocks, splits);
 }
 
 }  // namespace
 
-cudaError_t LaunchKvCacheWriteF32(float* k_cache, float* v_cache, const float* qkv,
+template <typename A>
+cudaError_t LaunchKvCacheWriteF32(float* k_cache, float* v_cache, const A* qkv,
                                   const int32_t* slots, int N, int S, int NH, int HS,
                                   cudaStream_t stream) {
-  return WriteImpl<float>(k_cache, v_cache, nullptr, nullptr, qkv, slots, N, S, NH, HS, stream);
+  return WriteImpl<float, A>(k_cache, v_cache, nullptr, nullptr, qkv, slots, N, S, NH, HS, stream);
 }
 
+template <typename A>
 cudaError_t LaunchKvCacheWriteI8(int8_t* k_cache, int8_t* v_cache, float* k_scale, float* v_scale,
-                                 const float* qkv, const int32_t* slots, int N, int S, int NH,
-                                 int HS, cudaStream_t stream) {
-  return WriteImpl<int8_t>(k_cache, v_cache, k_scale, v_scale, qkv, slots, N, S, NH, HS, stream);
+                                 const A* qkv, const int32_t* slots, int N, int S, int NH, int HS,
+                                 cudaStream_t stream) {
+  return WriteImpl<int8_t, A>(k_cache, v_cache, k_scale, v_scale, qkv, slots, N, S, NH, HS, stream);
 }
 
-cudaError_t LaunchPagedAttentionF32(float* out, float* scratch, const float* qkv,
-                                    const float* k_cache, const float* v_cache,
-                                    const int32_t* block_tables, const int32_t* seq,
-                                    const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
-                                    int max_blocks, cudaStream_t stream) {
-  return AttentionImpl<float>(out, scratch, qkv, k_cache, v_cache, nullptr, nullptr, block_tables,
-                              seq, pos, N, S, NH, HS, num_seqs, max_blocks, stream);
+template <typename A>
+cudaError_t LaunchPagedAttentionF32(A* out, float* scratch, const A* qkv, const float* k_cache,
+                                    const float* v_cache, const int32_t* block_tables,
+                                    const int32_t* seq, const int32_t* pos, int N, int S, int NH,
+                                    int HS, int num_seqs, int max_blocks, cudaStream_t stream) {
+  return AttentionImpl<float, A>(out, scratch, qkv, k_cache, v_cache, nullptr, nullptr,
+                                 block_tables, seq, pos, N, S, NH, HS, num_seqs, max_blocks,
+                                 stream);
 }
 
-cudaError_t LaunchPagedAttentionI8(float* out, float* scratch, const float* qkv,
-                                   const int8_t* k_cache, const int8_t* v_cache,
-                                   const float* k_scale, const float* v_scale,
-                                   const int32_t* block_tables, const int32_t* seq,
-                                   const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
-                                   int max_blocks, cudaStream_t stream) {
-  return AttentionImpl<int8_t>(out, scratch, qkv, k_cache, v_cache, k_scale, v_scale, block_tables,
-                               seq, pos, N, S, NH, HS, num_seqs, max_blocks, stream);
+template <typename A>
+cudaError_t LaunchPagedAttentionI8(A* out, float* scratch, const A* qkv, const int8_t* k_cache,
+                                   const int8_t* v_cache, const float* k_scale,
+                                   const float* v_scale, const int32_t* block_tables,
+                                   const int32_t* seq, const int32_t* pos, int N, int S, int NH,
+                                   int HS, int num_seqs, int max_blocks, cudaStream_t stream) {
+  return AttentionImpl<int8_t, A>(out, scratch, qkv, k_cache, v_cache, k_scale, v_scale,
+                                  block_tables, seq, pos, N, S, NH, HS, num_seqs, max_blocks,
+                                  stream);
 }
+
+#define LADDER_PAGED_INSTANTIATE(A)                                                               \
+  template cudaError_t LaunchKvCacheWriteF32<A>(float*, float*, const A*, const int32_t*, int,    \
+                                                int, int, int, cudaStream_t);                     \
+  template cudaError_t LaunchKvCacheWriteI8<A>(int8_t*, int8_t*, float*, float*, const A*,        \
+                                               const int32_t*, int, int, int, int, cudaStream_t); \
+  template cudaError_t LaunchPagedAttentionF32<A>(                                                \
+      A*, float*, const A*, const float*, const float*, const int32_t*, const int32_t*,           \
+      const int32_t*, int, int, int, int, int, int, cudaStream_t);                                \
+  template cudaError_t LaunchPagedAttentionI8<A>(                                                 \
+      A*, float*, const A*, const int8_t*, const int8_t*, const float*, const float*,             \
+      const int32_t*, const int32_t*, const int32_t*, int, int, int, int, int, int, cudaStream_t);
+LADDER_PAGED_INSTANTIATE(float)
+LADDER_PAGED_INSTANTIATE(__nv_bfloat16)
+#undef LADDER_PAGED_INSTANTIATE
 
 LADDER_KERNELS_END

@@ -7,7 +7,9 @@
 // (src/backend/backend.h): a cache of S rows (blocks of kKvBlockRows rows) of
 // C = NH * HS channels, k and v alike, fp32 or int8 with one f32 scale per
 // (row, head) (k_scale, v_scale [S, NH]; x ~= q * scale, quantize.h
-// QuantizeSymmetric, bit for bit). qkv rows are [3C]: q, k, v.
+// QuantizeSymmetric, bit for bit). qkv rows are [3C]: q, k, v. The
+// activations (qkv and out) are fp32 or bf16, one type per call: bf16 is
+// widened exactly on load and the output rounded once to nearest even.
 //
 // The index arrays (slots, seq, pos, block_tables) live on the device, where
 // the host cannot check them without a synchronization. The kernels check
@@ -18,6 +20,7 @@
 // calls with InvalidArgument instead).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,15 +32,17 @@ LADDER_KERNELS_BEGIN
 inline constexpr int kKvBlockRows = 16;  // cache rows per block (src/serve/kv_blocks.h)
 
 // Rows slots[n] of the caches = the k and v parts of qkv[n] (N tokens).
-cudaError_t LaunchKvCacheWriteF32(float* k_cache, float* v_cache, const float* qkv,
+// A, the activations' type (qkv, and the attention's out): float or
+// __nv_bfloat16, both instantiated.
+template <typename A>
+cudaError_t LaunchKvCacheWriteF32(float* k_cache, float* v_cache, const A* qkv,
                                   const int32_t* slots, int N, int S, int NH, int HS,
                                   cudaStream_t stream);
+template <typename A>
 cudaError_t LaunchKvCacheWriteI8(int8_t* k_cache, int8_t* v_cache, float* k_scale, float* v_scale,
-                                 const float* qkv, const int32_t* slots, int N, int S, int NH,
-                                 int HS, cudaStream_t stream);
+                                 const A* qkv, const int32_t* slots, int N, int S, int NH, int HS,
+                                 cudaStream_t stream);
 
-// Split-K: positions are attended in splits of kPagedSplitBlocks cache
-// blocks, merged by log-sum-exp (kernels/paged_attention.cu).
 inline constexpr int kPagedSplitBlocks = 8;
 // The splits of a table of max_blocks columns (the longest a sequence can be).
 inline constexpr int PagedSplits(int max_blocks) {
@@ -55,16 +60,16 @@ inline constexpr int64_t PagedAttentionScratchFloats(int64_t N, int64_t NH, int6
 // row block_tables[seq[n] * max_blocks + p / 16] * 16 + p % 16.
 // k_scale/v_scale: null for an fp32 cache. scratch: device floats, at least
 // PagedAttentionScratchFloats(N, NH, HS, max_blocks).
-cudaError_t LaunchPagedAttentionF32(float* out, float* scratch, const float* qkv,
-                                    const float* k_cache, const float* v_cache,
-                                    const int32_t* block_tables, const int32_t* seq,
-                                    const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
-                                    int max_blocks, cudaStream_t stream);
-cudaError_t LaunchPagedAttentionI8(float* out, float* scratch, const float* qkv,
-                                   const int8_t* k_cache, const int8_t* v_cache,
-                                   const float* k_scale, const float* v_scale,
-                                   const int32_t* block_tables, const int32_t* seq,
-                                   const int32_t* pos, int N, int S, int NH, int HS, int num_seqs,
-                                   int max_blocks, cudaStream_t stream);
+template <typename A>
+cudaError_t LaunchPagedAttentionF32(A* out, float* scratch, const A* qkv, const float* k_cache,
+                                    const float* v_cache, const int32_t* block_tables,
+                                    const int32_t* seq, const int32_t* pos, int N, int S, int NH,
+                                    int HS, int num_seqs, int max_blocks, cudaStream_t stream);
+template <typename A>
+cudaError_t LaunchPagedAttentionI8(A* out, float* scratch, const A* qkv, const int8_t* k_cache,
+                                   const int8_t* v_cache, const float* k_scale,
+                                   const float* v_scale, const int32_t* block_tables,
+                                   const int32_t* seq, const int32_t* pos, int N, int S, int NH,
+                                   int HS, int num_seqs, int max_blocks, cudaStream_t stream);
 
 LADDER_KERNELS_END

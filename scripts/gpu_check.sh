@@ -20,7 +20,8 @@
 # decode`) and 32 streams against one (`ladder bench serve`); CUDA graphs:
 # the equivalence model trained with --cuda-graph bitwise the eager cuda
 # run, a small model's step time with graphs over without, and the batch-1
-# decode again with --cuda-graph. It ends with a summary
+# decode again with --cuda-graph; W8A16: the batch-1 decode with bf16
+# activations (and graphs). It ends with a summary
 # table (test, result, seconds), also written to $OUT/gpu_check_summary.txt
 # when $OUT is set (with the logs of what failed under $OUT/gpu_check_logs/).
 # Each test has 90 s, each training run and the benchmark 120 s
@@ -272,6 +273,7 @@ echo "== serving: bench decode (batch 1), bench serve (32 streams vs 1)"
 if [ "$gpus" -eq 0 ]; then
   row "bench decode gpt2-124m int8" "SKIP (no GPU)" -
   row "bench decode gpt2-124m int8 --cuda-graph" "SKIP (no GPU)" -
+  row "bench decode gpt2-124m int8 bf16 activations" "SKIP (no GPU)" -
   row "bench serve 32 streams int8" "SKIP (no GPU)" -
 else
   name="bench decode gpt2-124m int8"
@@ -290,6 +292,14 @@ else
     graph=$(json_number bench_decode_graph tokens_per_s)
     row "$name" "${fraction:-?} of the HBM bound; ${graph:-?} vs ${eager:-?} tokens/s eager" "$(since "$t0")"
     grep -h "tokens/s\|cuda graphs" "$logs/bench_decode_graph.log"
+  fi
+  # W8A16: bf16 activations, the int8 matmuls on the tensor cores.
+  name="bench decode gpt2-124m int8 bf16 activations"
+  if run_bench "$name" bench_decode_bf16 bench decode --config configs/gpt2-124m.conf \
+       --weights int8 --kv int8 --activations bf16 --device cuda --tokens 256 --cuda-graph; then
+    fraction=$(json_number bench_decode_bf16 fraction)
+    row "$name" "${fraction:-?} of the HBM bound (target 0.60), with graphs" "$(since "$t0")"
+    grep -h "tokens/s" "$logs/bench_decode_bf16.log"
   fi
   name="bench serve 32 streams int8"
   if run_bench "$name" bench_serve bench serve --config configs/gpt2-124m.conf \

@@ -55,8 +55,9 @@
 // backend stores fp32 only (bf16 activations are InvalidArgument there), with
 // one exception for serving: MatmulForward and EmbeddingForward read bf16
 // *weights* with fp32 activations (--weights bf16). The serving ops (paged KV
-// cache and attention, int8 weights) take fp32 activations on every backend;
-// MatmulInt8Forward takes bf16 ones too on cuda and cuda-sim (W8A16).
+// cache and attention, int8 weights) take fp32 activations on every backend,
+// and bf16 ones too on cuda and cuda-sim (serving with bf16 activations:
+// W8A16 matmuls, whose output may also be f32 for the logits).
 //
 // Each op has one reference implementation (the CPU backend); any faster one
 // (a CUDA kernel, a vectorized variant) is tested against it.
@@ -334,6 +335,10 @@ class Backend {
   //    slice of one head is quantized symmetrically with its own scale,
   //    x ~= q * scale, scale = max|x| / 127 (0 for an all-zero slice),
   //    q = round(x / scale) (quantize.h QuantizeSymmetric).
+  // qkv and out are f32 on every backend, or bf16 on cuda and cuda-sim
+  // (serving with bf16 activations): widened exactly when read, the output
+  // rounded once, so the cache and the unrounded output are those of the
+  // f32 call on the widened values.
   //
   // Writes the k and v parts of qkv [N,3C] (columns [C,2C) and [2C,3C)) into
   // rows slots[n] (i32 [N]) of the caches, quantizing them for int8.
@@ -367,8 +372,9 @@ class Backend {
   // bias f32. Nothing is quantized but the weights: each 16 input channels'
   // exact products q * x are summed in fp32 (on the tensor cores), scaled by
   // their group's scale into an fp32 accumulator, and out is rounded to bf16
-  // once (kernels/int8_matmul.h). A token's row depends on its own
-  // activations only, never on the rest of the batch.
+  // once (kernels/int8_matmul.h), or left f32 when out is f32 (the logits).
+  // A token's row depends on its own activations only, never on the rest of
+  // the batch.
   virtual absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales,
                                          Tensor bias) = 0;
   // out[n, :] = dequant(W)[rows[n], :]: the embedding lookup of an int8 table.

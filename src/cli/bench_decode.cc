@@ -54,6 +54,7 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(auto model, Gpt::Create(cfg, backend.get(), 1, /*training=*/false));
   RETURN_IF_ERROR(model->InitWeights(rc.seed));
   RETURN_IF_ERROR(model->QuantizeWeights(format));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, model.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
   const int blocks = KvBlockPool::BlocksFor(cfg.context);
   KvBlockPool pool(blocks);
@@ -94,10 +95,11 @@ absl::Status Run(const Flags& f) {
   const double bound = bandwidth / static_cast<double>(weight_bytes);
   const double tokens_per_s = 1.0 / paired.seconds;
   std::printf(
-      "bench decode: %s, %.1fM parameters, %s weights read per token %.1f MiB, %s KV, batch 1, "
-      "%lld tokens\n",
+      "bench decode: %s, %.1fM parameters, %s weights read per token %.1f MiB, %s KV, %s "
+      "activations, batch 1, %lld tokens\n",
       f.config.c_str(), cfg.NumParameters() / 1e6, WeightFormatName(format),
-      weight_bytes / 1048576.0, KvFormatName(kv_format), static_cast<long long>(f.tokens));
+      weight_bytes / 1048576.0, KvFormatName(kv_format), f.formats.activations.c_str(),
+      static_cast<long long>(f.tokens));
   if (f.cuda_graph) {
     const Gpt::GraphCounts graphs = model->graph_counts();
     std::printf("cuda graphs: %lld recorded, %lld steps replayed\n",

@@ -265,16 +265,19 @@ absl::Status Run(const Flags& f) {
         draft, LoadModel(f.draft, f.draft_config, "--draft PATH or --draft-config FILE", format,
                          backend.get()));
   }
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, target.get()));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, draft.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, target.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   const Workload w = MakeWorkload(f, c.vocab_size);
   const bool open_loop = f.rate > 0;
   const int concurrency = static_cast<int>(f.concurrency);
   std::printf(
-      "bench serve: %.1fM parameters, %s weights, %s KV, %lld requests, %s, prompts %lld shared "
-      "+ ~%lld tokens, outputs ~%lld tokens, temperature %g, prefix cache %s, cuda graphs %s\n",
+      "bench serve: %.1fM parameters, %s weights, %s KV, %s activations, %lld requests, %s, "
+      "prompts %lld shared + ~%lld tokens, outputs ~%lld tokens, temperature %g, prefix cache "
+      "%s, cuda graphs %s\n",
       c.NumParameters() / 1e6, WeightFormatName(format), KvFormatName(cfg.kv_format),
-      static_cast<long long>(f.requests),
+      f.formats.activations.c_str(), static_cast<long long>(f.requests),
       open_loop ? absl::StrFormat("Poisson arrivals at %g/s", f.rate).c_str()
                 : absl::StrFormat("%d concurrent", concurrency).c_str(),
       static_cast<long long>(f.shared_prefix), static_cast<long long>(f.prompt_tokens),

@@ -78,12 +78,14 @@ absl::Status Eval(const EvalFlags& f) {
   }
   ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));
   ASSIGN_OR_RETURN(KvFormat kv, ParseKvFormat(f.formats.kv));
-  const bool serving = f.kl || weights != WeightFormat::kF32 || kv != KvFormat::kF32;
+  const bool serving = f.kl || weights != WeightFormat::kF32 || kv != KvFormat::kF32 ||
+                       f.formats.activations != "fp32";
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(f.device));
   ASSIGN_OR_RETURN(auto model,
                    Gpt::Create(dir.model.config, backend.get(), serving ? 1 : kBatch, false));
   RETURN_IF_ERROR(model->SetWeights(dir.model.weights.data()));
   RETURN_IF_ERROR(model->QuantizeWeights(weights));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, model.get()));
   ASSIGN_OR_RETURN(KvCache cache,
                    KvCache::Create(dir.model.config, backend.get(), KvBlockPool::BlocksFor(T), kv));
 

@@ -44,6 +44,8 @@ absl::Status Generate(const GenerateFlags& f) {
   ec.kv_blocks = KvBlockPool::BlocksFor(cfg.context);
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
                    LoadDraftModel(f.draft, backend.get(), weights, &ec));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, model.get()));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, draft.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   ASSIGN_OR_RETURN(auto engine, Engine::Create(model.get(), ec));

@@ -10,6 +10,20 @@ void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
   flags.String("weights", &f->weights,
                "weight format: fp32, bf16, int8 (groups of 32) or int8-channel");
   flags.String("kv", &f->kv, "KV cache format: fp32 or int8");
+  flags.String("activations", &f->activations,
+               "activation rows: fp32, or bf16 (needs --weights int8 and cuda or cuda-sim: the "
+               "W8A16 matmul on the tensor cores)");
+}
+
+absl::Status ApplyActivationsFlag(const FormatFlags& f, Gpt* model) {
+  if (f.activations != "fp32" && f.activations != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--activations: expected fp32 or bf16, got '", f.activations, "'"));
+  }
+  if (f.activations == "fp32" || model == nullptr) return absl::OkStatus();
+  const absl::Status s = model->UseBf16Activations();
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat("--activations bf16: ", s.message()));
 }
 
 void AddPrefixCacheFlag(FlagSet& flags, bool* no_prefix_cache) {

@@ -16,12 +16,17 @@
 
 namespace ladder {
 
-// --weights fp32|bf16|int8|int8-channel and --kv fp32|int8 (weight_format.h,
-// kv_cache.h ParseKvFormat).
+// --weights fp32|bf16|int8|int8-channel, --kv fp32|int8 (weight_format.h,
+// kv_cache.h ParseKvFormat) and --activations fp32|bf16 (Gpt::
+// UseBf16Activations).
 struct FormatFlags {
-  std::string weights = "fp32", kv = "fp32";
+  std::string weights = "fp32", kv = "fp32", activations = "fp32";
 };
 void AddFormatFlags(FlagSet& flags, FormatFlags* f);
+// Sets `model`'s activations (null: nothing to do) as --activations says,
+// after its weights are packed; InvalidArgument "--activations: ..." for a
+// value other than fp32 or bf16, or naming why the model cannot.
+absl::Status ApplyActivationsFlag(const FormatFlags& f, Gpt* model);
 
 // --no-prefix-cache: every request computes its whole prompt
 // (EngineConfig::prefix_cache off).

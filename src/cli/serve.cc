@@ -160,6 +160,8 @@ absl::Status Serve(const ServeFlags& f) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Gpt> draft,
                    LoadDraftModel(f.draft, backend.get(), weights, &lo.engine));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, model.get()));
+  RETURN_IF_ERROR(ApplyActivationsFlag(f.formats, draft.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, model.get()));
   RETURN_IF_ERROR(ApplyCudaGraphFlag(f.cuda_graph, draft.get()));
   ASSIGN_OR_RETURN(auto loop, EngineLoop::Create(model.get(), lo));

@@ -4,6 +4,7 @@
 // the trainer. Nothing here knows which backend runs the ops.
 #pragma once
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -251,6 +252,17 @@ class Gpt {
   // kF32 does nothing.
   absl::Status QuantizeWeights(WeightFormat format);
   WeightFormat weight_format() const { return weight_format_; }
+  // Serving with bf16 activations (W8A16): from now on the cached forward
+  // keeps every activation row in bf16 (the residual stream, LayerNorm
+  // outputs, qkv, attention, MLP) and runs the int8 matmuls as W8A16 on the
+  // tensor cores; each op computes in fp32 and rounds its output once. The
+  // embedding is summed in fp32 and then rounded; the LayerNorm weights get
+  // a bf16 copy (the op reads one dtype); biases and statistics stay fp32,
+  // and so do the logits (the head writes f32). Needs int8 weights
+  // (QuantizeWeights) and a device backend: FailedPrecondition otherwise,
+  // nothing changed. Drops recorded graphs. One host thread, between calls.
+  absl::Status UseBf16Activations();
+  DType activations() const { return cached_act_; }
   // Bytes of all weights as stored (packed matrices, with their scales for
   // int8, and fp32 for the rest).
   int64_t weight_bytes() const;
@@ -323,12 +335,13 @@ class Gpt {
   // the device.
   struct CachedStep {
     Tensor x, ln, resid, branch, atty, qkv, fch, fch_gelu, out, mean, rstd;
+    Tensor emb, emb_pos;  // bf16 activations: the embedding's fp32 sum
     Tensor tokens, pos, seq, slots, tables;
   };
   // Its ops: the embedding, the layers and the head (none for kHidden).
   absl::Status CachedOps(const KvCache& cache, CachedOutput what, const CachedStep& st);
-  // The first `width` columns of every row of `rows`, to the host in one
-  // copy (the padding squeezed out there).
+  // The first `width` columns of every row of `rows` (f32, or bf16 widened
+  // on the host), to the host in one copy (the padding squeezed out there).
   absl::Status RowsToHost(const Tensor& rows, int64_t width, std::vector<float>* out) const;
   // One sequence from position 0 through the cache's first blocks.
   absl::Status Prefill(const std::vector<int32_t>& tokens, KvCache& cache, CachedOutput what,
@@ -388,6 +401,13 @@ class Gpt {
   int64_t packed_bytes_ = 0, fp32_floats_ = 0;
   Int8Matrix q_wte_;
   std::vector<Int8Matrix> q_qkv_, q_proj_, q_fc_, q_fcproj_;
+  // UseBf16Activations: the cached forward's activation dtype, and the bf16
+  // copies of the LayerNorm weights it then reads (ln16_[l] = ln1_w, ln1_b,
+  // ln2_w, ln2_b of layer l; lnf16_ = lnf_w, lnf_b).
+  DType cached_act_ = DType::kF32;
+  DeviceBuffer ln16_buffer_;
+  std::vector<std::array<Tensor, 4>> ln16_;
+  std::array<Tensor, 2> lnf16_;
   GptActivations acts_;
   // ForwardCached's scratch, reused by the next call (grown as needed).
   DeviceBuffer cached_scratch_;

@@ -8,10 +8,13 @@
 // same run can stop before the head and return the hidden states after
 // ln_f instead (PrefillHidden, for embeddings), or keep the logits on the
 // device and draw the next tokens there (ForwardSample, for decoding).
+// With bf16 activations (UseBf16Activations) the same ops run on bf16 rows,
+// the int8 matmuls as W8A16; the logits stay f32.
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "src/core/bf16.h"
 #include "src/core/status.h"
 #include "src/model/gpt.h"
 
@@ -39,7 +42,13 @@ absl::Status Gpt::RowsToHost(const Tensor& rows, int64_t width, std::vector<floa
   // one per token); the padding is then squeezed out in place, each row
   // moving left to its place.
   out->resize(static_cast<size_t>(N * stride));
-  RETURN_IF_ERROR(backend_->CopyToHost(out->data(), rows));
+  if (rows.dtype == DType::kBF16) {
+    std::vector<bf16> half(out->size());
+    RETURN_IF_ERROR(backend_->CopyToHost(half.data(), rows));
+    for (size_t i = 0; i < half.size(); ++i) (*out)[i] = Bf16ToFloat(half[i]);
+  } else {
+    RETURN_IF_ERROR(backend_->CopyToHost(out->data(), rows));
+  }
   if (width == stride) return absl::OkStatus();
   for (int64_t i = 1; i < N; ++i) {
     std::memmove(out->data() + i * width, out->data() + i * stride, static_cast<size_t>(width) * 4);
@@ -107,9 +116,12 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
   }
 
   // Scratch for this call: [N, C] rows, [N, 3C], [N, 4C], the logits and
-  // the ids.
+  // the ids; with bf16 activations (which use half of their slots) two
+  // [N, C] f32 rows more for the embedding.
   Backend& be = *backend_;
-  const int64_t floats = N * (5 * C + 3 * C + 8 * C + Vp + 2) + static_cast<int64_t>(ids.size());
+  const bool b16 = cached_act_ == DType::kBF16;
+  const int64_t floats =
+      N * (5 * C + 3 * C + 8 * C + Vp + 2 + (b16 ? 2 * C : 0)) + static_cast<int64_t>(ids.size());
   // The scratch is kept between calls and only grows: a decode step is a
   // few milliseconds, and fresh pages every step (faulted in and zeroed by
   // the kernel) cost several percent of it.
@@ -128,18 +140,28 @@ absl::StatusOr<Tensor> Gpt::RunCached(const CachedTokens& batch, KvCache& cache,
     used += t.numel();
     return t;
   };
+  // An activation row block: f32, or bf16 in the first half of its slot.
+  auto take_act = [&](std::initializer_list<int64_t> dims) {
+    Tensor t = take(dims);
+    if (b16) t.dtype = DType::kBF16;
+    return t;
+  };
   CachedStep st;
-  st.x = take({N, C});
-  st.ln = take({N, C});
-  st.resid = take({N, C});
-  st.branch = take({N, C});
-  st.atty = take({N, C});
-  st.qkv = take({N, 3 * C});
-  st.fch = take({N, 4 * C});
-  st.fch_gelu = take({N, 4 * C});
+  st.x = take_act({N, C});
+  st.ln = take_act({N, C});
+  st.resid = take_act({N, C});
+  st.branch = take_act({N, C});
+  st.atty = take_act({N, C});
+  st.qkv = take_act({N, 3 * C});
+  st.fch = take_act({N, 4 * C});
+  st.fch_gelu = take_act({N, 4 * C});
   st.out = take({N, Vp});
   st.mean = take({N});
   st.rstd = take({N});
+  if (b16) {
+    st.emb = take({N, C});
+    st.emb_pos = take({N, C});
+  }
   // The ids take float-sized slots after those.
   const Tensor staged(scratch.f32() + used, DType::kI32, {static_cast<int64_t>(ids.size())},
                       device());
@@ -168,37 +190,45 @@ absl::Status Gpt::CachedOps(const KvCache& cache, CachedOutput what, const Cache
   const Tensor &x = st.x, &ln = st.ln, &resid = st.resid, &branch = st.branch, &atty = st.atty,
                &qkv = st.qkv, &fch = st.fch, &fch_gelu = st.fch_gelu, &mean = st.mean,
                &rstd = st.rstd;
-  // Embedding: one call for all tokens, each at its own position.
+  // Embedding: one call for all tokens, each at its own position. With bf16
+  // activations it is summed in fp32 (st.emb) and then rounded once.
+  const bool b16 = x.dtype == DType::kBF16;
+  const Tensor& e = b16 ? st.emb : x;
   if (!IsInt8(weight_format_)) {
-    RETURN_IF_ERROR(be.EmbeddingForward(x, st.tokens, st.pos, w_.wte, w_.wpe, 0));
+    RETURN_IF_ERROR(be.EmbeddingForward(e, st.tokens, st.pos, w_.wte, w_.wpe, 0));
   } else {
     // The int8 token table is read by DequantizeRows; the position rows
     // come from the embedding op without a token table and are added after.
-    RETURN_IF_ERROR(be.DequantizeRows(x, q_wte_.q, q_wte_.scales, st.tokens));
-    RETURN_IF_ERROR(be.EmbeddingForward(branch, st.tokens, st.pos, Tensor(), w_.wpe, 0));
-    RETURN_IF_ERROR(be.ResidualAdd(x, x, branch));
+    const Tensor& e_pos = b16 ? st.emb_pos : branch;
+    RETURN_IF_ERROR(be.DequantizeRows(e, q_wte_.q, q_wte_.scales, st.tokens));
+    RETURN_IF_ERROR(be.EmbeddingForward(e_pos, st.tokens, st.pos, Tensor(), w_.wpe, 0));
+    RETURN_IF_ERROR(be.ResidualAdd(e, e, e_pos));
   }
+  if (b16) RETURN_IF_ERROR(be.RoundToBf16(x, e, nullptr));
   const int heads = cfg_.n_head;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const LayerTensors& w = w_.layers[l];
     const bool q8 = IsInt8(weight_format_);
     const Int8Matrix none;
+    // The LayerNorm weights in the activations' dtype.
+    const Tensor &ln1_w = b16 ? ln16_[l][0] : w.ln1_w, &ln1_b = b16 ? ln16_[l][1] : w.ln1_b,
+                 &ln2_w = b16 ? ln16_[l][2] : w.ln2_w, &ln2_b = b16 ? ln16_[l][3] : w.ln2_b;
     RETURN_IF_ERROR(
-        be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w.ln1_w, w.ln1_b));
+        be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), ln1_w, ln1_b));
     RETURN_IF_ERROR(Linear(qkv, ln, w.qkv_w, q8 ? q_qkv_[l] : none, w.qkv_b));
     RETURN_IF_ERROR(be.KvCacheWrite(cache.layer(l), qkv, st.slots, heads));
     RETURN_IF_ERROR(
         be.PagedAttentionForward(atty, qkv, cache.layer(l), st.tables, st.seq, st.pos, heads));
     RETURN_IF_ERROR(Linear(branch, atty, w.proj_w, q8 ? q_proj_[l] : none, w.proj_b));
-    RETURN_IF_ERROR(
-        be.ResidualLayerNormForward(resid, ln, mean, rstd, x, branch, w.ln2_w, w.ln2_b));
+    RETURN_IF_ERROR(be.ResidualLayerNormForward(resid, ln, mean, rstd, x, branch, ln2_w, ln2_b));
     RETURN_IF_ERROR(Linear(fch, ln, w.fc_w, q8 ? q_fc_[l] : none, w.fc_b));
     RETURN_IF_ERROR(be.GeluForward(fch_gelu, fch));
     RETURN_IF_ERROR(Linear(branch, fch_gelu, w.fcproj_w, q8 ? q_fcproj_[l] : none, w.fcproj_b));
     RETURN_IF_ERROR(be.ResidualAdd(x, resid, branch));  // the next layer's input
   }
-  RETURN_IF_ERROR(
-      be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(), w_.lnf_w, w_.lnf_b));
+  RETURN_IF_ERROR(be.ResidualLayerNormForward(Tensor(), ln, mean, rstd, x, Tensor(),
+                                              b16 ? lnf16_[0] : w_.lnf_w,
+                                              b16 ? lnf16_[1] : w_.lnf_b));
   if (what == CachedOutput::kHidden) return absl::OkStatus();
   return Linear(st.out, ln, w_.wte, q_wte_, Tensor());
 }

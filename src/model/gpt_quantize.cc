@@ -142,4 +142,42 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
   return absl::OkStatus();
 }
 
+absl::Status Gpt::UseBf16Activations() {
+  if (!IsInt8(weight_format_)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bf16 activations need int8 weights (the W8A16 matmul); this model holds ",
+                     WeightFormatName(weight_format_), " weights"));
+  }
+  if (device() == Device::kCpu) {
+    return absl::FailedPreconditionError(
+        "bf16 activations need a device backend (cuda or cuda-sim): the CPU backend stores fp32 "
+        "activations only");
+  }
+  if (cached_act_ == DType::kBF16) return absl::OkStatus();
+  // The LayerNorm weights, rounded to nearest into one bf16 buffer.
+  std::vector<std::pair<Tensor, Tensor*>> jobs;
+  ln16_.assign(w_.layers.size(), {});
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerTensors& w = w_.layers[l];
+    const Tensor* src[4] = {&w.ln1_w, &w.ln1_b, &w.ln2_w, &w.ln2_b};
+    for (int i = 0; i < 4; ++i) jobs.push_back({*src[i], &ln16_[l][i]});
+  }
+  jobs.push_back({w_.lnf_w, &lnf16_[0]});
+  jobs.push_back({w_.lnf_b, &lnf16_[1]});
+  int64_t elems = 0;
+  for (const auto& j : jobs) elems += j.first.numel();
+  ASSIGN_OR_RETURN(DeviceBuffer buf, backend_->Allocate(static_cast<size_t>(elems) * 2));
+  bf16* at = static_cast<bf16*>(buf.get());
+  for (auto& [src, dst] : jobs) {
+    *dst = Tensor::BF16(at, {src.numel()}, device());
+    RETURN_IF_ERROR(backend_->RoundToBf16(*dst, src, nullptr));
+    at += src.numel();
+  }
+  ln16_buffer_ = std::move(buf);
+  packed_bytes_ += elems * 2;
+  graphs_.clear();  // recorded with fp32 activations
+  cached_act_ = DType::kBF16;
+  return absl::OkStatus();
+}
+
 }  // namespace ladder

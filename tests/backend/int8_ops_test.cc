@@ -38,7 +38,9 @@
 //    (2^-8: half a bf16 step of the result; 2e-5: the fp32 sums of up to
 //    C / 16 scaled 16-product parts, C <= 768). Random shapes with N not a
 //    multiple of any tile, G = 32 and G = C; and bitwise deterministic and
-//    independent of the batch (a token alone and inside N = 70).
+//    independent of the batch (a token alone and inside N = 70). With an
+//    f32 output (logits) it is the same sum unrounded: bf16(f32 out) is
+//    the bf16 output, bit for bit.
 //  - DequantizeRows: bitwise q * scale (one float multiply per value).
 //    CPU-only: InvalidArgument for a row outside [0, OC) (the rows live on
 //    the device; the CUDA kernel writes a row of NaN instead).
@@ -432,10 +434,21 @@ TEST_P(Int8OpsTest, W8A16IsDeterministicAndIndependentOfBatch) {
         testing_backends::BitwiseEqual(Floats(a.begin() + n * OC, a.begin() + (n + 1) * OC), alone))
         << n;
   }
-  // The output must be bf16 too.
+  // An f32 output (the head's logits) is the same sum unrounded: rounding
+  // it gives the bf16 output's bits.
   auto f32_out = Out({N, OC});
+  auto b_dev = Up(bias, {OC});
+  ASSERT_TRUE(
+      be().MatmulInt8Forward(f32_out.t(), Up(x, {N, C}).t(), dw.q.t(), dw.scales.t(), b_dev.t())
+          .ok());
+  const Floats f32 = f32_out.Get();
+  for (size_t i = 0; i < f32.size(); ++i) {
+    ASSERT_EQ(Bf16ToFloat(FloatToBf16(f32[i])), a[i]) << i;
+  }
+  // Any other output dtype is refused.
+  auto i32_out = Out<int32_t>({N, OC});
   EXPECT_EQ(
-      be().MatmulInt8Forward(f32_out.t(), Up(x, {N, C}).t(), dw.q.t(), dw.scales.t(), Tensor())
+      be().MatmulInt8Forward(i32_out.t(), Up(x, {N, C}).t(), dw.q.t(), dw.scales.t(), Tensor())
           .code(),
       absl::StatusCode::kInvalidArgument);
 }

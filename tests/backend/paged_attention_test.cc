@@ -21,6 +21,13 @@
 //    max(v scale) / 2 + (e^(2 ds) - 1) max|v|.
 // Missing or misshapen scales are refused on every backend.
 //
+// bf16 activations (cuda and cuda-sim; InvalidArgument on the CPU): a bf16
+// qkv writes, bit for bit, the cache its widened fp32 copy writes (fp32 and
+// int8 caches), and the bf16 output is the fp32 call's output on those
+// widened values rounded to bf16, bit for bit (the kernels widen on load
+// and round once on store), for a prefill of T = 150 (two splits, so the
+// combine writes the output) and a decode of the last tokens.
+//
 // CPU-only: bad indices (a position past the block table, a block outside
 // the cache, a slot outside it) are InvalidArgument on the CPU backend; they
 // live on the device, so the CUDA kernels cannot refuse them and instead
@@ -33,6 +40,7 @@
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "src/core/bf16.h"
 #include "tests/backend/backend_test_util.h"
 #include "tests/backend/cpu_test_inputs.h"
 #include "tests/backend/reference_ops.h"
@@ -72,6 +80,20 @@ struct Layout {
   }
 };
 
+// A decode step of B sequences of T tokens ([B, T, 3C] qkv): each one's last
+// token's qkv row, sequence and position.
+struct LastTokens {
+  Floats qkv;
+  Ints seq, pos;
+  LastTokens(const Floats& all, int B, int T, int C) : qkv(B * 3 * C), seq(B), pos(B) {
+    for (int b = 0; b < B; ++b) {
+      std::copy_n(all.begin() + (b * T + T - 1) * 3 * C, 3 * C, qkv.begin() + b * 3 * C);
+      seq[b] = b;
+      pos[b] = T - 1;
+    }
+  }
+};
+
 TEST_P(PagedAttentionTest, EqualsFullAttention) {
   struct Shape {
     int B, T, NH, HS;
@@ -107,16 +129,10 @@ TEST_P(PagedAttentionTest, EqualsFullAttention) {
     }
 
     // Decode: only each sequence's last token asks.
-    Floats q_last(B * 3 * C);
-    Ints s_last(B), p_last(B);
-    for (int b = 0; b < B; ++b) {
-      std::copy_n(qkv.begin() + (b * T + T - 1) * 3 * C, 3 * C, q_last.begin() + b * 3 * C);
-      s_last[b] = b;
-      p_last[b] = T - 1;
-    }
+    const LastTokens last(qkv, B, T, C);
     auto one_d = Out({B, C});
-    ASSERT_TRUE(be().PagedAttentionForward(one_d.t(), Up(q_last, {B, 3 * C}).t(), kv, tab.t(),
-                                           Up(s_last, {B}).t(), Up(p_last, {B}).t(), NH)
+    ASSERT_TRUE(be().PagedAttentionForward(one_d.t(), Up(last.qkv, {B, 3 * C}).t(), kv, tab.t(),
+                                           Up(last.seq, {B}).t(), Up(last.pos, {B}).t(), NH)
                     .ok());
     const Floats one = one_d.Get();
     for (int b = 0; b < B; ++b) {
@@ -241,6 +257,99 @@ void CheckInt8Cache(testing_backends::BackendHarness& h, int HS,
     SCOPED_TRACE(CpuIsaName(isa));
     ScopedCpuIsa scoped(isa);
     check();
+  }
+}
+
+TEST_P(PagedAttentionTest, Bf16ActivationsAreTheRoundedFp32Results) {
+  const int B = 2, T = 150, NH = 3, HS = 20, C = NH * HS;
+  std::mt19937 rng(31);
+  Layout l(B, T, rng);
+  const int N = l.N, S = l.blocks * kBlock;
+  Floats qkv = testing_inputs::Uniform(N * 3 * C, 32, -2.0f, 2.0f);
+  std::vector<uint16_t> qkv16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    qkv16[i] = FloatToBf16(qkv[i]);
+    qkv[i] = Bf16ToFloat(qkv16[i]);  // the fp32 calls see the bf16 values
+  }
+  auto QKV = Up(qkv, {N, 3 * C});
+  auto QKV16 = Up(qkv16, {N, 3 * C});
+  auto tab = Up(l.tables, {B, l.max_blocks}), SEQ = Up(l.seq, {N}), POS = Up(l.pos, {N}),
+       SLOTS = Up(l.slots, {N});
+  if (is_cpu()) {
+    auto K = Out({S, C}), V = Out({S, C});
+    const PagedKv kv{K.t(), V.t(), Tensor(), Tensor()};
+    EXPECT_EQ(be().KvCacheWrite(kv, QKV16.t(), SLOTS.t(), NH).code(),
+              absl::StatusCode::kInvalidArgument);
+    auto out16 = Out<uint16_t>({N, C});
+    EXPECT_EQ(
+        be().PagedAttentionForward(out16.t(), QKV16.t(), kv, tab.t(), SEQ.t(), POS.t(), NH).code(),
+        absl::StatusCode::kInvalidArgument);
+    GTEST_SKIP() << "the CPU backend stores fp32 activations only";
+  }
+  for (bool int8 : {false, true}) {
+    SCOPED_TRACE(int8 ? "int8 cache" : "fp32 cache");
+    // The same cache written from the fp32 and from the bf16 qkv.
+    auto k32 = Out({S, C}), v32 = Out({S, C}), k16 = Out({S, C}), v16 = Out({S, C});
+    auto k8a = Out<int8_t>({S, C}), v8a = Out<int8_t>({S, C}), k8b = Out<int8_t>({S, C}),
+         v8b = Out<int8_t>({S, C});
+    auto ksa = Out({S, NH}), vsa = Out({S, NH}), ksb = Out({S, NH}), vsb = Out({S, NH});
+    const PagedKv from32 = int8 ? PagedKv{k8a.t(), v8a.t(), ksa.t(), vsa.t()}
+                                : PagedKv{k32.t(), v32.t(), Tensor(), Tensor()};
+    const PagedKv from16 = int8 ? PagedKv{k8b.t(), v8b.t(), ksb.t(), vsb.t()}
+                                : PagedKv{k16.t(), v16.t(), Tensor(), Tensor()};
+    ASSERT_TRUE(be().KvCacheWrite(from32, QKV.t(), SLOTS.t(), NH).ok());
+    ASSERT_TRUE(be().KvCacheWrite(from16, QKV16.t(), SLOTS.t(), NH).ok());
+    // The written rows (the others keep their poison).
+    if (int8) {
+      const std::vector<int8_t> a = k8a.Get(), b = k8b.Get(), c = v8a.Get(), d = v8b.Get();
+      const Floats sa = ksa.Get(), sb = ksb.Get(), ta = vsa.Get(), tb = vsb.Get();
+      for (int slot : l.slots) {
+        for (int i = 0; i < C; ++i) {
+          ASSERT_EQ(a[slot * C + i], b[slot * C + i]) << slot;
+          ASSERT_EQ(c[slot * C + i], d[slot * C + i]) << slot;
+        }
+        for (int h = 0; h < NH; ++h) {
+          ASSERT_EQ(sa[slot * NH + h], sb[slot * NH + h]) << slot;
+          ASSERT_EQ(ta[slot * NH + h], tb[slot * NH + h]) << slot;
+        }
+      }
+    } else {
+      const Floats a = k32.Get(), b = k16.Get(), c = v32.Get(), d = v16.Get();
+      for (int slot : l.slots) {
+        for (int i = 0; i < C; ++i) {
+          ASSERT_EQ(a[slot * C + i], b[slot * C + i]) << slot;
+          ASSERT_EQ(c[slot * C + i], d[slot * C + i]) << slot;
+        }
+      }
+    }
+    // Prefill (every token) and decode (each sequence's last token).
+    const LastTokens last(qkv, B, T, C);
+    std::vector<uint16_t> q_last16(last.qkv.size());
+    for (size_t i = 0; i < last.qkv.size(); ++i) q_last16[i] = FloatToBf16(last.qkv[i]);
+    struct Call {
+      int rows;
+      Tensor q32, q16, seq, pos;
+    };
+    auto QL = Up(last.qkv, {B, 3 * C});
+    auto QL16 = Up(q_last16, {B, 3 * C});
+    auto SL = Up(last.seq, {B}), PL = Up(last.pos, {B});
+    for (const Call& call : {Call{N, QKV.t(), QKV16.t(), SEQ.t(), POS.t()},
+                             Call{B, QL.t(), QL16.t(), SL.t(), PL.t()}}) {
+      const int64_t rows = call.rows;
+      auto o32 = Out({rows, C});
+      auto o16 = Out<uint16_t>({rows, C});
+      ASSERT_TRUE(
+          be().PagedAttentionForward(o32.t(), call.q32, from32, tab.t(), call.seq, call.pos, NH)
+              .ok());
+      ASSERT_TRUE(
+          be().PagedAttentionForward(o16.t(), call.q16, from32, tab.t(), call.seq, call.pos, NH)
+              .ok());
+      const Floats want = o32.Get();
+      const std::vector<uint16_t> got = o16.Get();
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], FloatToBf16(want[i])) << "rows " << rows << ", element " << i;
+      }
+    }
   }
 }
 

@@ -3,8 +3,9 @@
 // with its own cache, run the same schedule (a prefill chunk, decode steps
 // of three sequences whose block tables widen as they grow, then of two,
 // some drawing their tokens on the device) and give bitwise the same logits
-// and tokens at every step, with fp32 and int8 weights and caches; the
-// graphed model recorded few graphs and replayed most steps.
+// and tokens at every step, with fp32 and int8 weights and caches, and with
+// int8 and bf16 activations (W8A16); the graphed model recorded few graphs
+// and replayed most steps.
 #include <memory>
 #include <vector>
 
@@ -25,12 +26,15 @@ struct Copy {
   std::unique_ptr<KvCache> cache;
 };
 
-Copy Make(Backend* be, WeightFormat weights, KvFormat kv, bool graphs) {
+Copy Make(Backend* be, WeightFormat weights, KvFormat kv, bool bf16, bool graphs) {
   const GptConfig cfg = Small();
   Copy c;
   c.model = *Gpt::Create(cfg, be, 1, /*training=*/false);
   EXPECT_TRUE(c.model->InitWeights(7).ok());
   EXPECT_TRUE(c.model->QuantizeWeights(weights).ok());
+  if (bf16) {
+    EXPECT_TRUE(c.model->UseBf16Activations().ok());
+  }
   if (graphs) {
     EXPECT_TRUE(c.model->UseGraphs(true).ok());
   }
@@ -38,15 +42,17 @@ Copy Make(Backend* be, WeightFormat weights, KvFormat kv, bool graphs) {
   return c;
 }
 
-class DecodeGraphTest : public ::testing::TestWithParam<bool> {};  // int8 or fp32
+// fp32; int8 weights and cache; the same with bf16 activations.
+enum class Formats { kFp32, kInt8, kInt8Bf16 };
+class DecodeGraphTest : public ::testing::TestWithParam<Formats> {};
 
 TEST_P(DecodeGraphTest, GraphedDecodeStepsEqualEagerOnesBitwise) {
-  const bool int8 = GetParam();
+  const bool int8 = GetParam() != Formats::kFp32, bf16 = GetParam() == Formats::kInt8Bf16;
   auto backend = *MakeBackend("cuda-sim");
   const WeightFormat weights = int8 ? WeightFormat::kInt8 : WeightFormat::kF32;
   const KvFormat kv = int8 ? KvFormat::kInt8 : KvFormat::kF32;
-  Copy eager = Make(backend.get(), weights, kv, false);
-  Copy graphed = Make(backend.get(), weights, kv, true);
+  Copy eager = Make(backend.get(), weights, kv, bf16, false);
+  Copy graphed = Make(backend.get(), weights, kv, bf16, true);
 
   KvBlockPool pool(32);
   std::vector<KvBlockPool::SequenceId> ids;
@@ -102,8 +108,13 @@ TEST_P(DecodeGraphTest, GraphedDecodeStepsEqualEagerOnesBitwise) {
   EXPECT_EQ(eager.model->graph_counts().replays, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, DecodeGraphTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "int8" : "fp32"; });
+INSTANTIATE_TEST_SUITE_P(Formats, DecodeGraphTest,
+                         ::testing::Values(Formats::kFp32, Formats::kInt8, Formats::kInt8Bf16),
+                         [](const auto& info) {
+                           return info.param == Formats::kFp32   ? "fp32"
+                                  : info.param == Formats::kInt8 ? "int8"
+                                                                 : "int8_bf16";
+                         });
 
 TEST(DecodeGraphRefusalTest, CpuBackendHasNoGraphs) {
   auto backend = *MakeBackend("cpu");

@@ -12,8 +12,10 @@
 #  - refusals, each a one-line error and exit code 2: the CPU backend,
 #    tensor parallelism, parameter offload;
 #  - decoding: `ladder generate --cuda-graph` (decode steps replayed) prints
-#    the eager run's text, greedy and sampled, fp32 and int8 weights and KV;
-#    on the CPU backend it is refused.
+#    the eager run's text, greedy and sampled, fp32 and int8 weights and KV,
+#    and int8 with bf16 activations (W8A16); on the CPU backend it is
+#    refused, and so are --activations bf16 on the CPU, with fp32 weights
+#    and --activations of another value.
 #   cuda_graph_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/training_run.sh"
 train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 6
@@ -78,7 +80,8 @@ refuse tp2 2 "tensor parallelism calls the communicator between the ops" --tp 2
 refuse offload 1 "parameter offload streams each layer in between the ops" --offload params
 
 # Decoding with graphs: the model trained above, 40 new tokens.
-for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--temperature 0 --weights int8 --kv int8"; do
+for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--temperature 0 --weights int8 --kv int8" \
+  "--temperature 0 --weights int8 --kv int8 --activations bf16"; do
   gen=(generate --model "$tmp/fp32-eager" --prompt "In the beginning" --max-tokens 40 --device cuda-sim
        $opts)
   "$ladder" "${gen[@]}" >"$tmp/gen_eager.txt" 2>"$tmp/gen.log" || { cat "$tmp/gen.log"; fail "generate $opts"; }
@@ -96,6 +99,24 @@ rc=$?
 [ $rc -eq 2 ] || fail "generate --cuda-graph on the CPU: exit code $rc, not 2"
 grep -qF "ladder generate: --cuda-graph: cannot record graphs: the cpu backend has none" "$tmp/gen.log" ||
   { cat "$tmp/gen.log"; fail "generate --cuda-graph on the CPU: no error naming the backend"; }
+# refuse_activations WHY EXPECTED FLAGS...: generate exits 2 with EXPECTED.
+refuse_activations() {
+  local why=$1 expected=$2
+  shift 2
+  "$ladder" generate --model "$tmp/fp32-eager" --prompt "In" --max-tokens 2 "$@" \
+    >"$tmp/gen_act.txt" 2>"$tmp/gen.log"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "--activations $why: exit code $rc, not 2"
+  grep -qF "ladder generate: $expected" "$tmp/gen.log" ||
+    { cat "$tmp/gen.log"; fail "--activations $why: no error '$expected'"; }
+}
+refuse_activations "on the CPU" "--activations bf16: bf16 activations need a device backend" \
+  --device cpu --weights int8 --activations bf16
+refuse_activations "with fp32 weights" \
+  "--activations bf16: bf16 activations need int8 weights (the W8A16 matmul); this model holds fp32" \
+  --device cuda-sim --activations bf16
+refuse_activations "fp16" "--activations: expected fp32 or bf16, got 'fp16'" \
+  --device cuda-sim --weights int8 --activations fp16
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "PASS"

@@ -49,7 +49,9 @@ absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales, 
   if (Cin != C) {
     return absl::InvalidArgumentError(absl::StrCat(kFwd, ": inp has ", Cin, " columns, q has ", C));
   }
-  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, act, N, OC));
+  // W8A16 writes bf16, or f32 (logits); W8A8 f32.
+  const DType out_dtype = act == DType::kBF16 && out.dtype == DType::kF32 ? DType::kF32 : act;
+  RETURN_IF_ERROR(CheckRows(kFwd, "out", out, out_dtype, N, OC));
   if (!bias.empty()) RETURN_IF_ERROR(CheckNumel(kFwd, "bias", bias, DType::kF32, OC));
   if (act == DType::kBF16) {
     if (reinterpret_cast<uintptr_t>(q.data) % 8 != 0 ||
@@ -57,11 +59,14 @@ absl::Status MatmulInt8Forward(Tensor out, Tensor inp, Tensor q, Tensor scales, 
       return absl::InvalidArgumentError(
           absl::StrCat(kFwd, ": W8A16 needs q and inp 8-byte aligned"));
     }
-    return CudaStatus(kernels::LaunchMatmulInt8ForwardBf16(
-                          Data<__nv_bfloat16>(out), Data<__nv_bfloat16>(inp), q.i8(), scales.f32(),
-                          bias.empty() ? nullptr : bias.f32(), static_cast<int>(N),
-                          static_cast<int>(C), static_cast<int>(OC), static_cast<int>(G), stream),
-                      kFwd);
+    return WithStorage(kFwd, "out", out_dtype, [&](auto tag) {
+      using O = typename decltype(tag)::type;
+      return CudaStatus(kernels::LaunchMatmulInt8ForwardBf16<O>(
+                            Data<O>(out), Data<__nv_bfloat16>(inp), q.i8(), scales.f32(),
+                            bias.empty() ? nullptr : bias.f32(), static_cast<int>(N),
+                            static_cast<int>(C), static_cast<int>(OC), static_cast<int>(G), stream),
+                        kFwd);
+    });
   }
   return CudaStatus(kernels::LaunchMatmulInt8Forward(
                         out.f32(), inp.f32(), q.i8(), scales.f32(),

@@ -33,10 +33,10 @@ absl::Status CheckCache(absl::string_view op, const PagedKv& c, int num_heads, i
   return absl::OkStatus();
 }
 
-// qkv [N, 3C] f32.
+// qkv [N, 3C], f32 or bf16 (the call's activation dtype).
 absl::Status CheckQkv(absl::string_view op, const Tensor& qkv, int64_t C, int64_t* N) {
   int64_t C3 = 0;
-  RETURN_IF_ERROR(RowView(op, "qkv", qkv, DType::kF32, N, &C3));
+  RETURN_IF_ERROR(RowView(op, "qkv", qkv, qkv.dtype, N, &C3));
   if (C3 != 3 * C) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": qkv has ", C3, " columns, expected 3 x ", C));
@@ -56,15 +56,18 @@ absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots, int nu
     return absl::InvalidArgumentError(absl::StrCat(kWrite, ": too many tokens x heads"));
   }
   const int n = static_cast<int>(N), s = static_cast<int>(S), hs = static_cast<int>(C / num_heads);
-  if (cache.int8()) {
-    return CudaStatus(kernels::LaunchKvCacheWriteI8(cache.k.i8(), cache.v.i8(), cache.k_scale.f32(),
-                                                    cache.v_scale.f32(), qkv.f32(), slots.i32(), n,
-                                                    s, num_heads, hs, stream),
+  return WithStorage(kWrite, "qkv", qkv.dtype, [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    if (cache.int8()) {
+      return CudaStatus(kernels::LaunchKvCacheWriteI8<A>(
+                            cache.k.i8(), cache.v.i8(), cache.k_scale.f32(), cache.v_scale.f32(),
+                            Data<A>(qkv), slots.i32(), n, s, num_heads, hs, stream),
+                        kWrite);
+    }
+    return CudaStatus(kernels::LaunchKvCacheWriteF32<A>(cache.k.f32(), cache.v.f32(), Data<A>(qkv),
+                                                        slots.i32(), n, s, num_heads, hs, stream),
                       kWrite);
-  }
-  return CudaStatus(kernels::LaunchKvCacheWriteF32(cache.k.f32(), cache.v.f32(), qkv.f32(),
-                                                   slots.i32(), n, s, num_heads, hs, stream),
-                    kWrite);
+  });
 }
 
 int64_t PagedAttentionScratchFloats(const Tensor& qkv, const Tensor& block_tables, int num_heads) {
@@ -81,7 +84,7 @@ absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
   int64_t S = 0, C = 0, N = 0, num_seqs = 0, max_blocks = 0;
   RETURN_IF_ERROR(CheckCache(kAttn, cache, num_heads, &S, &C));
   RETURN_IF_ERROR(CheckQkv(kAttn, qkv, C, &N));
-  RETURN_IF_ERROR(CheckRows(kAttn, "out", out, DType::kF32, N, C));
+  RETURN_IF_ERROR(CheckRows(kAttn, "out", out, qkv.dtype, N, C));
   RETURN_IF_ERROR(
       RowView(kAttn, "block_tables", block_tables, DType::kI32, &num_seqs, &max_blocks));
   RETURN_IF_ERROR(CheckNumel(kAttn, "seq", seq, DType::kI32, N));
@@ -93,18 +96,21 @@ absl::Status PagedAttentionForward(Tensor out, Tensor qkv, const PagedKv& cache,
   if (need > 0) RETURN_IF_ERROR(CheckNumel(kAttn, "scratch", scratch, DType::kF32, need, true));
   const int n = static_cast<int>(N), s = static_cast<int>(S), hs = static_cast<int>(C / num_heads);
   const int seqs = static_cast<int>(num_seqs), blocks = static_cast<int>(max_blocks);
-  if (cache.int8()) {
-    return CudaStatus(kernels::LaunchPagedAttentionI8(
-                          out.f32(), scratch.f32(), qkv.f32(), cache.k.i8(), cache.v.i8(),
-                          cache.k_scale.f32(), cache.v_scale.f32(), block_tables.i32(), seq.i32(),
-                          pos.i32(), n, s, num_heads, hs, seqs, blocks, stream),
-                      kAttn);
-  }
-  return CudaStatus(
-      kernels::LaunchPagedAttentionF32(out.f32(), scratch.f32(), qkv.f32(), cache.k.f32(),
-                                       cache.v.f32(), block_tables.i32(), seq.i32(), pos.i32(), n,
-                                       s, num_heads, hs, seqs, blocks, stream),
-      kAttn);
+  return WithStorage(kAttn, "qkv", qkv.dtype, [&](auto tag) {
+    using A = typename decltype(tag)::type;
+    if (cache.int8()) {
+      return CudaStatus(kernels::LaunchPagedAttentionI8<A>(
+                            Data<A>(out), scratch.f32(), Data<A>(qkv), cache.k.i8(), cache.v.i8(),
+                            cache.k_scale.f32(), cache.v_scale.f32(), block_tables.i32(), seq.i32(),
+                            pos.i32(), n, s, num_heads, hs, seqs, blocks, stream),
+                        kAttn);
+    }
+    return CudaStatus(
+        kernels::LaunchPagedAttentionF32<A>(
+            Data<A>(out), scratch.f32(), Data<A>(qkv), cache.k.f32(), cache.v.f32(),
+            block_tables.i32(), seq.i32(), pos.i32(), n, s, num_heads, hs, seqs, blocks, stream),
+        kAttn);
+  });
 }
 
 LADDER_CUDA_END
