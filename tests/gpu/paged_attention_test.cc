@@ -18,7 +18,9 @@
 //     Longer sequences are attended in splits of 128 positions merged by
 //     log-sum-exp (split-K), a few more roundings of the same size. Each
 //     token's row must also be bitwise the one it gets attended alone (the
-//     splits never depend on the batch).
+//     splits never depend on the batch). With bf16 queries and output (bf16
+//     activations) the output is the fp32 call's on the widened queries,
+//     rounded once to bf16, bitwise.
 // out is poisoned with NaN before each run, so an element no kernel wrote
 // fails; a second run must give the same bits. Indices outside the tables or
 // the cache (which only the kernels can see) are skipped (a slot) or give NaN
@@ -248,6 +250,22 @@ TEST_P(PagedAttentionGpuTest, MatchesCpu) {
     gpu_test::ExpectBitwise(absl::StrCat("token ", n, " alone"), one_out.Download(),
                             std::vector<float>(out.begin() + n * C, out.begin() + (n + 1) * C));
   }
+
+  // bf16 activations: bf16 queries give the fp32 call's output on the same
+  // (widened) queries, rounded once to bf16, bit for bit.
+  const std::vector<float> q16 = gpu_test::Bf16Rounded(s.query_qkv);
+  qq_g.Upload(q16);
+  st = attend();
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> want16 = gpu_test::Bf16Rounded(out_g.Download());
+  gpu_test::GpuStored q16_g(q16, DType::kBF16), out16_g(gpu_test::Poison(N * C), DType::kBF16);
+  st = cuda::PagedAttentionForward(out16_g.View({N, C}), q16_g.View({N, C3}), gpu_kv, tables,
+                                   seq_g.View({N}), pos_g.View({N}), nh,
+                                   scratch_g.View({scratch_g.size()}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  gpu_test::ExpectBitwise("bf16 out", out16_g.Download(), want16);
 }
 
 // Head sizes 24 (a partial lane chunk), 32, 48, 64 and 25 (odd); NH = 1;
