@@ -117,13 +117,14 @@ constexpr int kDequantThreads = 256;
 constexpr unsigned kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 
 static_assert(kWarps == kTokens, "warp t owns token t's accumulators");
+static_assert(kChunkBlocks % kWarps == 0, "every warp gets the same number of blocks");
 
+// W8A16.
 constexpr int kW16Warps = 4;  // warps splitting one panel's mma steps
 constexpr int kW16Threads = kW16Warps * kWarpSize;
 constexpr int kW16Tiles = 4;  // mma tiles of 8 tokens per block
 constexpr int kW16Tokens = 8 * kW16Tiles;
 constexpr int kStepChannels = 16;  // input channels per mma step (k16)
-static_assert(kChunkBlocks % kWarps == 0, "every warp gets the same number of blocks");
 
 // quantize.h Int8PanelIndex / Int8PanelScaleIndex.
 __device__ __forceinline__ size_t PanelIndex(int r, int c, int C) {

@@ -1,7 +1,8 @@
 // Launchers of kernels/int8_matmul.cu: the int8-weight linear layer of
-// inference (W8A8, and W8A16 for bf16 activations) and the int8 table lookup, callable from host
-// C++ (g++). Raw device pointers, work enqueued on `stream`, the launch error returned. Shape
-// checks live in the callers (src/backend/cuda/int8_matmul.h).
+// inference (W8A8, and W8A16 for bf16 activations) and the int8 table
+// lookup, callable from host C++ (g++). Raw device pointers, work enqueued
+// on `stream`, the launch error returned. Shape checks live in the callers
+// (src/backend/cuda/int8_matmul.h).
 //
 // The contract is Backend::MatmulInt8Forward and Backend::DequantizeRows
 // (src/backend/backend.h). The weights are an [OC, C] matrix in quantize.h's

@@ -20,8 +20,8 @@
 // QuantizeSymmetric (the same IEEE divide, multiply and clamp, and rintf in
 // place of its add-and-subtract rounding, which rounds the same way), so the
 // GPU's cache is bit for bit the CPU's.
-// Bytes: reads 8*N*C (k and v, fp32; 4*N*C bf16); writes 8*N*C (fp32 cache) or
-// 2*N*C + 8*N*NH (int8 and scales). No arithmetic to speak of.
+// Bytes: reads 8*N*C (k and v, fp32; 4*N*C bf16); writes 8*N*C (fp32
+// cache) or 2*N*C + 8*N*NH (int8 and scales). No arithmetic to speak of.
 // Shape: one warp per (token, head), lane = channel (HS / 32 values each), so
 // the slice's max is a warp shuffle reduction and the reads are coalesced.
 //
@@ -38,9 +38,10 @@
 // exp(s_p - m) * v_scale, each scale applied once per position.
 // Bytes per (token, head) at position P: reads (P + 1) * HS * 2 cache values
 // (4 bytes each fp32, 1 byte int8, plus 8 bytes of scales per position) and
-// HS query values; writes HS values (4 bytes each, 2 for bf16). FLOPs: 4 * (P + 1) * HS. Decoding
-// does about one FLOP per byte: bound by memory bandwidth, which is why the int8 cache (a quarter
-// of the bytes) exists. Split-K (flash-decoding): a decode step has few query tokens (one per
+// HS query values; writes HS values (4 bytes each, 2 for bf16). FLOPs:
+// 4 * (P + 1) * HS. Decoding does about one FLOP per byte: bound by memory
+// bandwidth, which is why the int8 cache (a quarter of the bytes) exists.
+// Split-K (flash-decoding): a decode step has few query tokens (one per
 // sequence), so one warp per (token, head) is a few dozen warps for a whole
 // GPU, each walking a long sequence alone. The positions are therefore cut
 // into splits of kSplitRows = 128 (8 cache blocks); one warp per (token,

@@ -43,6 +43,8 @@ cudaError_t LaunchKvCacheWriteI8(int8_t* k_cache, int8_t* v_cache, float* k_scal
                                  const A* qkv, const int32_t* slots, int N, int S, int NH, int HS,
                                  cudaStream_t stream);
 
+// Split-K: positions are attended in splits of kPagedSplitBlocks cache
+// blocks, merged by log-sum-exp (kernels/paged_attention.cu).
 inline constexpr int kPagedSplitBlocks = 8;
 // The splits of a table of max_blocks columns (the longest a sequence can be).
 inline constexpr int PagedSplits(int max_blocks) {
