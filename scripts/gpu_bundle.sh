@@ -15,8 +15,9 @@
 #                its first call unpacks payload.tar.gz into gpu-bundle.unpacked/
 #   MANIFEST     what is inside, and where each library came from
 #   payload.tar.gz:
-#   bin/         ladder, every tests/gpu/*_gpu_test, tests/parallel/nccl_comm_gpu_test
-#                (stripped)
+#   bin/         ladder and every *_gpu_test (the gpu suite's programs under
+#                tests/: the kernel tests, the op tests' cuda instances and
+#                the NCCL communicator), stripped
 #   lib/         the ldd closure of bin/ from this machine, glibc's loader and
 #                libc, libm, libdl, libpthread, librt (what the CUDA libraries
 #                name) included, libcuda, libcudart, libcublas(Lt) and libnccl
@@ -55,7 +56,7 @@ glibc_extra=(libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1 libresolv.so.2 l
 
 programs() {  # the build's programs that travel, relative to the build dir
   echo ladder
-  (cd "$build_dir" && ls tests/gpu/*_gpu_test 2>/dev/null; ls tests/parallel/nccl_comm_gpu_test 2>/dev/null) || true
+  (cd "$build_dir" && find tests -name '*_gpu_test' -type f | sort) || true
 }
 
 build() {

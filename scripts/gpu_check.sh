@@ -8,7 +8,8 @@
 # - Otherwise it installs the Debian packages if missing and builds
 #   BUILD_DIR (default build-gpu) with -Dcuda=enabled, as before.
 # Then: nvidia-smi; `ladder version`; every *_gpu_test (each kernel against
-# the CPU reference, and the NCCL communicator); the equivalence model
+# the CPU reference, the cuda instances of the op tests that run on every
+# backend, and the NCCL communicator); the equivalence model
 # (tests/parallel/equivalence.conf, 20 steps on a small generated corpus)
 # trained with --device cuda and with --device cpu, compared by
 # tests/parallel/compare_runs.py within 1e-4; `ladder bench ops --device
