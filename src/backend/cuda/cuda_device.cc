@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
+#include "src/backend/cuda/cublaslt_library.h"
 
 #ifndef LADDER_CUDA_ARCHS
 #define LADDER_CUDA_ARCHS "?"
@@ -50,8 +51,9 @@ int CudaDeviceCount(std::string* why_none) {
 }
 
 std::string CudaSummary() {
-  std::string line = absl::StrCat("cuda: compiled for ", LADDER_CUDA_ARCHS, " (runtime ",
-                                  CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10, ")");
+  std::string line =
+      absl::StrCat("cuda: compiled for ", LADDER_CUDA_ARCHS, " (runtime ", CUDART_VERSION / 1000,
+                   ".", CUDART_VERSION % 1000 / 10, ", ", cuda::CublasLtSummary(), ")");
   std::string why;
   const int n = CudaDeviceCount(&why);
   if (n == 0) return absl::StrCat(line, ", no device (", why, "): running on the CPU");

@@ -16,9 +16,13 @@ bool CudaCompiled();
 int CudaDeviceCount(std::string* why_none);
 
 // One line for `ladder version`, e.g.
-//   "cuda: compiled for sm_90 (runtime 13.0), 1 device: NVIDIA H200 (sm_90, 140 GiB)"
-//   "cuda: compiled for sm_90 (runtime 13.0), no device (<reason>): running on the CPU"
+//   "cuda: compiled for sm_90 (runtime 13.0, cuBLASLt 13.1.0), 1 device: NVIDIA H200
+//    (sm_90, 140 GiB)"
+//   "cuda: compiled for sm_90 (runtime 13.0, cuBLASLt 13.1.0), no device (<reason>):
+//    running on the CPU"
 //   "cuda: not compiled"
+// It loads cuBLASLt (cublaslt_library.h) to name its version, or says
+// "cuBLASLt not loadable: <reason>".
 std::string CudaSummary();
 
 }  // namespace ladder

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cuda/bias_grad.h"
+#include "src/backend/cuda/cublaslt_library.h"
 #include "src/backend/cuda/cuda_check.h"
 
 LADDER_CUDA_BEGIN
@@ -54,6 +55,7 @@ Matmuls::~Matmuls() {
 absl::StatusOr<std::unique_ptr<Matmuls>> Matmuls::Create(cudaStream_t stream) {
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
+  RETURN_IF_ERROR(LoadCublasLt());
   RETURN_IF_ERROR(LtStatus(cublasLtCreate(&impl->handle), "create"));
   std::unique_ptr<Matmuls> m(new Matmuls(std::move(impl)));
   RETURN_IF_ERROR(
