@@ -11,14 +11,9 @@
 #include <dlfcn.h>
 
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-#ifndef LADDER_CUBLASLT_DIRS
-#define LADDER_CUBLASLT_DIRS ""
-#endif
 
 namespace ladder {
 namespace cuda {
