@@ -266,31 +266,42 @@ TEST_F(CpuOnlyInt8OpsTest, MatmulIsWithinActivationQuantizationAtEveryLevel) {
 // The CPU backend's prefill path at the levels without VNNI (more than
 // kSmallBatch tokens: sgemm over weights widened a panel at a time).
 TEST_F(CpuOnlyInt8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
-  uint32_t seed = 200;
+  std::vector<CpuIsa> levels;
   for (CpuIsa isa : Levels()) {
-    if (cpu::Int8KernelMaxTokens(isa) >= 17) continue;
-    ScopedCpuIsa scoped(isa);
-    SCOPED_TRACE(CpuIsaName(isa));
-    for (int64_t N : {17, 64, 200}) {
-      for (int64_t C : {96, 768}) {
-        for (int64_t OC : {48, 2304}) {
-          for (int64_t G : {int64_t{32}, C}) {
-            const Quantized w = MakeQuantized(OC, C, G, ++seed);
-            const DeviceWeight dw(*this, w);
-            const Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
-            SCOPED_TRACE(::testing::Message()
-                         << "N=" << N << " C=" << C << " OC=" << OC << " G=" << G);
-            const Floats got = Matmul(*this, x, dw, w, bias, N);
-            for (int64_t n = 0; n < N; ++n) {
-              for (int64_t o = 0; o < OC; ++o) {
-                double want = bias[o], mag = std::fabs(bias[o]);
-                for (int64_t c = 0; c < C; ++c) {
-                  const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
-                  want += p;
-                  mag += std::fabs(p);
-                }
-                ASSERT_LE(std::fabs(got[n * OC + o] - want), 1e-5 * mag + 1e-6) << n << "," << o;
+    if (cpu::Int8KernelMaxTokens(isa) < 17) levels.push_back(isa);
+  }
+  uint32_t seed = 200;
+  for (int64_t N : {17, 64, 200}) {
+    for (int64_t C : {96, 768}) {
+      for (int64_t OC : {48, 2304}) {
+        for (int64_t G : {int64_t{32}, C}) {
+          const Quantized w = MakeQuantized(OC, C, G, ++seed);
+          const DeviceWeight dw(*this, w);
+          const Floats x = Uniform(N * C, ++seed, -2.0f, 2.0f), bias = Uniform(OC, ++seed);
+          SCOPED_TRACE(::testing::Message()
+                       << "N=" << N << " C=" << C << " OC=" << OC << " G=" << G);
+          // The reference, once for every level: the product in double, and
+          // the sum of the products' magnitudes the tolerance scales with.
+          std::vector<double> want(N * OC), mag(N * OC);
+          for (int64_t n = 0; n < N; ++n) {
+            for (int64_t o = 0; o < OC; ++o) {
+              double sum = bias[o], m = std::fabs(bias[o]);
+              for (int64_t c = 0; c < C; ++c) {
+                const double p = static_cast<double>(x[n * C + c]) * w.W(o, c);
+                sum += p;
+                m += std::fabs(p);
               }
+              want[n * OC + o] = sum;
+              mag[n * OC + o] = m;
+            }
+          }
+          for (CpuIsa isa : levels) {
+            ScopedCpuIsa scoped(isa);
+            SCOPED_TRACE(CpuIsaName(isa));
+            const Floats got = Matmul(*this, x, dw, w, bias, N);
+            for (int64_t i = 0; i < N * OC; ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), 1e-5 * mag[i] + 1e-6)
+                  << i / OC << "," << i % OC;
             }
           }
         }

@@ -1,6 +1,8 @@
 // Launches: runs a grid block by block, each block's threads as fibers
-// (fiber.h), with __syncthreads and the warp collectives of device.h resolved
-// when every thread of the block is waiting. Faults inside a kernel (a guard
+// (fiber.h) in passes: every runnable thread, in index order, runs until it
+// waits at a collective or exits, and hands over to the next. The warp
+// collectives of device.h are resolved as soon as no lane of the warp can
+// run, __syncthreads when no thread of the block can. Faults inside a kernel (a guard
 // page, a wild pointer, a fiber's stack overflow, abort()) are caught by a
 // signal handler that jumps back to the launch, which fails with the kernel's
 // name and the faulting thread's indices.
@@ -142,12 +144,61 @@ std::string Doing(const SimThread& t) {
   siglongjmp(r.fault_jump, 1);
 }
 
-// Switches from the running simulated thread back to the scheduler.
+bool ResolveWarp(Run& r, int w);
+
+// The first runnable thread with an index of at least `from`; the thread
+// count if there is none.
+int NextRunnable(const Run& r, int from) {
+  const int n = static_cast<int>(r.threads.size());
+  while (from < n && r.threads[static_cast<size_t>(from)].wait != Wait::kRunnable) ++from;
+  return from;
+}
+
+// True iff a lane of thread t's warp other than t can run.
+bool WarpHasRunnable(const Run& r, int t) {
+  const int n = static_cast<int>(r.threads.size());
+  const int first = t / warpSize * warpSize;
+  const int end = std::min(first + warpSize, n);
+  // The lanes after t first: in a pass they have not run yet, so the search
+  // usually ends at t + 1.
+  for (int j = t + 1; j < end; ++j) {
+    if (r.threads[static_cast<size_t>(j)].wait == Wait::kRunnable) return true;
+  }
+  for (int j = first; j < t; ++j) {
+    if (r.threads[static_cast<size_t>(j)].wait == Wait::kRunnable) return true;
+  }
+  return false;
+}
+
+// Makes thread t the running one and switches to it from the context whose
+// stack pointer goes to *save.
+void SwitchTo(Run& r, int t, FiberSp* save) {
+  SimThread& th = r.threads[static_cast<size_t>(t)];
+  r.current = t;
+  threadIdx = th.idx;
+  ladder_cuda_sim_switch(save, th.sp);
+}
+
+// Suspends the running simulated thread, which now waits for `why`, and
+// hands over to the next thread of the pass (RunBlock): the runnable one
+// with the next higher index, or the scheduler after the last. Threads hand
+// over to each other directly, so a collective costs each thread one switch,
+// not two through the scheduler. When the suspending thread leaves its warp
+// with no lane that can run, the warp's collectives are resolved here, as at
+// the end of the pass: nothing later in the pass changes those lanes.
 void Suspend(Wait why) {
   Run& r = *run;
-  SimThread& t = r.threads[static_cast<size_t>(r.current)];
+  const int self = r.current;
+  SimThread& t = r.threads[static_cast<size_t>(self)];
   t.wait = why;
-  ladder_cuda_sim_switch(&t.sp, r.scheduler_sp);
+  if (!WarpHasRunnable(r, self)) ResolveWarp(r, self / warpSize);
+  const int next = NextRunnable(r, self + 1);
+  if (next < static_cast<int>(r.threads.size())) {
+    SwitchTo(r, next, &t.sp);
+  } else {
+    r.current = -1;
+    ladder_cuda_sim_switch(&t.sp, r.scheduler_sp);
+  }
 }
 
 void FiberMain(void* /*unused*/) {
@@ -251,15 +302,17 @@ void ResolveMatrix(Run& r, int first, WarpOp op, int arg) {
     regs[l] = static_cast<uint32_t*>(lane(l).out);
     if (l >= 8 * num) continue;  // .x1 and .x2 use the addresses of lanes 0-7 and 0-15 only
     const void* p = lane(l).in;
-    const std::string where =
-        absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(op, arg), ": row address ",
-                     absl::StrFormat("%p", p), " (row ", l % 8, " of matrix ", l / 8, ")");
+    auto where = [&] {  // built only for a failure: the check runs on every ldmatrix
+      return absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(op, arg),
+                          ": row address ", absl::StrFormat("%p", p), " (row ", l % 8,
+                          " of matrix ", l / 8, ")");
+    };
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-      FailBlock(cudaErrorMisalignedAddress, absl::StrCat(where, " is not 16-byte aligned"));
+      FailBlock(cudaErrorMisalignedAddress, absl::StrCat(where(), " is not 16-byte aligned"));
     }
     if (!InShared(r, p, 16)) {
       FailBlock(cudaErrorIllegalAddress,
-                absl::StrCat(where, ": its 16 bytes are not inside the block's ",
+                absl::StrCat(where(), ": its 16 bytes are not inside the block's ",
                              r.request->shared_bytes, " bytes of dynamic shared memory"));
     }
     rows[l] = p;
@@ -279,25 +332,27 @@ bool ResolveWarp(Run& r, int w) {
     if (t.wait != Wait::kWarp) continue;
     const unsigned mask = t.mask;
     const bool matrix = IsMatrixOp(t.op);
-    const std::string where = absl::StrCat(
-        Where(r, first + l), " (lane ", l, "): ", OpName(t.op, t.arg),
-        matrix ? std::string() : absl::StrFormat(" with mask 0x%08x", mask));
+    auto where = [&] {  // built only for a failure: the checks run on every collective
+      return absl::StrCat(Where(r, first + l), " (lane ", l, "): ", OpName(t.op, t.arg),
+                          matrix ? std::string() : absl::StrFormat(" with mask 0x%08x", mask));
+    };
     if (matrix && lanes < warpSize) {
       FailBlock(cudaErrorIllegalInstruction,
-                absl::StrCat(where, ": needs all 32 lanes of the warp, and the block has only ",
+                absl::StrCat(where(), ": needs all 32 lanes of the warp, and the block has only ",
                              lanes, " threads in this warp"));
     }
     if ((mask & (1u << l)) == 0) {
-      FailBlock(cudaErrorIllegalInstruction, absl::StrCat(where, ": the lane is not in its mask"));
+      FailBlock(cudaErrorIllegalInstruction,
+                absl::StrCat(where(), ": the lane is not in its mask"));
     }
     if (lanes < warpSize && (mask >> lanes) != 0) {
       FailBlock(cudaErrorIllegalInstruction,
-                absl::StrCat(where, ": the mask names lanes beyond the block's ", lanes,
+                absl::StrCat(where(), ": the mask names lanes beyond the block's ", lanes,
                              " threads in this warp"));
     }
     if (t.width <= 0 || t.width > warpSize || (t.width & (t.width - 1)) != 0) {
       FailBlock(cudaErrorIllegalInstruction,
-                absl::StrCat(where, ": width ", t.width, " is not a power of two <= 32"));
+                absl::StrCat(where(), ": width ", t.width, " is not a power of two <= 32"));
     }
     for (int j = 0; j < lanes; ++j) {
       if ((mask & (1u << j)) == 0) continue;
@@ -305,7 +360,7 @@ bool ResolveWarp(Run& r, int w) {
       if (o.wait != Wait::kWarp || o.op != t.op || o.mask != mask ||
           (matrix && o.arg != t.arg)) {
         FailBlock(cudaErrorIllegalInstruction,
-                  absl::StrCat(where, ": lane ", j, matrix ? " of the warp" : " of the mask",
+                  absl::StrCat(where(), ": lane ", j, matrix ? " of the warp" : " of the mask",
                                " never arrives (it ", Doing(o), ")"));
       }
     }
@@ -408,18 +463,16 @@ bool RunBlock(Run& r) {
     return false;
   }
   for (;;) {
-    int finished = 0;
-    for (int t = 0; t < n; ++t) {
-      SimThread& th = r.threads[static_cast<size_t>(t)];
-      if (th.wait == Wait::kRunnable) {
-        r.current = t;
-        threadIdx = th.idx;
-        ladder_cuda_sim_switch(&r.scheduler_sp, th.sp);
-        r.current = -1;
-      }
-      if (th.wait == Wait::kDone) ++finished;
+    // A pass: every runnable thread runs, in index order, until it waits or
+    // exits; each hands over to the next (Suspend), the last back to here.
+    const int first = NextRunnable(r, 0);
+    if (first < n) {
+      SwitchTo(r, first, &r.scheduler_sp);
+      continue;
     }
-    if (finished == n) return true;
+    bool finished = true;
+    for (const SimThread& th : r.threads) finished = finished && th.wait == Wait::kDone;
+    if (finished) return true;
     Resolve(r);
   }
 }
@@ -499,12 +552,12 @@ cudaError_t SetMaxDynamicShared(const void* kernel, int bytes) {
 
 cudaError_t Launch(const LaunchRequest& q) {
   if (StickyError() != cudaSuccess) return Fail(StickyError(), cudaGetErrorString(StickyError()));
-  const std::string kernel = absl::StrCat("kernel ", q.kernel_name);
+  auto kernel = [&] { return absl::StrCat("kernel ", q.kernel_name); };  // for the errors
   const uint64_t threads = uint64_t{q.block.x} * q.block.y * q.block.z;
   if (threads == 0 || threads > kMaxThreadsPerBlock || q.block.z > 64 || q.grid.x == 0 ||
       q.grid.y == 0 || q.grid.z == 0 || q.grid.y > kMaxGridYZ || q.grid.z > kMaxGridYZ) {
     return Fail(cudaErrorInvalidConfiguration,
-                absl::StrCat(kernel, ": invalid launch configuration: grid ", Dim(q.grid),
+                absl::StrCat(kernel(), ": invalid launch configuration: grid ", Dim(q.grid),
                              ", block ", Dim(q.block), " (at most 1024 threads per block)"));
   }
   size_t limit = kDefaultShared;
@@ -515,7 +568,7 @@ cudaError_t Launch(const LaunchRequest& q) {
   }
   if (q.shared_bytes > limit) {
     return Fail(cudaErrorInvalidValue,
-                absl::StrCat(kernel, ": ", q.shared_bytes,
+                absl::StrCat(kernel(), ": ", q.shared_bytes,
                              " bytes of dynamic shared memory, more than its limit of ", limit,
                              " (raise it with cudaFuncSetAttribute, at most 227 KiB)"));
   }
@@ -523,7 +576,7 @@ cudaError_t Launch(const LaunchRequest& q) {
     const void* p = q.pointer_args[i];
     if (p != nullptr && !IsDeviceRange(p, 0)) {
       return Fail(cudaErrorInvalidValue,
-                  absl::StrFormat("%s: argument %d (%p) is not device memory", kernel,
+                  absl::StrFormat("%s: argument %d (%p) is not device memory", kernel(),
                                   q.pointer_arg_index[i], p));
     }
   }
@@ -532,7 +585,7 @@ cudaError_t Launch(const LaunchRequest& q) {
   if (run_storage == nullptr) run_storage = new Run;  // kept for the thread's life
   Run& r = *run_storage;
   if (!r.stacks.Reserve(static_cast<int>(threads))) {
-    return Fail(cudaErrorMemoryAllocation, absl::StrCat(kernel, ": no memory for fiber stacks"));
+    return Fail(cudaErrorMemoryAllocation, absl::StrCat(kernel(), ": no memory for fiber stacks"));
   }
   r.request = &q;
   r.threads.assign(threads, SimThread{});
@@ -561,7 +614,7 @@ cudaError_t Launch(const LaunchRequest& q) {
   if (!ok) return Fail(r.failure_code, r.failure, /*sticky=*/true);
   const std::string slack = CheckSlack();
   if (!slack.empty()) {
-    return Fail(cudaErrorIllegalAddress, absl::StrCat(kernel, ": ", slack), /*sticky=*/true);
+    return Fail(cudaErrorIllegalAddress, absl::StrCat(kernel(), ": ", slack), /*sticky=*/true);
   }
   return cudaSuccess;
 }
