@@ -17,7 +17,6 @@
 #include "src/core/philox.h"
 #include "src/core/status.h"
 #include "src/parallel/mpi_comm.h"
-#include "src/tools/ceiling.h"
 #include "src/train/trainer.h"
 
 namespace ladder {
@@ -59,16 +58,9 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng.NextU32() % rc.model.vocab_size);
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
-  // Every rank measures the ceiling at the same time and the rates are
-  // summed: the rate all ranks reach together on the cores they share.
-  RETURN_IF_ERROR(par.comms[Axis::kWorld].Barrier());
   ASSIGN_OR_RETURN(const DType storage, ParsePrecision(f.layout.precision, *backend));
-  ASSIGN_OR_RETURN(const GemmCeiling ceiling,
-                   MeasureBackendGemmCeiling(*backend, 2048, 3, storage));
-  float rate = static_cast<float>(ceiling.gflops);
-  RETURN_IF_ERROR(
-      par.comms[Axis::kWorld].AllReduce(Tensor::F32(&rate, {1}, Device::kCpu), ReduceOp::kSum));
-  double gemm = rate;
+  ASSIGN_OR_RETURN(const JobGemmCeiling ceiling, par.MeasureGemmCeiling(*backend, 2048, storage));
+  double gemm = ceiling.gflops;
   TrainerOptions options = par.groups(f.layout);
   options.storage = storage;
   ASSIGN_OR_RETURN(auto trainer,
@@ -83,8 +75,8 @@ absl::Status BenchTrain(const BenchFlags& f, const FlagSet& flags) {
         storage == DType::kBF16 ? "bf16 mixed precision" : "fp32");
     std::printf("kernels: %s; ladder's own: %s\n", BlasSummary().c_str(),
                 CpuIsaName(ActiveCpuIsa()));
-    std::printf("GEMM ceiling: %.1f GFLOP/s (best: %s; summed over %d ranks running at once)\n",
-                gemm, ceiling.source.c_str(), par.grid.world_size());
+    std::printf("GEMM ceiling: %.1f GFLOP/s (best: %s)%s\n", gemm, ceiling.source.c_str(),
+                ceiling.Spread().c_str());
   }
   for (int64_t i = 0; i < warmup; ++i) RETURN_IF_ERROR(trainer->Step().status());
   StepRecord sum;

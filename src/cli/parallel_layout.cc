@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/backend/backend_factory.h"
 #include "src/core/status.h"
 #include "src/parallel/mpi_comm.h"
@@ -265,6 +267,27 @@ absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend
     }
   }
   return ParallelRun{grid, std::move(comms)};
+}
+
+std::string JobGemmCeiling::Spread() const {
+  if (ranks == 1) return "";
+  return absl::StrFormat(" (summed over %d ranks running at once, %.1f to %.1f each)", ranks,
+                         rank_min, rank_max);
+}
+
+absl::StatusOr<JobGemmCeiling> ParallelRun::MeasureGemmCeiling(Backend& backend, int max_n,
+                                                               DType storage) {
+  Communicator& world = comms[Axis::kWorld];
+  RETURN_IF_ERROR(world.Barrier());
+  ASSIGN_OR_RETURN(const GemmCeiling mine, MeasureBackendGemmCeiling(backend, max_n, 3, storage));
+  ASSIGN_OR_RETURN(const std::vector<double> all, AllGatherValues<double>(world, {mine.gflops}));
+  JobGemmCeiling job;
+  job.ranks = static_cast<int>(all.size());
+  job.rank_min = *std::min_element(all.begin(), all.end());
+  job.rank_max = *std::max_element(all.begin(), all.end());
+  for (const double g : all) job.gflops += g;  // in rank order: the same sum on every rank
+  job.source = mine.source;
+  return job;
 }
 
 int RunParallelCommand(FlagSet& flags, int argc, char** argv,

@@ -12,6 +12,7 @@
 #include "src/core/flags.h"
 #include "src/parallel/comm.h"
 #include "src/parallel/grid.h"
+#include "src/tools/ceiling.h"
 #include "src/tools/plan.h"
 #include "src/train/run_config.h"
 #include "src/train/trainer.h"
@@ -75,11 +76,28 @@ void AddRankMemoryFlag(FlagSet& flags, double* mib);
 // layout fits, naming the world and the wanted layout.
 absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world);
 
+// The rate a job's MFU divides by: every rank measures its own GEMM ceiling
+// (MeasureBackendGemmCeiling, tools/ceiling.h) at the same moment, after a
+// barrier, and the rates are summed, so it is what all ranks reach together
+// (on the cores they share, or one device each), as the job's FLOP rate is.
+struct JobGemmCeiling {
+  double gflops = 0;    // the sum over the ranks
+  double rank_min = 0;  // the slowest rank's own
+  double rank_max = 0;  // the fastest rank's own
+  int ranks = 1;
+  std::string source;  // this rank's best candidate, e.g. "BLAS sgemm 1024^3"
+  // " (summed over 4 ranks running at once, 81.2 to 86.0 each)"; "" for one rank.
+  std::string Spread() const;
+};
+
 struct ParallelRun {
   Grid grid;
   Communicators comms;
   // The trainer's groups for this rank, as the flags set them.
   TrainerOptions groups(const LayoutFlags& f);
+  // The GEMM ceiling of the whole job (JobGemmCeiling). Collective over the
+  // world; errors are the backend's or the communicator's.
+  absl::StatusOr<JobGemmCeiling> MeasureGemmCeiling(Backend& backend, int max_n, DType storage);
 };
 // Builds the grid and the communicators (collective over all ranks). On the
 // CPU, MPI carries every buffer. With a device backend each group of two or

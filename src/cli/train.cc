@@ -19,7 +19,6 @@
 #include "src/data/dataset.h"
 #include "src/parallel/mpi_comm.h"
 #include "src/tokenizer/tokenizer_dir.h"
-#include "src/tools/ceiling.h"
 #include "src/tools/plan.h"
 #include "src/train/fault_env.h"
 #include "src/train/run.h"
@@ -180,8 +179,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   const Grid& grid = par.grid;
   TrainerOptions options = par.groups(f.layout);
   ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
-  ASSIGN_OR_RETURN(const GemmCeiling ceiling,
-                   MeasureBackendGemmCeiling(*backend, 1024, 3, options.storage));
+  ASSIGN_OR_RETURN(const JobGemmCeiling ceiling,
+                   par.MeasureGemmCeiling(*backend, 1024, options.storage));
   const double peak = ceiling.gflops;
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
@@ -220,13 +219,13 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
         "data: %zu train / %zu validation tokens; %lld tokens per step (%d x %d x %d "
         "accumulation)\n"
         "memory (rank 0): weights %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB; "
-        "backend %s, GEMM ceiling %.1f GFLOP/s\n",
+        "backend %s, GEMM ceiling %.1f GFLOP/s%s\n",
         rc.model.n_layer, rc.model.n_head, rc.model.n_embd, rc.model.context, rc.model.vocab_size,
         rc.model.padded_vocab(), rc.model.NumParameters() / 1e6, data.train.size(), data.val.size(),
         static_cast<long long>(trainer->tokens_per_step()), rc.batch_size, rc.model.context,
         rc.AccumulationSteps(), model.weight_memory_bytes() * mib, model.grads().bytes() * mib,
         trainer->optimizer_state_bytes() * mib, model.activation_sizes().total_bytes() * mib,
-        std::string(backend->name()).c_str(), peak);
+        std::string(backend->name()).c_str(), peak, ceiling.Spread().c_str());
 
   Timer run_timer;
   RETURN_IF_ERROR(run.Run());
