@@ -162,12 +162,17 @@ int Engine::Lookahead(const Running& r) const {
   // The step emits at most K + 1 tokens, and the last one it emits is never
   // run through a model, so the highest position written is
   // prompt + max_tokens - 2: inside the context and the admitted blocks.
-  if (!draft_cache_ || !MaySpeculate(r.request)) return 0;
+  if (!draft_cache_ || !DrawsFromRawLogits(r.request)) return 0;
   return std::max(0, std::min(cfg_.speculate, r.request.max_tokens - r.generated - 1));
 }
 
-bool Engine::MaySpeculate(const EngineRequest& r) {
+bool Engine::DrawsFromRawLogits(const EngineRequest& r) {
   return !r.sampling.AdjustsLogits() && r.constraint == nullptr;
+}
+
+bool Engine::NeedsHostLogits(const EngineRequest& r, int proposals, bool completes) {
+  return proposals > 0 || r.echo_logprobs ||
+         (completes && (r.logprobs >= 0 || !DrawsFromRawLogits(r)));
 }
 
 absl::StatusOr<int32_t> Engine::SampleAdjusted(Running& r, absl::Span<const float> row) {
@@ -361,7 +366,7 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
         // A request finishing this step without proposals, or never
         // speculating, needs no draft.
         if (take[i] == 0 || (spec[i] == 0 && r.computed + take[i] == size) ||
-            !MaySpeculate(r.request)) {
+            !DrawsFromRawLogits(r.request)) {
           continue;
         }
         for (int64_t p = r.draft_computed; p < r.computed + take[i]; ++p) {
@@ -412,9 +417,7 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     at += take[i] + spec[i];
     const bool completes =
         take[i] > 0 && r.computed + take[i] == static_cast<int64_t>(r.tokens.size());
-    if (spec[i] > 0 || q.echo_logprobs || (completes && (q.logprobs >= 0 || !MaySpeculate(q)))) {
-      host_logits = true;
-    }
+    host_logits = host_logits || NeedsHostLogits(q, spec[i], completes);
     if (completes && q.max_tokens > 0) {
       spec_of[i] = static_cast<int>(specs.size());
       specs.push_back(TokenSampleSpec{first + take[i] - 1, q.sampling.temperature, q.sampling.top_k,
@@ -492,7 +495,7 @@ absl::StatusOr<std::vector<EngineEvent>> Engine::Step() {
     } else {
       rows = absl::MakeConstSpan(logits.data() + (first + take[i] - 1) * V,
                                  static_cast<size_t>(spec[i] + 1) * V);
-      if (MaySpeculate(r.request)) {
+      if (DrawsFromRawLogits(r.request)) {
         v = VerifyProposals(proposals[i], draft_dist[i], rows, r.request.sampling, &r.rng);
       } else {  // (no proposals: one row)
         ASSIGN_OR_RETURN(v.next, SampleAdjusted(r, rows));

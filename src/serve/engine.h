@@ -226,10 +226,17 @@ class Engine {
   absl::Status Release(const Running& r);
   // Draft tokens the request may propose this step: K, but never so many
   // that the step could pass max_tokens (nor so the context); 0 for a
-  // request that never speculates (MaySpeculate).
+  // request that never speculates (DrawsFromRawLogits false).
   int Lookahead(const Running& r) const;
-  // False for requests with logit adjustments or a constraint (see the top).
-  static bool MaySpeculate(const EngineRequest& r);
+  // True for a request drawn from the target's raw logits: no logit
+  // adjustments and no constraint. Only such a request speculates (see the
+  // top) or draws on the device.
+  static bool DrawsFromRawLogits(const EngineRequest& r);
+  // True if this step needs the request's rows of logits on the host: it
+  // has `proposals` to verify, echoes prompt log-probabilities, or
+  // `completes` (samples its next token) and returns log-probabilities or
+  // does not draw from the raw logits (its row is adjusted or masked first).
+  static bool NeedsHostLogits(const EngineRequest& r, int proposals, bool completes);
   // Samples the next token of a request that does not speculate from `row`,
   // the raw logits after its last token: adjusts a copy of the row, masks
   // it by the constraint, samples, and advances the history and the
