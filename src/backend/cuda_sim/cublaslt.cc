@@ -178,6 +178,32 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return CUBLAS_STATUS_SUCCESS;
 }
 
+namespace {
+
+// The reference dot product, in double: kLanes running sums (element p
+// goes to sum p % kLanes), added in lane order at the end. A fixed order,
+// so every call gives the same bits, and independent sums, so the compiler
+// can keep them in vector registers (a single running sum would make every
+// step wait for the previous one's addition).
+double Dot(const float* x, const float* y, uint64_t k) {
+  constexpr uint64_t kLanes = 8;
+  double lane[kLanes] = {};
+  uint64_t p = 0;
+  for (; p + kLanes <= k; p += kLanes) {
+    for (uint64_t l = 0; l < kLanes; ++l) {
+      lane[l] += static_cast<double>(x[p + l]) * static_cast<double>(y[p + l]);
+    }
+  }
+  for (uint64_t l = 0; p < k; ++p, ++l) {
+    lane[l] += static_cast<double>(x[p]) * static_cast<double>(y[p]);
+  }
+  double sum = 0.0;
+  for (const double v : lane) sum += v;
+  return sum;
+}
+
+}  // namespace
+
 // D = alpha op(A) op(B) + beta C, then the epilogue (cublasLtMatmul's
 // work, arguments checked): fails, stickily, where an operand is not device
 // memory, as a GPU would fault.
@@ -210,9 +236,7 @@ cudaError_t RunMatmul(const SimLtMatmulDesc& desc, float alpha, const void* a,
   for (uint64_t j = 0; j < n; ++j) {
     for (uint64_t p = 0; p < k; ++p) b_col[p] = At(b, bl, desc.trans_b, p, j);
     for (uint64_t i = 0; i < m; ++i) {
-      double acc = 0.0;  // the reference: a double-precision dot product
-      const float* ar = &a_rows[i * k];
-      for (uint64_t p = 0; p < k; ++p) acc += static_cast<double>(ar[p]) * b_col[p];
+      const double acc = Dot(&a_rows[i * k], b_col.data(), k);
       const uint64_t at = i + j * static_cast<uint64_t>(dl.ld);
       float v = alpha * static_cast<float>(acc);
       if (beta != 0.0f) v += beta * Load(c, cl.type, i + j * static_cast<uint64_t>(cl.ld));
