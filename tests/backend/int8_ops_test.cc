@@ -270,6 +270,7 @@ TEST_F(CpuOnlyInt8OpsTest, PrefillIsTheFloatMatmulOfTheDequantizedWeights) {
   for (CpuIsa isa : Levels()) {
     if (cpu::Int8KernelMaxTokens(isa) < 17) levels.push_back(isa);
   }
+  if (levels.empty()) return;  // every level takes 17 tokens in its own kernel
   uint32_t seed = 200;
   for (int64_t N : {17, 64, 200}) {
     for (int64_t C : {96, 768}) {
