@@ -270,6 +270,11 @@ absl::StatusOr<ParallelRun> SetUpParallelRun(const LayoutFlags& f, const Backend
 }
 
 std::string JobGemmCeiling::Spread() const {
+  if (stated) {
+    return ranks == 1 ? " (stated by --peak-gflops)"
+                      : absl::StrFormat(" (stated by --peak-gflops: %.1f per rank x %d ranks)",
+                                        rank_max, ranks);
+  }
   if (ranks == 1) return "";
   return absl::StrFormat(" (summed over %d ranks running at once, %.1f to %.1f each)", ranks,
                          rank_min, rank_max);
@@ -287,6 +292,16 @@ absl::StatusOr<JobGemmCeiling> ParallelRun::MeasureGemmCeiling(Backend& backend,
   job.rank_max = *std::max_element(all.begin(), all.end());
   for (const double g : all) job.gflops += g;  // in rank order: the same sum on every rank
   job.source = mine.source;
+  return job;
+}
+
+JobGemmCeiling ParallelRun::StatedGemmCeiling(double per_rank_gflops) {
+  JobGemmCeiling job;
+  job.ranks = comms[Axis::kWorld].size();
+  job.rank_min = job.rank_max = per_rank_gflops;
+  job.gflops = per_rank_gflops * job.ranks;
+  job.stated = true;
+  job.source = "--peak-gflops";
   return job;
 }
 

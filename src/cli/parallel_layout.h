@@ -80,13 +80,18 @@ absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags
 // (MeasureBackendGemmCeiling, tools/ceiling.h) at the same moment, after a
 // barrier, and the rates are summed, so it is what all ranks reach together
 // (on the cores they share, or one device each), as the job's FLOP rate is.
+// Or every rank's rate is stated (train --peak-gflops, e.g. a datasheet's)
+// and the job's is that times the ranks, with nothing measured.
 struct JobGemmCeiling {
   double gflops = 0;    // the sum over the ranks
   double rank_min = 0;  // the slowest rank's own
   double rank_max = 0;  // the fastest rank's own
   int ranks = 1;
-  std::string source;  // this rank's best candidate, e.g. "BLAS sgemm 1024^3"
-  // " (summed over 4 ranks running at once, 81.2 to 86.0 each)"; "" for one rank.
+  bool stated = false;  // given by --peak-gflops, not measured
+  std::string source;   // this rank's best candidate, e.g. "BLAS sgemm 1024^3"
+  // What the figure is, after it on the run's first lines:
+  // " (summed over 4 ranks running at once, 81.2 to 86.0 each)", "" for one
+  // measured rank, " (stated by --peak-gflops: 100.0 per rank x 4 ranks)".
   std::string Spread() const;
 };
 
@@ -98,6 +103,8 @@ struct ParallelRun {
   // The GEMM ceiling of the whole job (JobGemmCeiling). Collective over the
   // world; errors are the backend's or the communicator's.
   absl::StatusOr<JobGemmCeiling> MeasureGemmCeiling(Backend& backend, int max_n, DType storage);
+  // The same from a stated rate per rank (> 0); no communication.
+  JobGemmCeiling StatedGemmCeiling(double per_rank_gflops);
 };
 // Builds the grid and the communicators (collective over all ranks). On the
 // CPU, MPI carries every buffer. With a device backend each group of two or

@@ -48,6 +48,7 @@ struct TrainFlags {
   int64_t straggler_window = 5;
   std::string trace_steps = "2:3";  // --trace-steps (src/train/step_trace.h)
   double max_rank_memory_mib = 0;   // --max-rank-memory (src/tools/plan.h CheckRankMemory)
+  double peak_gflops = 0;           // --peak-gflops; 0: measured (JobGemmCeiling)
   bool prefetch = false;
   int64_t local_sgd = 0;
   std::string resume_forget = "nothing";
@@ -109,6 +110,11 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   policy.zero = static_cast<int>(f.layout.zero);
   policy.straggler.window = static_cast<int>(f.straggler_window);
   if (f.local_sgd < 0) return absl::InvalidArgumentError("--local-sgd must be >= 0");
+  if (!(f.peak_gflops >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peak-gflops must be >= 0 (GFLOP/s per rank; 0 measures the ceiling), got ",
+                     f.peak_gflops));
+  }
   if (f.local_sgd > 1 &&
       (policy.save_every > 0 || policy.save_every_minutes > 0 || policy.mem_save_every > 0)) {
     return absl::InvalidArgumentError(
@@ -180,7 +186,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   TrainerOptions options = par.groups(f.layout);
   ASSIGN_OR_RETURN(options.storage, ParsePrecision(f.layout.precision, *backend));
   ASSIGN_OR_RETURN(const JobGemmCeiling ceiling,
-                   par.MeasureGemmCeiling(*backend, 1024, options.storage));
+                   f.peak_gflops > 0 ? par.StatedGemmCeiling(f.peak_gflops)
+                                     : par.MeasureGemmCeiling(*backend, 1024, options.storage));
   const double peak = ceiling.gflops;
   options.guard.spike_z = f.spike_z;
   options.guard.max_bad_steps = static_cast<int>(f.max_bad_steps);
@@ -272,6 +279,10 @@ int TrainCommand(int argc, char** argv) {
   flags.Int("local-sgd", &f.local_sgd,
             "H > 1: data-parallel replicas apply their own gradients and average their weights "
             "every H steps (local SGD, src/train/trainer.h); 0 or 1: synchronous steps");
+  flags.Double("peak-gflops", &f.peak_gflops,
+               "each rank's peak GEMM rate in GFLOP/s, which MFU divides by (e.g. a datasheet's "
+               "dense bf16 figure per GPU); the job's is the sum over ranks",
+               "the GEMM ceiling, measured on every rank at start-up");
   flags.Bool("prefetch", &f.prefetch,
              "read the next batch on a loading thread while the step computes (the same batches)");
   AddLayoutFlags(flags, &f.layout);

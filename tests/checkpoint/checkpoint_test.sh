@@ -19,7 +19,7 @@
 #  - checkpoint inspect verifies, convert writes a model generate can read
 #   checkpoint_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/../parallel/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
        --log-every 20)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

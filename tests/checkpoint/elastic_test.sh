@@ -21,7 +21,7 @@
 # shellcheck source=SCRIPTDIR/../parallel/training_run.sh
 source "$(dirname "$0")/../parallel/training_run.sh"
 supervisor=$src/scripts/train_resilient.sh
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
        --log-every 20)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

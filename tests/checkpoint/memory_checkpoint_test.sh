@@ -11,7 +11,7 @@
 #   memory_checkpoint_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/../parallel/training_run.sh"
 export LADDER_RANKS_PER_NODE=2 LADDER_MEM_CHECKPOINT_ROOT="$tmp/shm"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
        --log-every 20 --tp 2 --pp 2 --microbatches 2)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -17,7 +17,7 @@ supervisor=$src/scripts/train_resilient.sh
 # step of a checkpoint, whose save it may hit) and 15.
 seeds=(10 1 3)
 layout=(--dp 2 --tp 2 --pp 2 --microbatches 2)
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20
        --log-every 20 "${layout[@]}")
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

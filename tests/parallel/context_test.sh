@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 cap=(--max-rank-memory 8)
 
 # One process: refused before anything is allocated, and plan says why.
-"$ladder" train --config "$config" --data "$tmp/corpus.txt" --out "$tmp/one" "${cap[@]}" \
+"$ladder" train "${stated_peak[@]}" --config "$config" --data "$tmp/corpus.txt" --out "$tmp/one" "${cap[@]}" \
   >"$tmp/one.log" 2>&1
 code=$?
 [ "$code" -eq 2 ] || fail "one process over the cap exited $code, want 2: $(cat "$tmp/one.log")"
@@ -30,7 +30,7 @@ grep -q "over --max-rank-memory" "$tmp/plan1.txt" || fail "plan does not name th
 "$ladder" plan --config "$config" --cp 4 "${cap[@]}" >"$tmp/plan4.txt" 2>&1 ||
   fail "plan --cp 4 does not fit the cap: $(cat "$tmp/plan4.txt")"
 "$ladder" plan --config "$config" --cp 4 --json >"$tmp/plan4.json" || fail "plan --cp 4 --json"
-if "$mpirun" "${mpirun_args[@]}" -np 4 "$ladder" train --config "$config" --data "$tmp/corpus.txt" \
+if "$mpirun" "${mpirun_args[@]}" -np 4 "$ladder" train "${stated_peak[@]}" --config "$config" --data "$tmp/corpus.txt" \
     --out "$tmp/ring" --cp 4 "${cap[@]}" >"$tmp/ring.log" 2>&1; then
   grep -q "^layout: dp 1 x cp 4 x tp 1 x pp 1 (4 ranks)" "$tmp/ring.log" || fail "no cp layout line"
   python3 "$src/tests/parallel/compare_plan.py" "$tmp/plan4.json" "$tmp/ring/ranks.json" 0.05 ||
@@ -46,7 +46,7 @@ else
 fi
 
 # Layout rules, one line each, exit 2.
-"$mpirun" "${mpirun_args[@]}" -np 3 "$ladder" train --config "$config" --data "$tmp/corpus.txt" \
+"$mpirun" "${mpirun_args[@]}" -np 3 "$ladder" train "${stated_peak[@]}" --config "$config" --data "$tmp/corpus.txt" \
   --out "$tmp/bad" --cp 3 >"$tmp/bad.log" 2>&1
 code=$?
 [ "$code" -eq 2 ] || fail "--cp 3 exited $code, want 2"

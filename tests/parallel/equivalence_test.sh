@@ -5,7 +5,7 @@
 # the difference over the norm) within 1e-5 relative of one process.
 #   equivalence_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20 --log-every 20)
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 20 --log-every 20)
 
 OMP_NUM_THREADS=1 "$ladder" "${train[@]}" --out "$tmp/single" 2>/dev/null || { echo "FAIL: single run"; exit 1; }
 failures=0

@@ -12,7 +12,7 @@
 #   local_sgd_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # shellcheck source=SCRIPTDIR/training_run.sh
 source "$(dirname "$0")/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 4
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 4
        --dp 2 --microbatches 1)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -8,6 +8,8 @@
 #  - the FLOPs per token that the records imply through that ceiling,
 #    mfu x ceiling / tokens_per_s, are the model's, as in one process: MFU
 #    divides by the ceiling the line shows.
+# And with a stated peak (--peak-gflops, per rank) under dp2 the line says
+# so, MFU divides by twice the stated figure, and a negative one is refused.
 #   mfu_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/training_run.sh"
 train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 6
@@ -48,4 +50,17 @@ PY
     fail "$layout: MFU implies $two FLOPs per token, one process $one"
   echo "$layout: $two FLOPs per token implied by MFU, one process $one"
 done
-[ "$failures" -eq 0 ] && echo "parallel MFU divides by the ranks' summed ceiling" || exit 1
+
+"$mpirun" "${mpirun_args[@]}" -np 2 "$ladder" "${train[@]}" --dp 2 --peak-gflops 1000 \
+  --out "$tmp/stated" >"$tmp/stated.log" 2>&1 || { cat "$tmp/stated.log"; fail "--peak-gflops 1000"; }
+grep -q "GEMM ceiling 2000.0 GFLOP/s (stated by --peak-gflops: 1000.0 per rank x 2 ranks)$" \
+  "$tmp/stated.log" || fail "the stated ceiling's line: $(grep "GEMM ceiling" "$tmp/stated.log")"
+stated=$(flops_per_token "$tmp/stated.log" "$tmp/stated") || fail "--peak-gflops: no records"
+python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b / a - 1) > 0.02)" "$one" "$stated" ||
+  fail "--peak-gflops: MFU implies $stated FLOPs per token, one process $one"
+err=$("$ladder" "${train[@]}" --peak-gflops -5 --out "$tmp/refused" 2>&1)
+code=$?
+[ "$code" -eq 2 ] || fail "--peak-gflops -5 exited $code, expected 2"
+[ "$err" = "ladder train: --peak-gflops must be >= 0 (GFLOP/s per rank; 0 measures the ceiling), got -5" ] ||
+  fail "--peak-gflops -5: '$err'"
+[ "$failures" -eq 0 ] && echo "parallel MFU divides by the ranks' summed or stated ceiling" || exit 1

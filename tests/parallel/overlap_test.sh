@@ -14,7 +14,7 @@
 #   overlap_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # shellcheck source=SCRIPTDIR/training_run.sh
 source "$(dirname "$0")/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 3
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 3
        --microbatches 2 --bucket-mb 0.05)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -32,7 +32,7 @@ for layout in "1" "2 --dp 2 --zero 1" "4 --dp 2 --tp 2 --bucket-mb 0.01" "4 --tp
   np=$1
   shift
   out="$tmp/run_np${np}_$(echo "$*" | tr -d ' -')"
-  if ! "$mpirun" "${mpirun_args[@]}" -np "$np" "$ladder" train --config "$config" \
+  if ! "$mpirun" "${mpirun_args[@]}" -np "$np" "$ladder" train "${stated_peak[@]}" --config "$config" \
       --data "$tmp/corpus.txt" --steps 2 "$@" --out "$out" >"$out.log" 2>&1; then
     echo "FAIL: mpirun -np $np ladder train $*"; cat "$out.log"; failures=$((failures + 1)); continue
   fi

@@ -15,7 +15,7 @@
 #   straggler_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 # shellcheck source=SCRIPTDIR/training_run.sh
 source "$(dirname "$0")/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 12
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 12
        --log-every 4 --dp 4 --microbatches 1 --straggler-window 3)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

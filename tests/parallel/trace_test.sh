@@ -7,7 +7,7 @@
 # are one-line errors that leave nothing behind.
 #   trace_test.sh LADDER SOURCE_ROOT MPIRUN [mpirun args...]
 source "$(dirname "$0")/training_run.sh"
-train=(train --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 4
+train=(train "${stated_peak[@]}" --config "$src/tests/parallel/equivalence.conf" --data "$tmp/corpus.txt" --steps 4
        --log-every 4)
 check="$src/tests/parallel/check_trace.py"
 failures=0
