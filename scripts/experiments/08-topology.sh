@@ -45,7 +45,7 @@ exp_run "$LADDER" plan --config "$EXP_WORK/model.conf" "${layout[@]}" --json >"$
 # then fall into a placement in which a step takes twice as long, a noise
 # larger than the effects measured here. quiet_mpirun: the same, unrecorded.
 pinned=(mpirun --allow-run-as-root --oversubscribe --map-by core --bind-to core:overload-allowed
-  --mca btl self,vader -x OMP_NUM_THREADS=1)
+  --mca btl self,vader --mca pml ob1 -x OMP_NUM_THREADS=1)
 pinned_mpirun() { local np=$1; shift; exp_run "${pinned[@]}" -np "$np" "$@"; }
 quiet_mpirun() { local np=$1; shift; "${pinned[@]}" -np "$np" "$@"; }
 

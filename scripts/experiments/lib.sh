@@ -126,7 +126,7 @@ exp_mpirun() {
   local np=$1
   shift
   exp_run mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader \
-    -x OMP_NUM_THREADS=1 -np "$np" "$@"
+    --mca pml ob1 -x OMP_NUM_THREADS=1 -np "$np" "$@"
 }
 
 # A JSON field of a file, by a Python expression over `j` (the parsed file):
