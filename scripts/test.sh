@@ -24,15 +24,9 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
     export OPENBLAS_CORETYPE=$chosen
   fi
 fi
-# The tests' python3 is Debian's, which scripts/setup.sh installs: a version
-# manager's shim ahead of it in PATH (pyenv's takes 0.3 s to start a
-# script, against 0.03 s) made up more than a minute of the suite, which
-# starts python3 over 500 times. The tests use only its standard library.
-if [ -x /usr/bin/python3 ]; then
-  mkdir -p "$build_dir/debian-python"
-  ln -sf /usr/bin/python3 "$build_dir/debian-python/python3"
-  export PATH="$PWD/$build_dir/debian-python:$PATH"
-fi
+# The tests' python3 is Debian's (scripts/lib/python.sh says why).
+source scripts/lib/python.sh
+use_debian_python "$build_dir/debian-python"
 # Two test processes share two cores: OpenMP threads that spin while they
 # wait would steal each other's core, so they sleep instead (tests only).
 export OMP_WAIT_POLICY=PASSIVE

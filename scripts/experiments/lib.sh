@@ -52,6 +52,9 @@ exp_init() {  # NAME TITLE FLAGS...
   mkdir -p "$EXP_OUT"
   EXP_WORK=$(mktemp -d)
   trap 'rm -rf "$EXP_WORK"' EXIT
+  # exp_calc and friends start python3 for every figure: Debian's, fast.
+  source "$exp_root/scripts/lib/python.sh"
+  use_debian_python "$EXP_WORK/bin"
   EXP_TSV="$EXP_WORK/table.tsv"
   EXP_COMMANDS=()
   export OMP_WAIT_POLICY=PASSIVE
