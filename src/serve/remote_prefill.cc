@@ -93,8 +93,13 @@ absl::StatusOr<int> RemotePrefill::Connect() {
     answer = absl::DataLossError("the answer to the hello is not a hello");
   }
   if (!answer.ok()) {
+    // Something listens there but does not answer the hello as a prefill
+    // server does: most likely the wrong port.
     close(fd);
-    return answer.status();
+    return absl::Status(answer.status().code(),
+                        absl::StrCat(answer.status().message(),
+                                     ", in answer to the hello: is it the --transfer-port of a "
+                                     "`ladder serve --role prefill`?"));
   }
   return fd;
 }

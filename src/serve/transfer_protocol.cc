@@ -1,8 +1,10 @@
 #include "src/serve/transfer_protocol.h"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -30,13 +32,27 @@ T Get(const char* at) {
   return v;
 }
 
-absl::Status WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+// Sends the header and the payload with one call where the socket takes
+// them: a small frame leaves as one segment, so a peer that reads its first
+// bytes and hangs up (a server of another protocol) has read all of it and
+// closes cleanly, instead of resetting the connection over unread bytes.
+absl::Status WriteAll(int fd, absl::string_view header, absl::string_view payload) {
+  iovec parts[2] = {{const_cast<char*>(header.data()), header.size()},
+                    {const_cast<char*>(payload.data()), payload.size()}};
+  int first = 0;
+  while (first < 2) {
+    msghdr m = {};
+    m.msg_iov = parts + first;
+    m.msg_iovlen = static_cast<size_t>(2 - first);
+    const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
-    data += n;
-    size -= static_cast<size_t>(n);
+    auto sent = static_cast<size_t>(n);
+    while (first < 2 && sent >= parts[first].iov_len) sent -= parts[first++].iov_len;
+    if (first < 2) {
+      parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + sent;
+      parts[first].iov_len -= sent;
+    }
   }
   return absl::OkStatus();
 }
@@ -79,16 +95,18 @@ absl::Status WriteFrame(int fd, FrameType type, uint64_t request, absl::string_v
   Put(&header, static_cast<uint64_t>(payload.size()));
   Put(&header, Crc32(0, payload.data(), payload.size()));
   Put(&header, Crc32(0, header.data(), header.size()));
-  RETURN_IF_ERROR(WriteAll(fd, header.data(), header.size()));
-  return WriteAll(fd, payload.data(), payload.size());
+  return WriteAll(fd, header, payload);
 }
 
 absl::StatusOr<Frame> ReadFrame(int fd, uint64_t max_payload) {
   char h[kHeaderBytes];
   RETURN_IF_ERROR(ReadAll(fd, h, sizeof h, "frame header"));
   if (Get<uint32_t>(h) != kMagic) {
-    return absl::DataLossError(
-        absl::StrCat("not a ladder KV transfer frame (magic 0x", absl::Hex(Get<uint32_t>(h)), ")"));
+    // The first bytes as text too when they are: "HTTP" says what answered.
+    const bool text = std::all_of(h, h + 4, [](char c) { return c >= 0x20 && c < 0x7f; });
+    return absl::DataLossError(absl::StrCat(
+        "not a ladder KV transfer frame (magic 0x", absl::Hex(Get<uint32_t>(h)),
+        text ? absl::StrCat(", \"", absl::string_view(h, 4), "\"") : std::string(), ")"));
   }
   if (Get<uint16_t>(h + 4) != kVersion) {
     return absl::DataLossError(absl::StrCat("KV transfer protocol version ", Get<uint16_t>(h + 4),

@@ -2,7 +2,7 @@
 // `ladder serve --role prefill` (docs/formats.md, "KV transfer"): framed
 // messages over one TCP connection, each a 32-byte header and a payload.
 //
-//   header (little-endian): magic u32 "LDKV", version u16, type u16,
+//   header (little-endian): magic u32 "LK\r\n", version u16, type u16,
 //   request id u64, payload bytes u64, payload CRC-32 u32, and the CRC-32
 //   of the 28 bytes before it.
 //
@@ -29,8 +29,13 @@
 
 namespace ladder::transfer {
 
-inline constexpr uint32_t kMagic = 0x564B444C;  // the bytes "LDKV"
-inline constexpr uint16_t kVersion = 1;
+// The bytes "LK\r\n". The line end is there for the servers a decode
+// server may be pointed at by mistake: a line-based one (HTTP's, for one)
+// reads the hello's first line at once and answers it or hangs up, where
+// it would wait seconds for a line that never ends. (PNG's signature holds
+// a CR LF for a like reason.)
+inline constexpr uint32_t kMagic = 0x0A0D4B4C;
+inline constexpr uint16_t kVersion = 2;  // version 1's magic was "LDKV"
 inline constexpr size_t kHeaderBytes = 32;
 
 enum class FrameType : uint16_t {

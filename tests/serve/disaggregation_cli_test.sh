@@ -165,13 +165,14 @@ a=$(ask "$decode" completions '{"prompt": "In the beginning", "max_tokens": 24, 
 b=$(ask "$single" completions '{"prompt": "In the beginning", "max_tokens": 24, "temperature": 0}')
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "after the restart: $a"
 
-# A "prefill server" that is not one (here an HTTP server, which hangs up
-# on the binary hello): 503 with the reason, and the decode server keeps
-# running. (Garbage answers of every kind: disaggregation_test.)
+# A "prefill server" that is not one (here an HTTP server, which answers
+# the hello's first line, the magic's "LK\r\n", with 400 at once): 503
+# naming what answered and asking for the transfer port, and the decode
+# server keeps running. (Garbage answers of every kind: disaggregation_test.)
 start "$tmp/decode2.err" "$http" --port 0 --role decode --prefill-addr "127.0.0.1:$single"
 code=$(curl -s -o "$tmp/garbage" -w '%{http_code}' "http://127.0.0.1:$found/v1/completions" \
   -d '{"prompt": "In the", "max_tokens": 4}')
-[ "$code" = 503 ] && grep -qF "prefill server 127.0.0.1:$single: the peer closed the connection" \
+[ "$code" = 503 ] && grep -qF "prefill server 127.0.0.1:$single: not a ladder KV transfer frame (magic 0x50545448, \\\"HTTP\\\"), in answer to the hello: is it the --transfer-port of a \`ladder serve --role prefill\`?" \
   "$tmp/garbage" || fail "garbage answers: $code $(cat "$tmp/garbage")"
 curl -sf "http://127.0.0.1:$found/health" | grep -q '"ok"' || fail "decode server after garbage"
 kill -0 "$last" 2>/dev/null || fail "the decode server died of garbage"

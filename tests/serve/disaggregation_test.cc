@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_backend.h"
@@ -296,19 +297,22 @@ TEST(Disaggregation, GarbageFromThePrefillSide) {
                 const std::string junk(64, '\x5a');
                 send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
               }).message(),
-              HasSubstr("not a ladder KV transfer frame (magic 0x5a5a5a5a)"));
+              HasSubstr("not a ladder KV transfer frame (magic 0x5a5a5a5a, \"ZZZZ\"), in answer "
+                        "to the hello: is it the --transfer-port of a `ladder serve --role "
+                        "prefill`?"));
   EXPECT_THAT(PrefillAgainst([](int fd) {
                 // A valid frame with the version bumped and its header checksum redone.
                 EXPECT_TRUE(transfer::ReadFrame(fd, 1 << 16).ok());
                 char h[transfer::kHeaderBytes] = {};
                 const uint32_t magic = transfer::kMagic;
-                const uint16_t version = 2, type = 2;
+                const uint16_t version = transfer::kVersion + 1, type = 2;
                 std::memcpy(h, &magic, 4);
                 std::memcpy(h + 4, &version, 2);
                 std::memcpy(h + 6, &type, 2);
                 send(fd, h, sizeof h, MSG_NOSIGNAL);
               }).message(),
-              HasSubstr("KV transfer protocol version 2, expected 1"));
+              HasSubstr(absl::StrCat("KV transfer protocol version ", transfer::kVersion + 1,
+                                     ", expected ", transfer::kVersion)));
   EXPECT_THAT(
       PrefillAgainst([&](int fd) {
         const transfer::Frame p = HelloThenPrompt(fd);
