@@ -93,9 +93,10 @@ absl::StatusOr<int> RemotePrefill::Connect() {
     answer = absl::DataLossError("the answer to the hello is not a hello");
   }
   if (!answer.ok()) {
+    close(fd);
+    if (!hello.ok()) return hello;
     // Something listens there but does not answer the hello as a prefill
     // server does: most likely the wrong port.
-    close(fd);
     return absl::Status(answer.status().code(),
                         absl::StrCat(answer.status().message(),
                                      ", in answer to the hello: is it the --transfer-port of a "

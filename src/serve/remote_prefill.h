@@ -37,7 +37,9 @@ class RemotePrefill {
                                                                int timeout_ms = 30000);
   ~RemotePrefill();
 
-  // Connects and shakes hands now: OK, Unavailable (cannot connect) or
+  // Connects and shakes hands now: OK, Unavailable (cannot connect, or the
+  // hello's answer is not a prefill server's: the message says what came
+  // instead and asks whether the port is a --transfer-port) or
   // FailedPrecondition (the prefill server's model, weight or KV format differs;
   // the message says how).
   absl::Status Check();
