@@ -81,10 +81,13 @@ absl::StatusOr<int> RemotePrefill::Connect() {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 
-  absl::Status hello =
-      transfer::WriteFrame(fd, transfer::FrameType::kHello, 0, transfer::EncodeHello(model_));
-  absl::StatusOr<transfer::Frame> answer =
-      hello.ok() ? transfer::ReadFrame(fd, 1 << 16) : absl::StatusOr<transfer::Frame>(hello);
+  if (absl::Status hello =
+          transfer::WriteFrame(fd, transfer::FrameType::kHello, 0, transfer::EncodeHello(model_));
+      !hello.ok()) {
+    close(fd);
+    return hello;
+  }
+  absl::StatusOr<transfer::Frame> answer = transfer::ReadFrame(fd, 1 << 16);
   if (answer.ok() && answer->type == transfer::FrameType::kError) {
     close(fd);
     return absl::FailedPreconditionError(answer->payload);
@@ -94,7 +97,6 @@ absl::StatusOr<int> RemotePrefill::Connect() {
   }
   if (!answer.ok()) {
     close(fd);
-    if (!hello.ok()) return hello;
     // Something listens there but does not answer the hello as a prefill
     // server does: most likely the wrong port.
     return absl::Status(answer.status().code(),
