@@ -20,18 +20,22 @@
 // would save RowMax's read on one GPU; it would not match the CPU op's
 // definition, which exponentiates against the global max.)
 //
-// Launch shape: one block of kThreads = 512 threads per row. A row is long
-// (tens of thousands of columns), so a whole block on it keeps 512 16-byte
-// loads in flight per row and the grid of N rows (hundreds to thousands)
-// fills every SM; the block's reduction costs two warp-shuffle trees and one
-// barrier per row, nothing next to the row's reads. Thread t takes vectors
-// t, t + 512, ... of the row's real columns (16 bytes each, kVec = 4 floats or
-// 8 bf16, when the row starts 16-byte aligned, i.e. vshard % kVec == 0 and an
-// aligned base, which a padded vocabulary always gives), then the < kVec
-// trailing real columns one each. Each thread accumulates its elements in
-// that fixed order; each warp combines its lanes with the fixed xor butterfly
-// of WarpSum, and the 16 warps' results go through the same butterfly once
-// more: every add's order depends only on the shape, not on timing.
+// Launch shape: one block per row, of kMaxThreads = 512 threads for a long
+// row (tens of thousands of columns): 512 16-byte loads in flight per row,
+// and the grid of N rows (hundreds to thousands) fills every SM; the block's
+// reduction costs two warp-shuffle trees and one barrier per row, nothing
+// next to the row's reads. A row of fewer vectors (a small vocabulary, or a
+// narrow tensor-parallel shard) gets one thread per vector rounded up to
+// whole warps (RowThreads), so no warp joins the reduction with nothing to
+// add: a 256-column bf16 row is one warp, not 16 of which 15 idle. Thread t
+// of a block of B takes vectors t, t + B, ... of the row's real columns (16
+// bytes each, kVec = 4 floats or 8 bf16, when the row starts 16-byte
+// aligned, i.e. vshard % kVec == 0 and an aligned base, which a padded
+// vocabulary always gives), then the < kVec trailing real columns one each.
+// Each thread accumulates its elements in that fixed order; each warp
+// combines its lanes with the fixed xor butterfly of WarpSum, and the warps'
+// results go through the same butterfly once more: every add's order
+// depends only on the shape, not on timing.
 //
 // Numerics follow the CPU op: exp against the GLOBAL max (every term <= 1),
 // the loss as (max - target_logit) + log(sum) so a confident prediction's
@@ -56,8 +60,8 @@
 LADDER_KERNELS_BEGIN
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kMaxThreads = 512;
+constexpr int kMaxWarps = kMaxThreads / kWarpSize;
 constexpr int kLossThreads = 256;
 
 __device__ __forceinline__ float Max(float a, float b) { return b > a ? b : a; }
@@ -70,8 +74,8 @@ __device__ __forceinline__ float RowWarpMax(float v) {
 }
 
 // The block's sum (kMax: max) of v, returned to every thread: a warp tree,
-// the warps' results through shared memory (kWarps floats), then a second
-// tree over them in warp order. Called once per kernel (its shared memory is
+// the warps' results through shared memory (one float per warp), then a
+// second tree over them in warp order. Called once per kernel (its shared memory is
 // not reused).
 template <bool kMax>
 __device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
@@ -81,7 +85,7 @@ __device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
   if (lane == 0) warp_results[warp] = v;
   __syncthreads();
   const float identity = kMax ? -INFINITY : 0.0f;
-  v = lane < kWarps ? warp_results[lane] : identity;
+  v = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_results[lane] : identity;
   return kMax ? RowWarpMax(v) : WarpSum(v);
 }
 
@@ -91,7 +95,7 @@ __device__ __forceinline__ float BlockReduce(float v, float* warp_results) {
 template <int kVec, typename T, typename F>
 __device__ __forceinline__ void ForRealColumns(const T* x, int real, F f) {
   const int nvec = real / kVec;
-  for (int v = threadIdx.x; v < nvec; v += kThreads) {
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
     const Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) f(v * kVec + k, ToFloat(xv.v[k]));
@@ -112,20 +116,20 @@ __device__ __forceinline__ void WriteRowGrad(T* d, const T* x, int vshard, int r
     return g;
   };
   const int nvec = real / kVec;
-  for (int v = threadIdx.x; v < nvec; v += kThreads) {
+  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
     Vec<T, kVec> xv = LoadVec<kVec>(x + static_cast<int64_t>(v) * kVec);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) xv.v[k] = FromFloat<T>(grad(v * kVec + k, ToFloat(xv.v[k])));
     StoreVec<kVec>(d + static_cast<int64_t>(v) * kVec, xv);
   }
-  for (int i = nvec * kVec + threadIdx.x; i < vshard; i += kThreads) {
+  for (int i = nvec * kVec + threadIdx.x; i < vshard; i += blockDim.x) {
     // The trailing real columns, then padding.
     d[i] = FromFloat<T>(i < real ? grad(i, ToFloat(x[i])) : 0.0f);
   }
 }
 
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     RowMaxKernel(float* __restrict__ row_max, const T* __restrict__ logits, int vshard, int real) {
   const T* x = logits + static_cast<int64_t>(blockIdx.x) * vshard;
   float m = -INFINITY;
@@ -137,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     PartialsKernel(float* __restrict__ sum_exp, float* __restrict__ target_logit,
                    const T* __restrict__ logits, const int32_t* __restrict__ targets,
                    const float* __restrict__ row_max, int vshard, int real, int64_t vocab_start) {
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(kLossThreads)
 // No __restrict__: dlogits may be logits. Each element is loaded, then stored
 // by the same thread.
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(T* dlogits, const T* logits, const int32_t* __restrict__ targets,
                    const float* __restrict__ lse, int vshard, int real, int64_t vocab_start,
                    float dloss) {
@@ -212,7 +216,7 @@ __device__ __forceinline__ MaxSum WarpMerge(MaxSum v) {
 }
 
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     FusedKernel(float* __restrict__ losses, float* __restrict__ lse, T* logits,
                 const int32_t* __restrict__ targets, int vshard, int real, float dloss) {
   const int n = blockIdx.x;
@@ -231,7 +235,8 @@ __global__ void __launch_bounds__(kThreads)
   own = WarpMerge(own);
   if (lane == 0) warp_results[warp] = own;
   __syncthreads();
-  const MaxSum row = WarpMerge(lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f});
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  const MaxSum row = WarpMerge(lane < warps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f});
   const int j = targets[n];
   const float target_logit = ToFloat(x[j]);
   const float log_s = logf(row.s);
@@ -257,7 +262,16 @@ bool RowsAligned(int vshard, const T* a, const T* b = nullptr) {
   return vshard % kVec16<T> == 0 && Aligned16(a) && (b == nullptr || Aligned16(b));
 }
 
-constexpr size_t kReduceSmem = sizeof(float) * kWarps;
+// The block size for rows of vshard columns read kVec at a time: a thread
+// per vector, in whole warps, at most kMaxThreads.
+int RowThreads(int vshard, int vec) {
+  const int vectors = (vshard + vec - 1) / vec;
+  const int warps = (vectors + kWarpSize - 1) / kWarpSize;
+  return warps < kMaxWarps ? warps * kWarpSize : kMaxThreads;
+}
+
+// The reductions' shared memory: one float per warp.
+size_t ReduceSmem(int threads) { return sizeof(float) * static_cast<size_t>(threads / kWarpSize); }
 
 }  // namespace
 
@@ -266,12 +280,14 @@ cudaError_t LaunchCrossEntropyRowMax(float* row_max, const T* logits, int N, int
                                      int64_t vocab_start, int vocab_size, cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
-  if (RowsAligned(vshard, logits)) {
-    return Launch<RowMaxKernel<T, kVec16<T>>>(N, kThreads, kReduceSmem, stream, row_max, logits,
-                                              vshard, real);
+  const int vec = RowsAligned(vshard, logits) ? kVec16<T> : 1;
+  const int threads = RowThreads(vshard, vec);
+  if (vec != 1) {
+    return Launch<RowMaxKernel<T, kVec16<T>>>(N, threads, ReduceSmem(threads), stream, row_max,
+                                              logits, vshard, real);
   }
-  return Launch<RowMaxKernel<T, 1>>(N, kThreads, kReduceSmem, stream, row_max, logits, vshard,
-                                    real);
+  return Launch<RowMaxKernel<T, 1>>(N, threads, ReduceSmem(threads), stream, row_max, logits,
+                                    vshard, real);
 }
 
 template <typename T>
@@ -281,13 +297,16 @@ cudaError_t LaunchCrossEntropyPartials(float* sum_exp, float* target_logit, cons
                                        cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
-  if (RowsAligned(vshard, logits)) {
-    return Launch<PartialsKernel<T, kVec16<T>>>(N, kThreads, kReduceSmem, stream, sum_exp,
+  const int vec = RowsAligned(vshard, logits) ? kVec16<T> : 1;
+  const int threads = RowThreads(vshard, vec);
+  if (vec != 1) {
+    return Launch<PartialsKernel<T, kVec16<T>>>(N, threads, ReduceSmem(threads), stream, sum_exp,
                                                 target_logit, logits, targets, row_max, vshard,
                                                 real, vocab_start);
   }
-  return Launch<PartialsKernel<T, 1>>(N, kThreads, kReduceSmem, stream, sum_exp, target_logit,
-                                      logits, targets, row_max, vshard, real, vocab_start);
+  return Launch<PartialsKernel<T, 1>>(N, threads, ReduceSmem(threads), stream, sum_exp,
+                                      target_logit, logits, targets, row_max, vshard, real,
+                                      vocab_start);
 }
 
 cudaError_t LaunchCrossEntropyLoss(float* losses, float* lse, const float* row_max,
@@ -304,11 +323,13 @@ cudaError_t LaunchCrossEntropyBackward(T* dlogits, const T* logits, const int32_
                                        int vocab_size, float dloss, cudaStream_t stream) {
   if (N <= 0 || vshard <= 0) return cudaSuccess;
   const int real = RealColumns(vshard, vocab_start, vocab_size);
-  if (RowsAligned(vshard, logits, dlogits)) {
-    return Launch<BackwardKernel<T, kVec16<T>>>(N, kThreads, 0, stream, dlogits, logits, targets,
+  const int vec = RowsAligned(vshard, logits, dlogits) ? kVec16<T> : 1;
+  const int threads = RowThreads(vshard, vec);
+  if (vec != 1) {
+    return Launch<BackwardKernel<T, kVec16<T>>>(N, threads, 0, stream, dlogits, logits, targets,
                                                 lse, vshard, real, vocab_start, dloss);
   }
-  return Launch<BackwardKernel<T, 1>>(N, kThreads, 0, stream, dlogits, logits, targets, lse, vshard,
+  return Launch<BackwardKernel<T, 1>>(N, threads, 0, stream, dlogits, logits, targets, lse, vshard,
                                       real, vocab_start, dloss);
 }
 
@@ -318,12 +339,14 @@ cudaError_t LaunchCrossEntropyFused(float* losses, float* lse, T* logits, const 
                                     cudaStream_t stream) {
   if (N <= 0 || vsize <= 0) return cudaSuccess;
   const int real = RealColumns(vsize, 0, vocab_size);
-  const size_t smem = sizeof(MaxSum) * kWarps;
-  if (RowsAligned(vsize, logits)) {
-    return Launch<FusedKernel<T, kVec16<T>>>(N, kThreads, smem, stream, losses, lse, logits,
-                                             targets, vsize, real, dloss);
+  const int vec = RowsAligned(vsize, logits) ? kVec16<T> : 1;
+  const int threads = RowThreads(vsize, vec);
+  const size_t smem = sizeof(MaxSum) * static_cast<size_t>(threads / kWarpSize);
+  if (vec != 1) {
+    return Launch<FusedKernel<T, kVec16<T>>>(N, threads, smem, stream, losses, lse, logits, targets,
+                                             vsize, real, dloss);
   }
-  return Launch<FusedKernel<T, 1>>(N, kThreads, smem, stream, losses, lse, logits, targets, vsize,
+  return Launch<FusedKernel<T, 1>>(N, threads, smem, stream, losses, lse, logits, targets, vsize,
                                    real, dloss);
 }
 
