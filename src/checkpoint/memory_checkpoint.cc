@@ -156,7 +156,7 @@ MemoryStore MemoryCheckpointer::Store(int rank) const {
 absl::StatusOr<std::string> MemoryCheckpointer::Save(Trainer& trainer) {
   Communicator* world = ctx_->world;
   const int rank = world->rank();
-  const bool leader = rank % nodes_.ranks_per_node == 0;  // the node's local rank 0
+  const bool leader = nodes_.leads(rank);
   MemoryStore store = Store(rank);
   const int64_t step = trainer.step();
   ASSIGN_OR_RETURN(CheckpointSnapshot snap, TakeSnapshot(trainer, *ctx_));
@@ -173,14 +173,24 @@ absl::StatusOr<std::string> MemoryCheckpointer::Save(Trainer& trainer) {
     RETURN_IF_ERROR(world->SendRecv(Bytes(&snap.shard), next, Bytes(&replica), prev));
     if (wrote.ok()) wrote = store.Put(step, ReplicaName(prev), replica);
   }
+  written_step_ = -1;
   RETURN_IF_ERROR(Agree(world, wrote, "writing the memory checkpoint"));
-  RETURN_IF_ERROR(Agree(world,
-                        leader ? store.Commit(step, SerializeManifest(snap.manifest), kKeepInMemory)
-                               : absl::OkStatus(),
-                        "committing the memory checkpoint"));
+  written_step_ = step;
+  written_manifest_ = SerializeManifest(snap.manifest);
   return absl::StrFormat("%s in memory on %d node%s%s", CheckpointStepName(step), nodes_.nodes(),
                          nodes_.nodes() > 1 ? "s" : "",
                          nodes_.nodes() > 1 ? ", replicas on the next node" : "");
+}
+
+absl::Status MemoryCheckpointer::Commit() {
+  if (written_step_ < 0) return absl::OkStatus();
+  const int rank = ctx_->world->rank();
+  const int64_t step = written_step_;
+  written_step_ = -1;
+  return Agree(ctx_->world,
+               nodes_.leads(rank) ? Store(rank).Commit(step, written_manifest_, kKeepInMemory)
+                                  : absl::OkStatus(),
+               "committing the memory checkpoint");
 }
 
 absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_t disk_step) {
@@ -295,7 +305,7 @@ absl::StatusOr<std::string> MemoryCheckpointer::Restore(Trainer& trainer, int64_
 
 void MemoryCheckpointer::Remove() {
   const int rank = ctx_->world->rank();
-  if (rank % nodes_.ranks_per_node != 0) return;
+  if (!nodes_.leads(rank)) return;
   std::error_code ec;
   fs::remove_all(Store(rank).dir(), ec);
   fs::remove(area_, ec);  // once the last node's area is gone

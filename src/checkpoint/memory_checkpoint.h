@@ -96,12 +96,17 @@ class MemoryCheckpointer {
                                                    const CheckpointContext& ctx);
 
   // Snapshots the trainer's state (TakeSnapshot), writes this rank's shard
-  // into its node's area and a replica into its neighbour's, and once every
-  // rank has written, commits on every node (the newest two steps are kept).
-  // Returns a line describing what was saved. On error nothing new is
-  // committed on a node that did not commit (the previous step stays its
-  // latest) and every rank returns an error.
+  // into its node's area and a replica into its neighbour's, and returns
+  // once every rank has written: a line describing what was written.
+  // Nothing is committed until Commit (a run first writes the step's
+  // metrics line). On error every rank returns an error, nothing is
+  // committed and Commit has nothing to do.
   absl::StatusOr<std::string> Save(Trainer& trainer);
+  // Commits the step the last successful Save wrote on every node (the
+  // newest two steps are kept); OK with nothing to do when there is none.
+  // On error a node that did not commit keeps its previous step as the
+  // latest, and every rank returns an error.
+  absl::Status Commit();
 
   // Restores the newest step that every node's `latest` reaches, if it is
   // newer than `disk_step` (-1: no disk checkpoint), in this run's layout,
@@ -125,6 +130,9 @@ class MemoryCheckpointer {
   std::string area_;
   NodeMap nodes_;
   const CheckpointContext* ctx_;
+  // What the last successful Save wrote and Commit has yet to commit.
+  int64_t written_step_ = -1;
+  std::string written_manifest_;
 };
 
 }  // namespace ladder

@@ -104,6 +104,9 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(MemoryCheckpointer memory, MemoryCheckpointer::Create(f.dir + "/memory", ctx));
   t.Reset();
   absl::StatusOr<std::string> mem_saved = memory.Save(*trainer);
+  if (mem_saved.ok()) {
+    if (absl::Status c = memory.Commit(); !c.ok()) mem_saved = c;
+  }
   const double mem_save = t.Seconds();
   t.Reset();
   absl::StatusOr<std::string> mem_restored =

@@ -317,11 +317,11 @@ int TrainCommand(int argc, char** argv) {
             "consecutive skipped steps before rolling back to the last checkpoint");
   flags.Bool("strict", &f.policy.strict,
              "refuse a corrupt checkpoint instead of using an earlier one");
-  flags.String(
-      "inject-fault", &f.inject_fault,
-      "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
-      "enospc@STEP, slow:RANK:MS or slow-data:MS (src/train/fault_env.h), for recovery tests "
-      "and experiments");
+  flags.String("inject-fault", &f.inject_fault,
+               "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
+               "crash-after-save@STEP, enospc@STEP, slow:RANK:MS or slow-data:MS "
+               "(src/train/fault_env.h), for recovery tests "
+               "and experiments");
   flags.Int("straggler-window", &f.straggler_window,
             "steps over which each rank's compute time is averaged to find a straggler");
   flags.Double("straggler-factor", &f.policy.straggler.factor,

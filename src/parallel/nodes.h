@@ -22,6 +22,8 @@ struct NodeMap {
   int world = 1, ranks_per_node = 1;
   int nodes() const { return world / ranks_per_node; }
   int node(int rank) const { return rank / ranks_per_node; }
+  // Whether `rank` is its node's local rank 0.
+  bool leads(int rank) const { return rank % ranks_per_node == 0; }
   // The rank keeping `rank`'s replica, and the one whose replica `rank` keeps.
   int successor(int rank) const { return (rank + ranks_per_node) % world; }
   int predecessor(int rank) const { return (rank - ranks_per_node + world) % world; }

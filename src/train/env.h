@@ -51,9 +51,9 @@ class Env {
   // checkpoint). Default: nothing.
   virtual void AfterStep(int rank, int64_t step);
 
-  // Rank `rank` is done with everything of `step`: its checkpoint, if one was
-  // due, is started (an asynchronous one may still be writing) and its
-  // metrics are written. Default: nothing.
+  // Rank `rank` is done with everything of `step`: its metrics are written
+  // and its checkpoint, if one was due, committed (an asynchronous one may
+  // still be writing). Default: nothing.
   virtual void StepDone(int rank, int64_t step);
 };
 

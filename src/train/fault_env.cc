@@ -32,6 +32,8 @@ absl::StatusOr<std::unique_ptr<FaultEnv>> FaultEnv::Parse(const std::string& spe
     f->nan_step_ = a;
   } else if (std::sscanf(s, "crash-during-save@%lld%c", &a, &tail) == 1 && a >= 1) {
     f->crash_save_step_ = a;
+  } else if (std::sscanf(s, "crash-after-save@%lld%c", &a, &tail) == 1 && a >= 1) {
+    f->crash_after_save_step_ = a;
   } else if (std::sscanf(s, "enospc@%lld%c", &a, &tail) == 1 && a >= 1) {
     f->enospc_step_ = a;
   } else if (std::sscanf(s, "kill-node:%d@%lld%c", &rank, &a, &tail) == 2 && rank >= 0 && a >= 1) {
@@ -47,7 +49,7 @@ absl::StatusOr<std::unique_ptr<FaultEnv>> FaultEnv::Parse(const std::string& spe
     return absl::InvalidArgumentError(absl::StrCat(
         "--inject-fault '", spec,
         "' is not one of kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
-        "enospc@STEP, slow:RANK:MS, slow-data:MS"));
+        "crash-after-save@STEP, enospc@STEP, slow:RANK:MS, slow-data:MS"));
   }
   return f;
 }
@@ -66,7 +68,12 @@ absl::Status FaultEnv::WriteFileAtomically(const std::string& path, const std::s
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot write '", path, "': No space left on device (injected)"));
   }
-  return Env::WriteFileAtomically(path, contents);
+  RETURN_IF_ERROR(Env::WriteFileAtomically(path, contents));
+  if (crash_after_save_step_ >= 0 && name == "latest" &&
+      contents == CheckpointStepName(crash_after_save_step_) + "\n") {
+    std::raise(SIGKILL);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FaultEnv::AfterGradients(int64_t step, Backend& backend, const Tensor& grads) {

@@ -8,6 +8,11 @@
 //   crash-during-save@STEP   rank 0 dies inside the checkpoint of step STEP,
 //                            after the shards are written, before the commit
 //                            (when it is about to write the manifest)
+//   crash-after-save@STEP    rank 0 dies once the checkpoint of step STEP is
+//                            committed (its `latest` names it), before
+//                            anything else: the step's metrics line must
+//                            already be written, or the resumed run's
+//                            metrics.jsonl would lack it
 //   enospc@STEP              every shard write of step STEP's checkpoint fails
 //                            as on a full disk
 //   slow:RANK:MS             rank RANK sleeps MS milliseconds after computing
@@ -53,7 +58,8 @@ class FaultEnv : public Env {
   // kill-node: deletes the node's line from LADDER_NODES_FILE, if set.
   void MarkNodeGone() const;
   int kill_rank_ = -1;
-  int64_t kill_step_ = -1, nan_step_ = -1, crash_save_step_ = -1, enospc_step_ = -1;
+  int64_t kill_step_ = -1, nan_step_ = -1, crash_save_step_ = -1, crash_after_save_step_ = -1;
+  int64_t enospc_step_ = -1;
   int kill_node_ = -1, ranks_per_node_ = 1;
   int slow_rank_ = -1;
   int64_t slow_ms_ = 0;

@@ -35,7 +35,9 @@ struct StepRecord {
   // t_optimizer). 0 without a data group, with ZeRO-1 or local SGD.
   double t_grad_overlapped = 0, t_grad_exposed = 0;
   // Writing a checkpoint after the step, on disk or in memory (the training
-  // stall it caused).
+  // stall it caused): the snapshot and the shard writes. The commit
+  // (agreeing that every rank wrote, the manifest, the rename) follows the
+  // step's metrics line and is not counted.
   double t_checkpoint = 0;
   // Communication of this rank during the step, per parallel axis (seconds
   // inside calls and payload bytes, src/parallel/comm.h); empty for a group of one.

@@ -232,8 +232,6 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
         "stopped at step %d on request (SIGUSR1) to be restarted in a new layout", r.step));
   }
   if (trainer.guard().needs_rollback()) return RollBack(r.step);
-  // An asynchronous save commits once every rank has written its shard.
-  Report(writer_.Poll());
   ASSIGN_OR_RETURN(const bool due, SaveDue(r.step));
   if (due) {
     RETURN_IF_ERROR(Save(&r));
@@ -246,6 +244,11 @@ absl::Status TrainingRun::OnStep(StepRecord r) {
   bubble_seconds_ += r.t_bubble;
   schedule_seconds_ += r.t_forward + r.t_backward + r.t_bubble;
   RETURN_IF_ERROR(Log(r));
+  // Checkpoints commit only after the step's metrics line, so a resumed run
+  // never lacks the line of the step it resumes from. A synchronous save
+  // commits now, an asynchronous one once every rank has written its shard.
+  Report(writer_.Poll());
+  RETURN_IF_ERROR(CommitToMemory(r.step));
   parts_.env->StepDone(rank, r.step);
   return absl::OkStatus();
 }
@@ -315,10 +318,10 @@ absl::Status TrainingRun::SaveNowAndLog(const StepRecord& r) {
   Report(writer_.Finish());
   RETURN_IF_ERROR(writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep,
                                 /*async=*/false));
+  RETURN_IF_ERROR(Log(r));
   const absl::StatusOr<std::string> saved = writer_.Finish();
   Report(saved);
-  RETURN_IF_ERROR(saved.status());
-  return Log(r);
+  return saved.status();
 }
 
 absl::Status TrainingRun::RollBack(int64_t step) {
@@ -365,7 +368,6 @@ absl::Status TrainingRun::Save(StepRecord* r) {
   const bool async = policy_.async_save && r->step != parts_.trainer->config().steps;
   RETURN_IF_ERROR(
       writer_.Start(policy_.checkpoint_dir, *parts_.trainer, ckpt_, policy_.keep, async));
-  if (!async) Report(writer_.Finish());
   const int64_t end = NowNanos();
   r->t_checkpoint = static_cast<double>(end - begin) * 1e-9;
   // The stall, beside the step it follows.
@@ -390,14 +392,26 @@ absl::Status TrainingRun::SaveToMemory(StepRecord* r) {
           TraceInterval(TraceTrack::kStep, "checkpoint", "memory checkpoint", begin, end)) {
     e->AddArg("step", r->step);
   }
+  if (!saved.ok()) return MemoryFailed(r->step, saved.status());
+  mem_written_ = absl::StrFormat("%s, %.3fs", *saved, seconds);
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::CommitToMemory(int64_t step) {
+  if (mem_written_.empty()) return absl::OkStatus();
+  const std::string written = std::move(mem_written_);
+  mem_written_.clear();
+  const absl::Status committed = memory_->Commit();
+  if (!committed.ok()) return MemoryFailed(step, committed);
+  return lead() ? Event(step, "mem_save", written) : absl::OkStatus();
+}
+
+absl::Status TrainingRun::MemoryFailed(int64_t step, const absl::Status& why) {
   if (!lead()) return absl::OkStatus();
-  if (!saved.ok()) {
-    const std::string message(saved.status().message());
-    std::fprintf(stderr, "warning: memory checkpoint of step %lld failed: %s\n",
-                 static_cast<long long>(r->step), message.c_str());
-    return Event(r->step, "mem_save", absl::StrCat("failed: ", message));
-  }
-  return Event(r->step, "mem_save", absl::StrFormat("%s, %.3fs", *saved, seconds));
+  const std::string message(why.message());
+  std::fprintf(stderr, "warning: memory checkpoint of step %lld failed: %s\n",
+               static_cast<long long>(step), message.c_str());
+  return Event(step, "mem_save", absl::StrCat("failed: ", message));
 }
 
 // A failed save is reported, not fatal: the previous checkpoint is intact

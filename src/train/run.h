@@ -128,18 +128,23 @@ class TrainingRun {
   absl::Status GatherRankSeconds(StepRecord* r);
   // --straggler-action restart-without: checkpoint, leave_out.json, Cancelled.
   absl::Status LeaveOut(StepRecord* r);
-  // Writes the checkpoint of `r.step` at once, then its metrics line: the
-  // state a stopped run is restarted from.
+  // Writes the checkpoint of `r.step` at once, then its metrics line, then
+  // commits it: the state a stopped run is restarted from.
   absl::Status SaveNowAndLog(const StepRecord& r);
   // Back to the last checkpoint after max_bad_steps bad steps.
   absl::Status RollBack(int64_t step);
   // Whether a checkpoint is due after `step`; collective with minutes.
   absl::StatusOr<bool> SaveDue(int64_t step);
-  // Starts the checkpoint of `r.step`; sets r.t_checkpoint (the stall).
+  // Starts the checkpoint of `r.step` (a synchronous one has written its
+  // shards on return; OnStep commits it after the metrics line); sets
+  // r.t_checkpoint (the stall).
   absl::Status Save(StepRecord* r);
-  // The memory checkpoint of `r.step`; adds its stall to r.t_checkpoint.
-  // A failure is reported, not fatal.
+  // Writes the memory checkpoint of `r.step`; adds its stall to
+  // r.t_checkpoint. CommitToMemory commits it after the metrics line. A
+  // failure of either is reported (MemoryFailed), not fatal.
   absl::Status SaveToMemory(StepRecord* r);
+  absl::Status CommitToMemory(int64_t step);
+  absl::Status MemoryFailed(int64_t step, const absl::Status& why);
   // A finished or failed save, on rank 0's stderr and in the events.
   void Report(const absl::StatusOr<std::string>& saved);
   absl::Status Log(const StepRecord& r);
@@ -161,6 +166,7 @@ class TrainingRun {
   CheckpointContext ckpt_;
   CheckpointWriter writer_;
   std::optional<MemoryCheckpointer> memory_;  // with --mem-save-every
+  std::string mem_written_;                   // the memory checkpoint written, not yet committed
   std::optional<MetricsWriter> metrics_;
   std::optional<EventLog> events_;
   std::optional<StepTrace> trace_;  // with --trace

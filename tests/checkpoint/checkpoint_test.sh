@@ -9,7 +9,8 @@
 #    -> 1x1x1 -> 2x1x1 (ZeRO-1), each
 #    killed and resumed in the next layout: within 1e-5 of one process
 #  - a crash between the shard writes and the commit leaves the previous
-#    checkpoint the latest, and the rerun resumes from it
+#    checkpoint the latest, and the rerun resumes from it; a crash right
+#    after the commit finds the step's metrics line already written
 #  - corruption: a flipped byte in a shard and a truncated manifest are named;
 #    --strict refuses (exit 2), otherwise the run falls back to an earlier one
 #  - guards: a NaN gradient skips its update; with --max-bad-steps 1 the run
@@ -85,6 +86,14 @@ crash 1 "$tmp/torn" --save-every 5 --inject-fault crash-during-save@10
 run 1 "$tmp/torn" --save-every 5
 grep -q "resumed from $tmp/torn/checkpoints/step-00000005 at step 5" "$tmp/torn.log" || fail "torn: resume"
 same "$tmp/ref" "$tmp/torn"
+
+# A crash right after the commit of step 10: the rerun resumes from it, and
+# metrics.jsonl, kept through step 10, already holds step 10's line.
+crash 1 "$tmp/committed" --save-every 5 --inject-fault crash-after-save@10
+run 1 "$tmp/committed" --save-every 5
+grep -q "resumed from $tmp/committed/checkpoints/step-00000010 at step 10" "$tmp/committed.log" ||
+  fail "committed: resume"
+same "$tmp/ref" "$tmp/committed"
 
 # Corruption: a flipped byte in the newest checkpoint (step 15).
 crash 1 "$tmp/bad" --save-every 5 --inject-fault kill:0@17
