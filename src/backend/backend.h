@@ -341,7 +341,9 @@ class Backend {
   // f32 call on the widened values.
   //
   // Writes the k and v parts of qkv [N,3C] (columns [C,2C) and [2C,3C)) into
-  // rows slots[n] (i32 [N]) of the caches, quantizing them for int8.
+  // rows slots[n] (i32 [N]) of the caches, quantizing them for int8. The
+  // slots must be distinct: tokens are written in parallel, so two naming
+  // one row leave either one's values there.
   virtual absl::Status KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
                                     int num_heads) = 0;
   // Causal attention of N query tokens over the cache: token n (query

@@ -21,6 +21,12 @@
 //    max(v scale) / 2 + (e^(2 ds) - 1) max|v|.
 // Missing or misshapen scales are refused on every backend.
 //
+// A prefill chunk of 600 tokens of width 256 (large enough that the CPU
+// splits it over its threads) written into a shuffled set of rows: every
+// written row holds the token's k and v bit for bit (fp32), or their
+// QuantizeSymmetric values and scales bit for bit (int8); every other row
+// keeps its poison.
+//
 // bf16 activations (cuda and cuda-sim; InvalidArgument on the CPU): a bf16
 // qkv writes, bit for bit, the cache its widened fp32 copy writes (fp32 and
 // int8 caches), and the bf16 output is the fp32 call's output on those
@@ -40,6 +46,7 @@
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/quantize.h"
 #include "src/core/bf16.h"
 #include "tests/backend/backend_test_util.h"
 #include "tests/backend/cpu_test_inputs.h"
@@ -360,6 +367,50 @@ TEST_P(PagedAttentionTest, Int8CacheMatchesFp32) {
 
 TEST_F(CpuOnlyPagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
   for (const int HS : {8, 20, 64}) CheckInt8Cache(*this, HS, testing_inputs::Levels());
+}
+
+TEST_P(PagedAttentionTest, LargeChunkWritesItsRowsBitForBit) {
+  const int N = 600, NH = 4, HS = 64, C = NH * HS, S = N + 40;
+  std::mt19937 rng(31);
+  Ints rows(S);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  const Ints slots(rows.begin(), rows.begin() + N);
+  const Floats qkv = testing_inputs::Uniform(N * 3 * C, 32);
+  auto QKV = Up(qkv, {N, 3 * C});
+  auto SLOTS = Up(slots, {N});
+  auto kf = Out({S, C}), vf = Out({S, C});
+  auto k8 = Out<int8_t>({S, C}), v8 = Out<int8_t>({S, C});
+  auto ks = Out({S, NH}), vs = Out({S, NH});
+  const std::vector<int8_t> poison8 = k8.Get();
+  ASSERT_TRUE(be().KvCacheWrite({kf.t(), vf.t(), Tensor(), Tensor()}, QKV.t(), SLOTS.t(), NH).ok());
+  ASSERT_TRUE(be().KvCacheWrite({k8.t(), v8.t(), ks.t(), vs.t()}, QKV.t(), SLOTS.t(), NH).ok());
+  const Floats got_f[2] = {kf.Get(), vf.Get()}, got_s[2] = {ks.Get(), vs.Get()};
+  const std::vector<int8_t> got_8[2] = {k8.Get(), v8.Get()};
+  std::vector<int> token_of(S, -1);
+  for (int n = 0; n < N; ++n) token_of[slots[n]] = n;
+  std::vector<int8_t> want8(HS);
+  for (int kv = 0; kv < 2; ++kv) {
+    SCOPED_TRACE(kv == 0 ? "k" : "v");
+    for (int r = 0; r < S; ++r) {
+      const int n = token_of[r];
+      for (int h = 0; h < NH; ++h) {
+        const float* x = qkv.data() + n * 3 * C + (kv + 1) * C + h * HS;
+        const float* f = got_f[kv].data() + r * C + h * HS;
+        const int8_t* q = got_8[kv].data() + r * C + h * HS;
+        if (n < 0) {  // not written: the poison stays
+          for (int d = 0; d < HS; ++d) ASSERT_TRUE(std::isnan(f[d])) << r;
+          ASSERT_TRUE(std::isnan(got_s[kv][r * NH + h])) << r;
+          ASSERT_TRUE(std::equal(q, q + HS, poison8.begin() + r * C + h * HS)) << r;
+          continue;
+        }
+        for (int d = 0; d < HS; ++d) ASSERT_EQ(f[d], x[d]) << r << "," << h << "," << d;
+        const float scale = QuantizeSymmetric(x, HS, want8.data());
+        ASSERT_EQ(got_s[kv][r * NH + h], scale) << r << "," << h;
+        ASSERT_TRUE(std::equal(q, q + HS, want8.begin())) << r << "," << h;
+      }
+    }
+  }
 }
 
 TEST_P(PagedAttentionTest, Int8ScalesAreChecked) {
