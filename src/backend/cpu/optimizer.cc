@@ -47,6 +47,20 @@ double ChunkSumOfSquares(const float* x, int64_t n) {
   return acc[0];
 }
 
+// AdamW over n elements, then round(&w[i], i) on each updated weight. A
+// template so that the fp32 update (round does nothing) has no branch in its
+// loop and vectorizes, sqrt and division included (IEEE-rounded in SIMD as
+// in scalar code, so the bits do not change).
+template <typename Round>
+void AdamWLoop(int64_t n, float* w, const float* g, float* m1, float* m2, float wd,
+               const AdamWScalars& s, Round round) {
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    AdamWElement(w[i], g[i], m1[i], m2[i], wd, s);
+    round(w + i, i);
+  }
+}
+
 }  // namespace
 
 absl::Status CpuBackend::SumOfSquares(Tensor x, Tensor out) {
@@ -89,13 +103,13 @@ absl::Status CpuBackend::AdamWUpdate(const std::vector<AdamWTensor>& tensors,
     float* m2 = t.v.f32();
     bf16* w16 = t.param16.empty() ? nullptr : t.param16.bf16();
     const int64_t round_base = t.round_offset;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      AdamWElement(w[i], g[i], m1[i], m2[i], wd, s);
-      if (w16 != nullptr) {
+    if (w16 == nullptr) {
+      AdamWLoop(n, w, g, m1, m2, wd, s, [](float*, int64_t) {});
+    } else {
+      AdamWLoop(n, w, g, m1, m2, wd, s, [&](float* wi, int64_t i) {
         w16[i] = FloatToBf16Stochastic(
-            w[i], RoundingWord(p.round_seed, static_cast<uint64_t>(p.step), round_base + i));
-      }
+            *wi, RoundingWord(p.round_seed, static_cast<uint64_t>(p.step), round_base + i));
+      });
     }
   }
   return absl::OkStatus();
