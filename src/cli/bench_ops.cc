@@ -400,6 +400,13 @@ absl::Status Run(const Flags& f) {
                    return be.CrossEntropyBackward(logits, logits, targets, ce_lse, 0,
                                                   static_cast<int>(V), 1.0f / N);
                  }});
+  // The fused classifier (one shard: the whole vocabulary), forward and
+  // backward: the real columns read once, every column of dlogits written
+  // in place; targets; losses and lse written. ~7 FLOPs a logit.
+  ops.push_back({"CrossEntropyFused", ce_shape, kF * (n * v + n * vp + 3 * n), 7 * n * v, [&] {
+                   return be.CrossEntropyFused(losses, ce_lse, logits, targets, static_cast<int>(V),
+                                               1.0f / N);
+                 }});
   // Read every gradient once; 2 FLOPs each.
   const std::string p_shape = Dims({P});
   ops.push_back(

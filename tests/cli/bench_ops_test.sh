@@ -22,9 +22,9 @@ cat "$tmp/out"
 grep -q "^bench ops: device $device" "$tmp/out" || fail "no header line naming $device"
 grep -qE "^copy bandwidth: [0-9.]+ GB/s" "$tmp/out" || fail "no copy bandwidth line"
 grep -qE "^matmul rate: +[0-9.]+ TFLOP/s" "$tmp/out" || fail "no matmul rate line"
-want_rows=20
+want_rows=21
 if [ "$device" != cpu ]; then
-  want_rows=24
+  want_rows=25
   grep -qE "^bf16 matmul rate: [0-9.]+ TFLOP/s" "$tmp/out" || fail "no bf16 matmul rate line"
 fi
 grep -qE "^geometric mean of floor/measured: [0-9.]+ over $want_rows ops" "$tmp/out" ||
@@ -32,7 +32,7 @@ grep -qE "^geometric mean of floor/measured: [0-9.]+ over $want_rows ops" "$tmp/
 
 ops="EmbeddingForward EmbeddingBackward ResidualLayerNormForward ResidualLayerNormBackward
 ResidualAdd GeluForward GeluBackward AttentionForward AttentionBackward CrossEntropyForward
-CrossEntropyBackward SumOfSquares AdamWUpdate MatmulInt8Forward KvCacheWrite
+CrossEntropyBackward CrossEntropyFused SumOfSquares AdamWUpdate MatmulInt8Forward KvCacheWrite
 PagedAttentionForward"
 if [ -f "$tmp/ops.tsv" ]; then
   head -1 "$tmp/ops.tsv" | grep -qP "^op\tshape\tms\tgb_per_s\ttflop_per_s\tbound\tfloor_ms\tof_floor$" ||
