@@ -320,8 +320,7 @@ int TrainCommand(int argc, char** argv) {
   flags.String("inject-fault", &f.inject_fault,
                "kill:RANK@STEP, kill-node:NODE@STEP, nan@STEP, crash-during-save@STEP, "
                "crash-after-save@STEP, enospc@STEP, slow:RANK:MS or slow-data:MS "
-               "(src/train/fault_env.h), for recovery tests "
-               "and experiments");
+               "(src/train/fault_env.h), for recovery tests and experiments");
   flags.Int("straggler-window", &f.straggler_window,
             "steps over which each rank's compute time is averaged to find a straggler");
   flags.Double("straggler-factor", &f.policy.straggler.factor,

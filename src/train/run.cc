@@ -399,8 +399,7 @@ absl::Status TrainingRun::SaveToMemory(StepRecord* r) {
 
 absl::Status TrainingRun::CommitToMemory(int64_t step) {
   if (mem_written_.empty()) return absl::OkStatus();
-  const std::string written = std::move(mem_written_);
-  mem_written_.clear();
+  const std::string written = std::exchange(mem_written_, std::string());
   const absl::Status committed = memory_->Commit();
   if (!committed.ok()) return MemoryFailed(step, committed);
   return lead() ? Event(step, "mem_save", written) : absl::OkStatus();

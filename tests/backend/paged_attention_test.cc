@@ -395,7 +395,6 @@ TEST_P(PagedAttentionTest, LargeChunkWritesItsRowsBitForBit) {
     for (int r = 0; r < S; ++r) {
       const int n = token_of[r];
       for (int h = 0; h < NH; ++h) {
-        const float* x = qkv.data() + n * 3 * C + (kv + 1) * C + h * HS;
         const float* f = got_f[kv].data() + r * C + h * HS;
         const int8_t* q = got_8[kv].data() + r * C + h * HS;
         if (n < 0) {  // not written: the poison stays
@@ -404,6 +403,7 @@ TEST_P(PagedAttentionTest, LargeChunkWritesItsRowsBitForBit) {
           ASSERT_TRUE(std::equal(q, q + HS, poison8.begin() + r * C + h * HS)) << r;
           continue;
         }
+        const float* x = qkv.data() + n * 3 * C + (kv + 1) * C + h * HS;
         for (int d = 0; d < HS; ++d) ASSERT_EQ(f[d], x[d]) << r << "," << h << "," << d;
         const float scale = QuantizeSymmetric(x, HS, want8.data());
         ASSERT_EQ(got_s[kv][r * NH + h], scale) << r << "," << h;

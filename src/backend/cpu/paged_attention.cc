@@ -177,7 +177,7 @@ absl::Status CpuBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor s
   const float* in = qkv.f32();
   // Tokens write disjoint rows: a prefill's chunk is split over the threads,
   // a decode step's few tokens stay on this one.
-#pragma omp parallel for schedule(static) if (N * C >= (int64_t{1} << 16))
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t h = 0; h < num_heads; ++h) {
       StoreHead(in + n * C3 + C + h * HS, HS, cache, true, slot[n], C, h, num_heads);
