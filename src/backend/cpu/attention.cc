@@ -375,12 +375,6 @@ void Gemm(int64_t M, int64_t N, int64_t K, MatA a, const float* b, int64_t ldb, 
 // head are far apart, so the hardware prefetcher does not see a stream;
 // asking for the row kAhead rows later keeps several misses in flight.
 constexpr int64_t kAhead = 8;
-inline void PrefetchRow(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i);
-}
-inline void PrefetchRowForWrite(float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 1);
-}
 // dst[0..n) = src[0..n), inline: rows are short (HS floats), so a memmove call
 // per row would cost as much as the copy.
 inline void CopyRow(float* dst, const float* src, int64_t n) {
@@ -390,13 +384,13 @@ inline void CopyRow(float* dst, const float* src, int64_t n) {
 }
 void Gather(float* dst, const float* src, int64_t ld, int64_t T, int64_t HS) {
   for (int64_t t = 0; t < T; ++t) {
-    if (t + kAhead < T) PrefetchRow(src + (t + kAhead) * ld, HS);
+    if (t + kAhead < T) cpu::PrefetchRow(src + (t + kAhead) * ld, HS);
     CopyRow(dst + t * HS, src + t * ld, HS);
   }
 }
 void Scatter(float* dst, int64_t ld, const float* src, int64_t T, int64_t HS) {
   for (int64_t t = 0; t < T; ++t) {
-    if (t + kAhead < T) PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
+    if (t + kAhead < T) cpu::PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
     CopyRow(dst + t * ld, src + t * HS, HS);
   }
 }
@@ -433,7 +427,7 @@ void TransposeTiles(float* dst, const float* src, int64_t ld, int64_t T, int64_t
   for (int64_t t0 = 0; t0 < Tp; t0 += 8) {  // 8 rows at a time (kTile is a multiple of 8)
     float* tile = dst + (t0 / kTile) * HS * kTile + t0 % kTile;
     for (int64_t i = 0; i < 8; ++i) {
-      if (t0 + kAhead + i < T) PrefetchRow(src + (t0 + kAhead + i) * ld, HS);
+      if (t0 + kAhead + i < T) cpu::PrefetchRow(src + (t0 + kAhead + i) * ld, HS);
     }
     for (int64_t d0 = 0; d0 < HS8; d0 += 8) {
       v8 r[8];
@@ -482,7 +476,7 @@ void RowDots(float* D, const float* dO, const float* out, int64_t ld, int64_t T,
   for (int64_t t = 0; t < T; ++t) {
     const float* go = dO + t * HS;
     const float* o = out + t * ld;
-    if (t + kAhead < T) PrefetchRow(o + kAhead * ld, HS);
+    if (t + kAhead < T) cpu::PrefetchRow(o + kAhead * ld, HS);
     float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
     for (int64_t c = 0; c < HS; ++c) acc += go[c] * o[c];
@@ -547,7 +541,7 @@ void FlashForward(float* out, float* lse, const float* qkv, const Dims& d) {
         const float inv = 1.0f / l[r];
         const float* o = O + r * HS;
         float* dst = out + (b * T + i0 + r) * C + h * HS;
-        if (r + kAhead < nq) PrefetchRowForWrite(dst + kAhead * C, HS);
+        if (r + kAhead < nq) cpu::PrefetchRowForWrite(dst + kAhead * C, HS);
 #pragma omp simd
         for (int64_t c = 0; c < HS; ++c) dst[c] = o[c] * inv;
         lse[bh * T + i0 + r] = m[r] + std::log(l[r]);
@@ -703,7 +697,7 @@ void StoreRow(float* out_row, float* lse_at, const float* o, float m, float l, i
 // dst[t * ld + c] += src[t * HS + c]: Scatter that accumulates.
 void ScatterAdd(float* dst, int64_t ld, const float* src, int64_t T, int64_t HS) {
   for (int64_t t = 0; t < T; ++t) {
-    if (t + kAhead < T) PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
+    if (t + kAhead < T) cpu::PrefetchRowForWrite(dst + (t + kAhead) * ld, HS);
     float* d = dst + t * ld;
     const float* s = src + t * HS;
 #pragma omp simd

@@ -65,6 +65,18 @@ inline Range ThreadRange(int64_t total, int64_t align, int tid, int nt) {
   return {begin, end};
 }
 
+// Asks for the n floats at `row` now, so that the loads that follow find them
+// in cache: for rows far apart (a head's rows of qkv, random rows of a table)
+// the hardware prefetcher sees no stream, and a prefetch a few rows ahead
+// keeps several misses in flight. The ForWrite form fetches the lines ready
+// to be modified (rows that will be added into).
+inline void PrefetchRow(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i);
+}
+inline void PrefetchRowForWrite(float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 1);
+}
+
 // ---- deterministic reductions ---------------------------------------------
 
 inline constexpr int kLanes = 16;  // two AVX2 registers of floats
