@@ -916,7 +916,9 @@ TEST_P(BackendOpsTest, CrossEntropyFusedEqualsTheFourSteps) {
     int N, Vp, V;
   };
   uint32_t seed = 300;
-  for (Shape s : {Shape{7, 160, 150}, Shape{1, 128, 1}, Shape{13, 384, 257}, Shape{3, 61, 61}}) {
+  // The last is above the CPU's parallel threshold: its rows split over threads.
+  for (Shape s : {Shape{7, 160, 150}, Shape{1, 128, 1}, Shape{13, 384, 257}, Shape{3, 61, 61},
+                  Shape{37, 640, 600}}) {
     const int N = s.N, Vp = s.Vp, V = s.V;
     SCOPED_TRACE(::testing::Message() << "N=" << N << " Vp=" << Vp << " V=" << V);
     Floats logits = Uniform(N * Vp, ++seed, -6.0f, 6.0f);
@@ -953,6 +955,20 @@ TEST_P(BackendOpsTest, CrossEntropyFusedEqualsTheFourSteps) {
   auto dtg = Up(Ints{0, 1}, {2});
   auto a = Out({2}), b = Out({2});
   ExpectInvalid(be().CrossEntropyFused(a.t(), b.t(), logits.t(), dtg.t(), 5, 1.0f), "vocab_size");
+}
+
+// The fused classifier splits rows over threads, each thread taking its
+// first row's max on its own: the bits must not depend on the split.
+TEST_F(CpuOnlyOpsTest, CrossEntropyFusedIsTheSameForThreadCounts) {
+  const int N = 37, Vp = 640, V = 600;  // above the parallel threshold
+  const Floats logits = Uniform(N * Vp, 310, -6.0f, 6.0f);
+  auto dtg = Up(RandomInts(N, 311, V), {N});
+  ExpectSameForThreadCounts([&] {
+    auto grad = Up(logits, {N, Vp});
+    auto loss = Out({N}), lse = Out({N});
+    EXPECT_TRUE(be().CrossEntropyFused(loss.t(), lse.t(), grad.t(), dtg.t(), V, 0.5f).ok());
+    return Concat(Concat(loss.Get(), lse.Get()), grad.Get());
+  });
 }
 
 TEST_P(BackendOpsTest, CrossEntropyBackwardInPlaceAndDeterministic) {

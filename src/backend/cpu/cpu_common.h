@@ -81,6 +81,21 @@ inline void PrefetchRowForWrite(float* row, int64_t n) {
 
 inline constexpr int kLanes = 16;  // two AVX2 registers of floats
 
+// The folds every lane reduction ends with: the lanes' sums pairwise (a fixed
+// tree), their maxima in lane order. Max is exact, so only the sum's tree
+// fixes bits.
+inline float FoldSum(float* acc) {
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+inline float FoldMax(const float* acc) {
+  float m = acc[0];
+  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+
 // sum_i f(i) for i in [0, n), in the fixed lane order described above.
 template <typename F>
 inline float LaneSum(int64_t n, F f) {
@@ -90,11 +105,7 @@ inline float LaneSum(int64_t n, F f) {
     for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
   }
   for (int j = 0; i + j < n; ++j) acc[j] += f(i + j);
-  // Fold the lanes pairwise (a fixed tree).
-  for (int w = kLanes / 2; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  return acc[0];
+  return FoldSum(acc);
 }
 
 // Two sums in one pass (e.g. sum x and sum x*y of a LayerNorm row).
@@ -112,14 +123,8 @@ inline void LaneSum2(int64_t n, F f, G g, float* sf, float* sg) {
     a[j] += f(i + j);
     b[j] += g(i + j);
   }
-  for (int w = kLanes / 2; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) {
-      a[j] += a[j + w];
-      b[j] += b[j + w];
-    }
-  }
-  *sf = a[0];
-  *sg = b[0];
+  *sf = FoldSum(a);
+  *sg = FoldSum(b);
 }
 
 // max_i x[i] (n >= 1). Written as compare-and-select so it vectorizes.
@@ -131,9 +136,30 @@ inline float LaneMax(const float* x, int64_t n) {
     for (int j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
   }
   for (int j = 0; i + j < n; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-  float m = acc[0];
-  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
-  return m;
+  return FoldMax(acc);
+}
+
+// LaneSum(n, f) and LaneMax(y, n) in one loop (n >= 1), each in its own lane
+// order, so each result is bitwise theirs. Returns the sum and stores the
+// max in *y_max. For a row's sum beside the next row's max: the next row
+// streams in from memory while this one's arithmetic runs (CrossEntropyFused).
+template <typename F>
+inline float LaneSumAndMax(int64_t n, F f, const float* y, float* y_max) {
+  float acc[kLanes] = {}, top[kLanes];
+  for (int j = 0; j < kLanes; ++j) top[j] = y[0];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      acc[j] += f(i + j);
+      top[j] = y[i + j] > top[j] ? y[i + j] : top[j];
+    }
+  }
+  for (int j = 0; i + j < n; ++j) {
+    acc[j] += f(i + j);
+    top[j] = y[i + j] > top[j] ? y[i + j] : top[j];
+  }
+  *y_max = FoldMax(top);
+  return FoldSum(acc);
 }
 
 // ---- vectorizable exp ------------------------------------------------------
