@@ -25,6 +25,8 @@ namespace ladder {
 
 std::string CheckpointStepName(int64_t step) { return absl::StrFormat("step-%08d", step); }
 
+std::string LatestFileContents(int64_t step) { return CheckpointStepName(step) + "\n"; }
+
 std::string ShardFileName(int rank) { return absl::StrFormat("rank-%05d.bin", rank); }
 
 namespace {
@@ -190,7 +192,8 @@ std::vector<std::pair<int64_t, std::string>> CommittedSteps(const std::string& d
 }
 
 absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
-                    const std::string& final_dir, const std::string& manifest, int keep) {
+                    const std::string& final_dir, int64_t step, const std::string& manifest,
+                    int keep) {
   RETURN_IF_ERROR(env->WriteFileAtomically(tmp + "/manifest", manifest));
   RETURN_IF_ERROR(SyncDir(tmp));
   std::error_code ec;
@@ -198,8 +201,7 @@ absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
   fs::rename(tmp, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
   RETURN_IF_ERROR(SyncDir(dir));
-  RETURN_IF_ERROR(
-      env->WriteFileAtomically(dir + "/latest", fs::path(final_dir).filename().string() + "\n"));
+  RETURN_IF_ERROR(env->WriteFileAtomically(dir + "/latest", LatestFileContents(step)));
   RETURN_IF_ERROR(SyncDir(dir));
   // Only now may old checkpoints go; the newest is never among them.
   std::vector<std::pair<int64_t, std::string>> steps = CommittedSteps(dir);
@@ -569,8 +571,8 @@ absl::StatusOr<std::string> CheckpointWriter::Finish() {
     } else {
       committed = p->ctx.write_extra ? p->ctx.write_extra(p->tmp) : absl::OkStatus();
       if (committed.ok()) {
-        committed = Commit(p->ctx.env, p->dir, p->tmp, p->final_dir, SerializeManifest(p->manifest),
-                           p->keep);
+        committed = Commit(p->ctx.env, p->dir, p->tmp, p->final_dir, p->manifest.step,
+                           SerializeManifest(p->manifest), p->keep);
       }
     }
   }

@@ -151,6 +151,11 @@ std::string ShardFileName(int rank);
 // ("step-00000042"; "step-00000042.tmp" while it is being written).
 std::string CheckpointStepName(int64_t step);
 
+// What a checkpoint directory's `latest` holds once step `step` is
+// committed: its step directory's name and a newline (disk and memory
+// checkpoints alike; LatestCheckpointStep reads it back).
+std::string LatestFileContents(int64_t step);
+
 // The step of the checkpoint `dir`'s `latest` names; NotFound when there is
 // none, DataLoss when `latest` does not name a step directory.
 absl::StatusOr<int64_t> LatestCheckpointStep(const std::string& dir);

@@ -77,7 +77,7 @@ absl::Status MemoryStore::Commit(int64_t step, const std::string& manifest, int 
   fs::remove_all(final_dir, ec);  // the same step from an earlier attempt
   fs::rename(tmp, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
-  RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/latest", name + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/latest", LatestFileContents(step)));
   std::vector<std::string> steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
     const std::string n = e.path().filename().string();

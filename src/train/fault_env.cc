@@ -70,7 +70,7 @@ absl::Status FaultEnv::WriteFileAtomically(const std::string& path, const std::s
   }
   RETURN_IF_ERROR(Env::WriteFileAtomically(path, contents));
   if (crash_after_save_step_ >= 0 && name == "latest" &&
-      contents == CheckpointStepName(crash_after_save_step_) + "\n") {
+      contents == LatestFileContents(crash_after_save_step_)) {
     std::raise(SIGKILL);
   }
   return absl::OkStatus();
