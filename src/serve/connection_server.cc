@@ -32,8 +32,8 @@ using Clock = std::chrono::steady_clock;
 // write_timeout. Closes its socket when the last owner lets go.
 class ConnectionServer::Connection : public httplib::Stream {
  public:
-  Connection(int fd, std::chrono::milliseconds write_timeout)
-      : fd_(fd), write_timeout_(write_timeout) {}
+  Connection(int fd, std::chrono::milliseconds write_timeout, size_t max_request_bytes)
+      : fd_(fd), write_timeout_(write_timeout), max_request_bytes_(max_request_bytes) {}
   ~Connection() override { close(fd_); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -42,10 +42,13 @@ class ConnectionServer::Connection : public httplib::Stream {
   void BeginRequest(Clock::time_point deadline) {
     read_deadline_ = deadline;
     timed_out_ = false;
+    request_bytes_ = 0;
     ++requests_;
   }
   int requests() const { return requests_; }
   bool timed_out() const { return timed_out_; }
+  // This request asked for more than max_request_bytes.
+  bool too_large() const { return too_large_; }
   // Bytes read but not yet consumed (a pipelined next request).
   bool buffered() const { return read_off_ < read_buf_.size(); }
 
@@ -65,8 +68,13 @@ class ConnectionServer::Connection : public httplib::Stream {
       if (n <= 0) return n;
     }
     const size_t n = std::min(size, read_buf_.size() - read_off_);
+    if (max_request_bytes_ > 0 && request_bytes_ + n > max_request_bytes_) {
+      too_large_ = true;
+      return -1;
+    }
     std::memcpy(ptr, read_buf_.data() + read_off_, n);
     read_off_ += n;
+    request_bytes_ += n;
     return static_cast<ssize_t>(n);
   }
 
@@ -116,6 +124,9 @@ class ConnectionServer::Connection : public httplib::Stream {
 
   const int fd_;
   const std::chrono::milliseconds write_timeout_;
+  const size_t max_request_bytes_;
+  size_t request_bytes_ = 0;  // taken by the current request
+  bool too_large_ = false;    // sticky: the connection closes after it
   std::string read_buf_;
   size_t read_off_ = 0;
   Clock::time_point read_deadline_;
@@ -313,7 +324,8 @@ ConnectionServer::~ConnectionServer() {
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
   // The first request is awaited off the pool, like the next ones.
-  queue_->Park(std::make_shared<Connection>(sock, limits_.write_timeout));
+  queue_->Park(
+      std::make_shared<Connection>(sock, limits_.write_timeout, limits_.max_request_bytes));
   return true;
 }
 
@@ -324,7 +336,7 @@ void ConnectionServer::ServeRequest(std::shared_ptr<Connection> c) {
   current_ = c.get();
   const bool ok = process_request(*c, last, closed, [](httplib::Request&) {});
   current_ = nullptr;
-  if (ok && !closed && !last && !c->timed_out()) queue_->Park(std::move(c));
+  if (ok && !closed && !last && !c->timed_out() && !c->too_large()) queue_->Park(std::move(c));
 }
 
 int ConnectionSocket() {
@@ -342,6 +354,11 @@ bool ConnectionAlive(int socket) {
 bool RequestTimedOut() {
   const auto* c = ConnectionServer::current_;
   return c != nullptr && c->timed_out();
+}
+
+bool RequestTooLarge() {
+  const auto* c = ConnectionServer::current_;
+  return c != nullptr && c->too_large();
 }
 
 }  // namespace ladder

@@ -17,6 +17,9 @@
 //     thread at most that long. A request whose first line is late is closed
 //     unanswered; a later part gets the error handler's answer
 //     (RequestTimedOut() tells it why), and then the connection closes.
+//   - A request may take at most max_request_bytes from its connection: one
+//     longer fails as it is read (RequestTooLarge() tells the error handler),
+//     and then the connection closes.
 //   - A write that cannot make progress for write_timeout fails (and with it
 //     the request's answer).
 // So the pool's threads are held only by requests being read (bounded by
@@ -42,6 +45,12 @@ struct ConnectionLimits {
   std::chrono::milliseconds request_timeout{10000};    // to read one request
   std::chrono::milliseconds write_timeout{5000};       // for one write to progress
   int max_requests = 100;                              // per connection
+  // Bytes one request may take from its connection, head and body (0: no
+  // limit). httplib checks a Content-Length against its payload limit but
+  // reads a chunked body whole, however long; this bound holds for both.
+  // A request past it fails as it is read (RequestTooLarge() tells the error
+  // handler why), and then the connection closes.
+  size_t max_request_bytes = 0;
 };
 
 class ConnectionServer : public httplib::Server {
@@ -69,6 +78,7 @@ class ConnectionServer : public httplib::Server {
   static thread_local const Connection* current_;
   friend int ConnectionSocket();
   friend bool RequestTimedOut();
+  friend bool RequestTooLarge();
 
   const ConnectionLimits limits_;
   int epoll_ = -1;          // the idle connections' poller, and
@@ -89,5 +99,9 @@ bool ConnectionAlive(int socket);
 // True in a handler (normally the error handler) when the rest of the
 // current request (headers or body) did not arrive within request_timeout.
 bool RequestTimedOut();
+
+// True in a handler (normally the error handler) when the current request
+// was longer than ConnectionLimits::max_request_bytes.
+bool RequestTooLarge();
 
 }  // namespace ladder

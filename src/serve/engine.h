@@ -1,4 +1,4 @@
-// The decoding engine shared by `generate` (and the server to come):
+// The decoding engine shared by `generate` and `serve` (through EngineLoop):
 // continuous batching over a paged KV cache, with optional speculative
 // decoding.
 //

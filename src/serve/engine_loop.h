@@ -132,6 +132,8 @@ class EngineLoop {
   absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& tokens);
   LoopStats stats() const;
   int kv_blocks() const { return kv_blocks_; }
+  // Options::max_waiting: the most requests queued at once.
+  int max_waiting() const { return max_waiting_; }
 
  private:
   struct Submission {

@@ -31,6 +31,15 @@ namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
+// Room for a request's head (its request line and headers) beyond
+// max_body_bytes, in the bytes one request may read.
+constexpr size_t kHeadBytes = 64 * 1024;
+
+// Why a request stopped when its client hung up (ConnectionAlive false).
+constexpr char kClientLeft[] =
+    "the client closed its end of the connection, which ladder takes as leaving: the request "
+    "was cancelled";
+
 // One request's events (of all its candidates), filled by the loop thread,
 // drained by its handler.
 class EventQueue {
@@ -293,6 +302,9 @@ ConnectionLimits Limits(const ServerOptions& options) {
   l.threads = options.threads;
   l.keep_alive_timeout = options.keep_alive_timeout;
   l.request_timeout = options.request_timeout;
+  // The body's limit, plus room for the head: what a request may read in all
+  // (httplib bounds a Content-Length body by itself, but not a chunked one).
+  l.max_request_bytes = options.max_body_bytes + kHeadBytes;
   return l;
 }
 
@@ -366,16 +378,19 @@ void HttpServer::Routes() {
     if (options_.api_key.empty() || req.path == "/health" || req.path == "/metrics") {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    const std::string want = absl::StrCat("Bearer ", options_.api_key);
-    const std::string got = req.get_header_value("Authorization");
+    const std::string& want = options_.api_key;
+    std::string got = req.get_header_value("Authorization");
+    const bool empty = got.empty();
+    // The scheme's name is case-insensitive (RFC 9110); the key is not.
+    constexpr absl::string_view kScheme = "Bearer ";
+    got = absl::StartsWithIgnoreCase(got, kScheme) ? got.substr(kScheme.size()) : std::string();
     // Constant-time comparison of equal lengths.
     unsigned diff = got.size() == want.size() ? 0 : 1;
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) diff |= got[i] ^ want[i];
     if (diff == 0) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.http_status = 401;
-    e.message =
-        got.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key";
+    e.message = empty ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key";
     e.code = "invalid_api_key";
     SetError(res, e);
     return httplib::Server::HandlerResponse::Handled;
@@ -384,10 +399,22 @@ void HttpServer::Routes() {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
     if (res.status == 404) {
       SetError(res, 404, absl::StrCat("no route for ", req.method, " ", req.path));
+    } else if (RequestTooLarge()) {
+      SetError(res, 413,
+               absl::StrCat("the request exceeds the limit of ", options_.max_body_bytes,
+                            " bytes of body (and ", kHeadBytes, " of head)"));
     } else if (RequestTimedOut()) {
       SetError(res, 408,
                absl::StrCat("the request was not received within ",
                             options_.request_timeout.count(), " ms"));
+    } else if (res.status == 413 && req.body.size() <= options_.max_body_bytes &&
+               absl::StartsWith(req.get_header_value("Content-Type"),
+                                "application/x-www-form-urlencoded")) {
+      // httplib caps form-encoded bodies (curl -d's default type) at 8 KiB.
+      SetError(res, 413,
+               absl::StrCat("a form-encoded body (Content-Type: "
+                            "application/x-www-form-urlencoded, curl -d's default) may hold ",
+                            "at most 8192 bytes; send Content-Type: application/json"));
     } else if (res.status == 413) {
       SetError(res, 413,
                absl::StrCat("the request body exceeds the limit of ", options_.max_body_bytes,
@@ -498,23 +525,40 @@ void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res)
 
 absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
     const CompletionRequest& r) const {
+  std::shared_ptr<JsonConstraint> c;
   switch (r.response_format.type) {
     case ResponseFormat::Type::kText:
       return nullptr;
     case ResponseFormat::Type::kJsonObject:
-      return json_->Object();
-    case ResponseFormat::Type::kJsonSchema:
+      c = json_->Object();
       break;
+    case ResponseFormat::Type::kJsonSchema: {
+      // Parsed keeping the client's property order, the order the output uses.
+      absl::StatusOr<std::shared_ptr<JsonConstraint>> schema =
+          json_->Schema(nlohmann::ordered_json::parse(r.response_format.schema));
+      if (!schema.ok()) {
+        absl::Status s = schema.status();
+        s.SetPayload(kParamPayload, absl::Cord("response_format"));
+        return s;
+      }
+      c = *std::move(schema);
+      break;
+    }
   }
-  // Parsed keeping the client's property order, the order the output uses.
-  absl::StatusOr<std::shared_ptr<TokenConstraint>> c =
-      json_->Schema(nlohmann::ordered_json::parse(r.response_format.schema));
-  if (!c.ok()) {
-    absl::Status s = c.status();
-    s.SetPayload(kParamPayload, absl::Cord("response_format"));
+  // Every byte is a token, so the shortest valid output in bytes is the most
+  // tokens it can take: with at least that many, the output always completes
+  // (the constraint keeps a way to finish within what is left); with fewer,
+  // it might stop cut short, so the request is refused.
+  int shortest = 0;
+  c->Lookahead("", &shortest);
+  if (shortest > r.max_tokens) {
+    absl::Status s = absl::InvalidArgumentError(
+        absl::StrCat("the shortest output response_format allows is ", shortest,
+                     " bytes, which may take as many tokens; max_tokens is ", r.max_tokens));
+    s.SetPayload(kParamPayload, absl::Cord("max_tokens"));
     return s;
   }
-  return c;
+  return std::shared_ptr<TokenConstraint>(std::move(c));
 }
 
 ModelLimits HttpServer::ApiLimits() const {
@@ -536,6 +580,17 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
   }
   const CompletionRequest& r = *parsed;
   auto g = std::make_shared<Generation>(loop_, tokenizer_, r);
+  // Each candidate queues as its own request: more than the queue holds
+  // would be refused with 429 however often the client retried.
+  if (g->cands.size() > static_cast<size_t>(loop_->max_waiting())) {
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+        "this request asks for ", g->cands.size(),
+        " completions (n or best_of, times its prompts), more than the server queues at once (",
+        loop_->max_waiting(), ", --max-waiting)"));
+    s.SetPayload(kParamPayload, absl::Cord(r.best_of > r.n ? "best_of" : "n"));
+    SetError(res, ErrorFromStatus(s));
+    return;
+  }
   // Each candidate is its own engine request.
   for (size_t c = 0; c < g->cands.size(); ++c) {
     EngineRequest& er = g->cands[c].request;
@@ -545,7 +600,9 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     er.seed = r.has_seed ? r.seed + c % r.best_of : RandomSeed();
     // best_of ranks candidates by their tokens' log-probabilities.
     er.logprobs = r.best_of > r.n ? std::max(r.logprobs, 0) : r.logprobs;
-    er.echo_logprobs = r.echo && r.logprobs >= 0;
+    // A max_tokens 0 request (echo) is its prompt alone, which the engine
+    // answers by scoring the prompt; the scores are sent only with logprobs.
+    er.echo_logprobs = r.echo && (r.logprobs >= 0 || r.max_tokens == 0);
     absl::StatusOr<std::shared_ptr<TokenConstraint>> constraint = MakeConstraint(r);
     if (!constraint.ok()) {
       SetError(res, ErrorFromStatus(constraint.status()));
@@ -577,7 +634,12 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     while (!g->done()) {
       if (!ConnectionAlive(g->socket)) {
         g->Abandon();
-        return;  // nobody to answer
+        // Read only by a client that closed just its sending half (a
+        // shutdown(SHUT_WR)), which counts as gone: say so rather than
+        // answer 200 with nothing.
+        SetError(res, 400, kClientLeft);
+        res.set_header("Connection", "close");
+        return;
       }
       for (ChoiceDelta& d : g->Advance()) {
         ChoiceDelta& w = whole[d.index];
@@ -620,6 +682,10 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
         for (;;) {
           if (!ConnectionAlive(g->socket)) {
             g->Abandon();
+            ApiError e;
+            e.http_status = 400;
+            e.message = kClientLeft;
+            write(SseEvent(ErrorJson(e)));  // as above; fails if it is gone
             return false;
           }
           // Streaming has best_of == n: candidate c is choice c.

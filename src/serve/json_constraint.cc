@@ -1315,32 +1315,32 @@ JsonConstraintFactory::JsonConstraintFactory(const Tokenizer& tokenizer)
 
 JsonConstraintFactory::~JsonConstraintFactory() = default;
 
-std::shared_ptr<TokenConstraint> JsonConstraintFactory::Object() const {
+std::shared_ptr<JsonConstraint> JsonConstraintFactory::Object() const {
   return std::make_shared<JsonConstraintImpl>(vocab_, object_grammar_);
 }
 
 namespace {
 
 template <typename Json>
-absl::StatusOr<std::shared_ptr<TokenConstraint>> MakeSchemaConstraint(
+absl::StatusOr<std::shared_ptr<JsonConstraint>> MakeSchemaConstraint(
     std::shared_ptr<const JsonVocabulary> vocab, const Json& schema) {
   auto g = std::make_shared<JsonGrammar>();
   SchemaCompiler<Json> compiler(g.get());
   absl::StatusOr<int32_t> root = compiler.Compile(schema, "", 0);
   if (!root.ok()) return root.status();
   g->root = *root;
-  return std::shared_ptr<TokenConstraint>(
+  return std::shared_ptr<JsonConstraint>(
       std::make_shared<JsonConstraintImpl>(std::move(vocab), std::move(g)));
 }
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<TokenConstraint>> JsonConstraintFactory::Schema(
+absl::StatusOr<std::shared_ptr<JsonConstraint>> JsonConstraintFactory::Schema(
     const nlohmann::json& schema) const {
   return MakeSchemaConstraint(vocab_, schema);
 }
 
-absl::StatusOr<std::shared_ptr<TokenConstraint>> JsonConstraintFactory::Schema(
+absl::StatusOr<std::shared_ptr<JsonConstraint>> JsonConstraintFactory::Schema(
     const nlohmann::ordered_json& schema) const {
   return MakeSchemaConstraint(vocab_, schema);
 }

@@ -98,7 +98,7 @@ class JsonConstraintFactory {
   ~JsonConstraintFactory();
 
   // Any JSON object.
-  std::shared_ptr<TokenConstraint> Object() const;
+  std::shared_ptr<JsonConstraint> Object() const;
   // JSON valid against `schema` (the subset above). InvalidArgument naming
   // the unsupported keyword or malformed part and its JSON pointer, e.g.
   // "response_format.json_schema.schema: unsupported keyword 'pattern' at
@@ -106,8 +106,8 @@ class JsonConstraintFactory {
   // Properties come out in the order the schema object iterates:
   // nlohmann::json sorts keys, nlohmann::ordered_json keeps the order of the
   // text it was parsed from (what a client expects).
-  absl::StatusOr<std::shared_ptr<TokenConstraint>> Schema(const nlohmann::json& schema) const;
-  absl::StatusOr<std::shared_ptr<TokenConstraint>> Schema(
+  absl::StatusOr<std::shared_ptr<JsonConstraint>> Schema(const nlohmann::json& schema) const;
+  absl::StatusOr<std::shared_ptr<JsonConstraint>> Schema(
       const nlohmann::ordered_json& schema) const;
 
  private:

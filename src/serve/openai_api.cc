@@ -44,8 +44,28 @@ absl::Status WrongType(absl::string_view param, absl::string_view want, const js
   return FieldError(param, absl::StrCat("'", param, "' must be ", want, ", got ", TypeName(got)));
 }
 
+// Deeper nesting than any request needs. nlohmann parses iteratively, but
+// dump() (error messages, a schema's copy) recurses once per level, so a
+// small body of 100000 '[' would overflow the handler's stack.
+constexpr int kMaxDepth = 128;
+
 absl::StatusOr<json> ParseObject(absl::string_view body) {
-  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  // A value deeper than kMaxDepth is discarded as it starts, so the parser
+  // never builds the deep tree either.
+  const auto depth_guard = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if (depth > kMaxDepth &&
+        (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  };
+  json j = json::parse(body.begin(), body.end(), depth_guard, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return FieldError("",
+                      absl::StrCat("the request body nests deeper than ", kMaxDepth, " levels"));
+  }
   if (j.is_discarded()) return FieldError("", "the request body is not valid JSON");
   if (!j.is_object()) return FieldError("", "the request body must be a JSON object");
   return j;
@@ -248,7 +268,11 @@ absl::Status ParseCommon(const json& body, const ModelLimits& limits, bool chat,
   const char* max_name = "max_tokens";
   ASSIGN_OR_RETURN(bool has_max, GetInt(body, "max_tokens", r->echo ? 0 : 1,
                                         std::numeric_limits<int>::max(), &v));
-  if (!has_max && chat) {
+  if (chat && Field(body, "max_completion_tokens")) {
+    if (has_max) {
+      return FieldError("max_completion_tokens",
+                        "give 'max_tokens' or 'max_completion_tokens', not both");
+    }
     max_name = "max_completion_tokens";
     ASSIGN_OR_RETURN(has_max, GetInt(body, max_name, 1, std::numeric_limits<int>::max(), &v));
   }
@@ -346,6 +370,9 @@ absl::Status ParseCommon(const json& body, const ModelLimits& limits, bool chat,
     if (const json* u = Field(*o, "include_usage")) {
       if (!u->is_boolean()) return WrongType("stream_options.include_usage", "a boolean", *u);
       r->include_usage = u->get<bool>();
+    }
+    if (!r->stream) {
+      return FieldError("stream_options", "'stream_options' is only allowed when 'stream' is true");
     }
   }
   if (r->stream && r->best_of > r->n) {

@@ -3,7 +3,8 @@
 // trickles its request do not keep others from being answered; a request
 // that does not arrive within the request timeout is refused (408) or its
 // connection closed; idle connections close after the keep-alive timeout and
-// serve further requests until then.
+// serve further requests until then; a client that closes its sending half
+// is taken as gone, and told so if it still reads.
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,8 +18,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -49,6 +52,13 @@ class Conn {
   bool connected() const { return connected_; }
   bool Send(const std::string& s) {
     return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
+  }
+  // Closes the sending half only (the client can still read).
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
+  // Everything received until the server closed (or `timeout` passed).
+  std::string ReadToClose(std::chrono::milliseconds timeout) {
+    ClosedWithin(timeout);
+    return std::exchange(buffer_, "");
   }
   // Reads one response (head and Content-Length body) within `timeout`.
   // Returns its status, or 0 if the connection closed or the time ran out
@@ -272,6 +282,76 @@ TEST_F(ConnectionsTest, IdleConnectionsCloseAfterKeepAlive) {
   EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(10)));
   EXPECT_GE(Clock::now() - idle_from, std::chrono::milliseconds(250));
   EXPECT_TRUE(silent.ClosedWithin(std::chrono::seconds(10)));
+}
+
+// A client that sends its request and then shuts down its sending half
+// looks like one that hung up (POLLRDHUP): its request is cancelled, and
+// what it may still read says so, never a 200 with an empty body.
+TEST_F(ConnectionsTest, HalfClosedClientIsToldItsRequestWasCancelled) {
+  Start();
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "whole");
+    loop_->Pause();  // the request cannot finish before the hang-up is seen
+    Conn c(server_->port());
+    ASSERT_TRUE(c.connected());
+    json body = {{"prompt", "In the"}, {"max_tokens", 8}, {"stream", stream}};
+    ASSERT_TRUE(c.Send(Post("/v1/completions", body.dump())));
+    c.ShutdownWrite();
+    const std::string got = c.ReadToClose(std::chrono::seconds(30));
+    loop_->Resume();
+    EXPECT_NE(got.find("the client closed its end of the connection"), std::string::npos) << got;
+    if (!stream) {
+      EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 400") << got;
+    }
+  }
+}
+
+// The body limit holds however the body comes: a chunked body over it is
+// refused with 413 (httplib alone would read it whole) and its connection
+// closes; a form-encoded body (curl -d's default type) over httplib's 8 KiB
+// cap for forms is told to send JSON, not that it exceeds the limit.
+TEST_F(ConnectionsTest, BodyLimitHoldsForChunkedAndFormBodies) {
+  ServerOptions so;
+  so.max_body_bytes = 32 * 1024;
+  Start(so);
+  std::string chunked =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  const std::string piece(8192, 'x');
+  for (int i = 0; i < 16; ++i) chunked += "2000\r\n" + piece + "\r\n";  // 128 KiB
+  chunked += "0\r\n\r\n";
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(c.Send(chunked));
+    std::string body;
+    EXPECT_EQ(c.Read(std::chrono::seconds(30), &body), 413) << body;
+    EXPECT_NE(body.find("exceeds the limit of 32768 bytes"), std::string::npos) << body;
+    EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(10)));
+  }
+  // The same body in small chunks under the limit is served.
+  const std::string ok = kCompletion;
+  const std::string small =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+      absl::StrCat(absl::Hex(ok.size())) + "\r\n" + ok + "\r\n0\r\n\r\n";
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(c.Send(small));
+    std::string body;
+    EXPECT_EQ(c.Read(std::chrono::seconds(30), &body), 200) << body;
+  }
+  const std::string form =
+      json({{"prompt", "x"}, {"max_tokens", 1}, {"user", std::string(9000, 'u')}}).dump();
+  {
+    Conn c(server_->port());
+    ASSERT_TRUE(
+        c.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+               "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+               std::to_string(form.size()) + "\r\n\r\n" + form));
+    std::string body;
+    EXPECT_EQ(c.Read(std::chrono::seconds(30), &body), 413) << body;
+    EXPECT_NE(body.find("send Content-Type: application/json"), std::string::npos) << body;
+  }
 }
 
 TEST_F(ConnectionsTest, BadLimitsAreRefused) {

@@ -89,6 +89,7 @@ struct BadCase {
 
 TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
   const std::string long_prompt(64, 'x');
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::vector<BadCase> cases = {
       {false, "{", "", "not valid JSON"},
       {false, "", "", "not valid JSON"},
@@ -144,8 +145,8 @@ TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
       {false, R"({"prompt": "hi", "echo": 1})", "echo", "'echo' must be a boolean"},
       {false, R"({"prompt": "hi", "response_format": {"type": "yaml"}})", "response_format",
        "must be text, json_object or json_schema, got 'yaml'"},
-      {false, R"({"prompt": "hi", "response_format": {"type": "json_schema"}})",
-       "response_format", "must be an object with a 'schema'"},
+      {false, R"({"prompt": "hi", "response_format": {"type": "json_schema"}})", "response_format",
+       "must be an object with a 'schema'"},
       {false, R"({"prompt": "hi", "response_format": {"type": "text", "x": 1}})",
        "response_format.x", "is not supported"},
       {false, R"({"prompt": "hi", "stream_options": {"include_usage": true, "x": 1}})",
@@ -156,6 +157,13 @@ TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
       {false, R"({"prompt": "hi", "stop": ""})", "stop", "must not be empty"},
       {false, R"({"prompt": "hi", "stream": "yes"})", "stream", "'stream' must be a boolean"},
       {false, R"({"prompt": "hi", "stream_options": 1})", "stream_options", "an object"},
+      {false, R"({"prompt": "hi", "stream_options": {"include_usage": true}})", "stream_options",
+       "only allowed when 'stream' is true"},
+      // Nesting past 128 levels (which dump() would recurse through) is
+      // refused as the body parses, wherever it is.
+      {false, R"({"prompt": "hi", "logit_bias": {"5": )" + deep + "}}", "",
+       "nests deeper than 128 levels"},
+      {false, R"({"prompt": "hi", "x": )" + deep + "}", "", "nests deeper than 128 levels"},
       {true, R"({"prompt": "hi"})", "prompt", "'prompt' is not supported by ladder"},
       {true, R"({"model": "tiny"})", "messages", "'messages' is required"},
       {true, R"({"messages": "hi"})", "messages", "'messages' must be an array"},
@@ -166,8 +174,8 @@ TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
        "must be system, developer, user or assistant, got 'bot'"},
       {true, R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role",
        "'tool' is not supported: ladder does not call tools"},
-      {true, R"({"messages": [{"role": "user", "content": "x", "name": "a"}]})",
-       "messages[0].name", "is not supported"},
+      {true, R"({"messages": [{"role": "user", "content": "x", "name": "a"}]})", "messages[0].name",
+       "is not supported"},
       {true, R"({"messages": [{"role": "assistant", "content": null, "tool_calls": []}]})",
        "messages[0].tool_calls", "ladder does not call tools"},
       {true, R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content",
@@ -185,7 +193,8 @@ TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
       {true, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
        "top_logprobs", "needs 'logprobs': true"},
       {true, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
-                 "top_logprobs": 21})", "top_logprobs", "must be in [0, 20]"},
+                 "top_logprobs": 21})",
+       "top_logprobs", "must be in [0, 20]"},
       {true, R"({"messages": [{"role": "user", "content": "x"}, {"role": 1, "content": "x"}]})",
        "messages[1].role", "must be a string"},
       {true, R"({"messages": [{"role": "user"}]})", "messages[0].content", "is required"},
@@ -195,6 +204,9 @@ TEST(OpenAiApiTest, MalformedBodiesNameTheField) {
        "context is 64 tokens"},
       {true, R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})",
        "max_completion_tokens", "must be in [1"},
+      {true, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                 "max_completion_tokens": 3})",
+       "max_completion_tokens", "not both"},
   };
   const Tokenizer tok = Tokenizer::ByteLevel();
   for (const BadCase& c : cases) {

@@ -14,9 +14,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -295,7 +297,7 @@ TEST_F(ServerTest, StopStringsCutTheText) {
   body["stop"] = stop;
   for (bool stream : {false, true}) {
     body["stream"] = stream;
-    body["stream_options"] = {{"include_usage", true}};
+    if (stream) body["stream_options"] = {{"include_usage", true}};
     const Answer cut = Send("/v1/completions", body);
     EXPECT_EQ(cut.status, 200);
     EXPECT_EQ(cut.text, want) << stream;
@@ -523,6 +525,34 @@ TEST_F(ServerTest, ResponseFormatAnswersAlwaysParse) {
   EXPECT_NE(e["message"].get<std::string>().find("unsupported keyword 'pattern'"),
             std::string::npos)
       << e;
+
+  // max_tokens below the shortest valid output ({"name":"","age":0}, 19
+  // bytes; "{}" for json_object) could end the text cut short: refused.
+  body["response_format"]["json_schema"]["schema"] = nlohmann::ordered_json::parse(schema);
+  body["max_tokens"] = 18;
+  nlohmann::ordered_json object = {{"prompt", "Answer:"}, {"max_tokens", 1}};
+  object["response_format"]["type"] = "json_object";
+  for (const auto& [request, bytes] : {std::pair{body, 19}, std::pair{object, 2}}) {
+    res = Client()->Post("/v1/completions", request.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << res->body;
+    const json short_error = json::parse(res->body)["error"];
+    EXPECT_EQ(short_error["param"], "max_tokens") << short_error;
+    EXPECT_NE(short_error["message"].get<std::string>().find(
+                  absl::StrCat("response_format allows is ", bytes, " bytes")),
+              std::string::npos)
+        << short_error;
+  }
+  body["max_tokens"] = 19;
+  body["n"] = 4;
+  res = Client()->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json fits = json::parse(res->body);
+  ASSERT_EQ(fits["choices"].size(), 4u);
+  for (const json& c : fits["choices"]) {
+    EXPECT_FALSE(json::parse(c["text"].get<std::string>(), nullptr, false).is_discarded()) << c;
+  }
 }
 
 // Log-probabilities: greedy tokens are their own top choice; the streamed
@@ -589,6 +619,18 @@ TEST_F(ServerTest, LogprobsAndEcho) {
   ASSERT_EQ(forced["choices"][0]["text"], std::string(1, prompt.back()));
   EXPECT_NEAR(forced["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(),
               e["logprobs"]["token_logprobs"][prompt.size() - 1].get<double>(), 1e-4);
+  // Without logprobs, the same request is the prompt alone, with no scores.
+  for (bool stream : {false, true}) {
+    const json plain = {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"stream", stream}};
+    const Answer a = Send("/v1/completions", plain);
+    EXPECT_EQ(a.status, 200) << stream;
+    EXPECT_EQ(a.text, prompt) << stream;
+    EXPECT_EQ(a.finish_reason, "length") << stream;
+  }
+  EXPECT_TRUE(
+      PostOk("/v1/completions",
+             {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}})["choices"][0]["logprobs"]
+          .is_null());
 
   // best_of: the candidate (seed + j) with the highest mean log-probability.
   const json best = PostOk("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
@@ -686,7 +728,9 @@ TEST_F(ServerTest, ApiKeyGuardsAllButHealthAndMetrics) {
   const json body = {{"prompt", "hi"}, {"max_tokens", 2}};
   for (const httplib::Headers& h :
        {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
-        httplib::Headers{{"Authorization", "sekret"}}}) {
+        httplib::Headers{{"Authorization", "sekret"}},
+        httplib::Headers{{"Authorization", "Bearer SEKRET"}},
+        httplib::Headers{{"Authorization", "Bearer sekretsekret"}}}) {
     auto res = Client()->Post("/v1/completions", h, body.dump(), "application/json");
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 401);
@@ -700,6 +744,8 @@ TEST_F(ServerTest, ApiKeyGuardsAllButHealthAndMetrics) {
   }
   const httplib::Headers ok = {{"Authorization", "Bearer sekret"}};
   EXPECT_EQ(Send("/v1/completions", body, ok).status, 200);
+  // The scheme's name is case-insensitive; the key is not (above).
+  EXPECT_EQ(Send("/v1/completions", body, {{"Authorization", "bearer sekret"}}).status, 200);
   auto health = Client()->Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
@@ -727,6 +773,13 @@ TEST_F(ServerTest, FullQueueAnswers429) {
   EXPECT_EQ(res->status, 429);
   EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
+  // A request of more candidates than the queue holds could never be
+  // admitted: 400 naming n, not 429.
+  auto many = Client()->Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1, "n": 3})",
+                             "application/json");
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->status, 400);
+  EXPECT_EQ(json::parse(many->body)["error"]["param"], "n") << many->body;
   loop_->Resume();
   for (std::thread& t : waiting) t.join();
   for (const Answer& a : answers) EXPECT_EQ(a.status, 200);
