@@ -445,9 +445,10 @@ class Backend {
   // them) in one go, llm.c's fused classifier: losses and lse as
   // CrossEntropyLoss writes them, and logits replaced in place by the
   // gradient CrossEntropyBackward writes (dloss, padding 0), with no
-  // probability tensor stored. The CPU backend runs the four steps (the
-  // same bits); the CUDA kernel reads each row once for an online max and
-  // sum and once more for the gradient, equal to the steps within rounding.
+  // probability tensor stored. The CPU backend does the four steps'
+  // arithmetic row by row (the same bits); the CUDA kernel reads each row
+  // once for an online max and sum and once more for the gradient, equal to
+  // the steps within rounding.
   virtual absl::Status CrossEntropyFused(Tensor losses, Tensor lse, Tensor logits, Tensor targets,
                                          int vocab_size, float dloss) = 0;
 

@@ -15,7 +15,7 @@ namespace ladder {
 
 // The backend for `device`:
 //   "cpu"      the CPU backend (src/backend/cpu), always present.
-//   "cuda"     the CUDA backend on the first GPU. FailedPrecondition whose
+//   "cuda"     the CUDA backend on this rank's GPU (below). FailedPrecondition whose
 //              one line says why when no GPU is usable (no driver, no
 //              device, CUDA not compiled in).
 //   "cuda-sim" the CUDA kernels run by the CUDA simulator on the CPU.

@@ -114,8 +114,11 @@ class CheckpointWriter {
 // Loads into `trainer` (any layout; the model config must match) the
 // checkpoint `path` names: a checkpoint directory (its `latest`) or one
 // step-<N> directory. Every file and checksum this rank needs is verified
-// before any weight is set. Unless `strict`, a corrupt checkpoint is skipped
-// with a warning for the newest earlier one that loads. Collective over the
+// before any weight is set. Given a checkpoint directory and not `strict`, a
+// step that does not load is skipped with a warning for the next of the
+// other committed steps, newest first, that does (a step directory given
+// alone has no fallback). A step of a different model (InvalidArgument)
+// stops the search: that is a mistake, not damage. Collective over the
 // world; returns the step directory loaded.
 absl::StatusOr<std::string> LoadCheckpoint(const std::string& path, Trainer& trainer,
                                            const CheckpointContext& ctx, bool strict);

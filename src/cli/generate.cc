@@ -98,8 +98,9 @@ absl::Status Generate(const GenerateFlags& f) {
 
 int GenerateCommand(int argc, char** argv) {
   GenerateFlags f;
-  FlagSet flags("ladder generate", "Sample text from a trained model directory.");
-  flags.String("model", &f.model, "model directory written by 'ladder train' (required)");
+  FlagSet flags("ladder generate", "Sample text from a trained model.");
+  flags.String("model", &f.model,
+               "run directory, checkpoint or model file of a trained model (required)");
   flags.String("prompt", &f.prompt, "text to continue");
   flags.Int("max-tokens", &f.max_tokens, "tokens to generate");
   flags.Double("temperature", &f.temperature, "softmax temperature; 0 = greedy");

@@ -254,9 +254,8 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
 
 int TrainCommand(int argc, char** argv) {
   TrainFlags f;
-  FlagSet flags(
-      "ladder train",
-      "Train a GPT on the CPU from a config (configs/*.conf); under mpirun, in parallel.");
+  FlagSet flags("ladder train",
+                "Train a GPT from a config (configs/*.conf); under mpirun, in parallel.");
   flags.String("config", &f.config, "model and run config file (required)");
   constexpr const char* kConfig = "the config's";
   flags.String("data", &f.data, "text file or prepared shard directory", kConfig);

@@ -248,8 +248,9 @@ class Gpt {
   // matrix by its bf16 or int8 form and keeps only the other tensors in
   // fp32, so the model shrinks to about a half (bf16) or a quarter (int8).
   // After it the model runs ForwardCached only (Forward, SetWeights,
-  // GetWeights refuse). Needs an inference model holding the whole model;
-  // kF32 does nothing.
+  // GetWeights refuse). Needs an inference model holding the whole model
+  // (FailedPrecondition otherwise); kBF16 needs the CPU backend
+  // (InvalidArgument otherwise, nothing changed); kF32 does nothing.
   absl::Status QuantizeWeights(WeightFormat format);
   WeightFormat weight_format() const { return weight_format_; }
   // Serving with bf16 activations (W8A16): from now on the cached forward

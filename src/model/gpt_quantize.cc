@@ -47,6 +47,11 @@ absl::Status Gpt::QuantizeWeights(WeightFormat format) {
         absl::StrCat(WeightFormatName(format),
                      " weights need an fp32 inference model holding the whole model on one rank"));
   }
+  if (format == WeightFormat::kBF16 && device() != Device::kCpu) {
+    return absl::InvalidArgumentError(
+        "bf16 weights are a CPU serving format; on cuda and cuda-sim use int8 weights (with "
+        "--activations bf16 for bf16 activations) or fp32");
+  }
   const bool int8 = IsInt8(format);
   if (int8 && cfg_.n_embd % 32 != 0) {
     return absl::InvalidArgumentError(

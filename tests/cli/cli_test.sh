@@ -156,6 +156,12 @@ if "$ladder" version | grep -qE "^cuda: (not compiled|.*no device)"; then
 fi
 expect_ok generate --model "$tmp/run" --prompt "In the" --max-tokens 5 --device cuda-sim
 [ -s "$tmp/err" ] && fail "generate --device cuda-sim printed on stderr: $(cat "$tmp/err")"
+# bf16 weights are the CPU's serving format: the CUDA backend refuses them
+# when the model loads (the server exits before it listens).
+for cmd in "serve --model $tmp/run" "generate --model $tmp/run --prompt In"; do
+  # shellcheck disable=SC2086
+  expect_error 2 "bf16 weights are a CPU serving format" -- $cmd --weights bf16 --device cuda-sim
+done
 # Tokenizer round trip through the CLI, on bytes that are not valid UTF-8.
 "$ladder" tokenizer encode --tokenizer "$tmp/run/tokenizer.bpe" <"$tmp/odd.bin" >"$tmp/ids" ||
   fail "tokenizer encode"

@@ -69,7 +69,9 @@ TEST(DeviceNeutralTest, CachedDecodeOfSeveralSequencesIsOneEmbeddingCall) {
   const GptConfig cfg = Small();
   const std::vector<std::vector<int32_t>> prompts = {
       {3, 1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8, 9, 7}, {2, 7}};
-  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kInt8}) {
+  // (bf16 weights are the CPU's serving format: refused on a device backend,
+  // below.)
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kInt8}) {
     SCOPED_TRACE(WeightFormatName(format));
     TaggedBackend tagged;
     CpuBackend cpu;
@@ -111,6 +113,40 @@ TEST(DeviceNeutralTest, CachedDecodeOfSeveralSequencesIsOneEmbeddingCall) {
     }
     EXPECT_TRUE(tagged.mistagged().empty()) << Mistagged(tagged);
   }
+}
+
+// bf16 weights with fp32 activations are a CPU format: a device backend's
+// model refuses them when it packs its weights (so `serve --weights bf16
+// --device cuda` fails at startup, not at its first request), and stays a
+// working fp32 model.
+TEST(DeviceNeutralTest, Bf16WeightsAreRefusedOnADeviceBackend) {
+  const GptConfig cfg = Small();
+  TaggedBackend tagged;
+  CpuBackend cpu;
+  auto model = *Gpt::Create(cfg, &tagged, 1, /*training=*/false);
+  auto reference = *Gpt::Create(cfg, &cpu, 1, /*training=*/false);
+  ASSERT_TRUE(model->InitWeights(3).ok());
+  ASSERT_TRUE(reference->InitWeights(3).ok());
+  const absl::Status s = model->QuantizeWeights(WeightFormat::kBF16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("bf16 weights are a CPU serving format"), std::string::npos) << s;
+  EXPECT_EQ(model->weight_format(), WeightFormat::kF32);
+  ASSERT_TRUE(reference->QuantizeWeights(WeightFormat::kBF16).ok());  // the CPU packs them
+  // The refused model still runs, as fp32.
+  auto cache = *KvCache::Create(cfg, &tagged, 4);
+  KvBlockPool pool(4);
+  const std::vector<int32_t> prompt = {3, 1, 4};
+  const KvBlockPool::SequenceId id = *pool.AddSequence(prompt);
+  CachedTokens batch;
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    batch.tokens.push_back(prompt[p]);
+    batch.seq.push_back(0);
+    batch.pos.push_back(static_cast<int32_t>(p));
+  }
+  batch.max_blocks = 1;
+  batch.block_tables = pool.BlockTables({id}, 1);
+  std::vector<float> logits;
+  EXPECT_TRUE(model->ForwardCached(batch, cache, &logits).ok());
 }
 
 TEST(DeviceNeutralTest, EngineStepsAreOneEmbeddingCallEach) {
