@@ -488,12 +488,16 @@ void HttpServer::Routes() {
        {"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/tokenize", "/detokenize"}) {
     s.Get(path, wrong_method("POST"));
     s.Put(path, wrong_method("POST"));
+    s.Patch(path, wrong_method("POST"));
     s.Delete(path, wrong_method("POST"));
+    s.Options(path, wrong_method("POST"));
   }
-  for (const char* path : {"/v1/models", "/health", "/metrics"}) {
+  for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics"}) {
     s.Post(path, wrong_method("GET"));
     s.Put(path, wrong_method("GET"));
+    s.Patch(path, wrong_method("GET"));
     s.Delete(path, wrong_method("GET"));
+    s.Options(path, wrong_method("GET"));
   }
 }
 

@@ -406,14 +406,19 @@ TEST_F(ServerTest, MalformedRequestsGetJsonErrors) {
        "exceeds the limit of 4096 bytes"},
       {"GET", "/v1/completions", "", 405, "GET is not allowed"},
       {"DELETE", "/v1/models", "", 405, "DELETE is not allowed"},
+      {"OPTIONS", "/v1/completions", "", 405, "OPTIONS is not allowed"},
+      {"PATCH", "/v1/chat/completions", "{}", 405, "PATCH is not allowed"},
+      {"POST", "/v1/models/tiny", "{}", 405, "POST is not allowed"},
       {"POST", "/v1/nope", "{}", 404, "no route for POST /v1/nope"},
       {"GET", "/", "", 404, "no route"},
   };
   for (const Malformed& c : cases) {
     auto cli = Client();
-    httplib::Result res = c.method == "GET"      ? cli->Get(c.path)
-                          : c.method == "DELETE" ? cli->Delete(c.path)
-                                                 : cli->Post(c.path, c.body, "application/json");
+    httplib::Result res = c.method == "GET"       ? cli->Get(c.path)
+                          : c.method == "DELETE"  ? cli->Delete(c.path)
+                          : c.method == "OPTIONS" ? cli->Options(c.path)
+                          : c.method == "PATCH"   ? cli->Patch(c.path, c.body, "application/json")
+                                                  : cli->Post(c.path, c.body, "application/json");
     ASSERT_TRUE(res) << c.method << " " << c.path << " " << c.body.substr(0, 80);
     EXPECT_EQ(res->status, c.status) << c.body.substr(0, 80);
     json j = json::parse(res->body, nullptr, false);
