@@ -148,8 +148,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
         absl::Status s = m.model.ReadFrom(kv);
         if (s.ok()) s = m.model.Validate();
         if (!s.ok()) return Bad(source, line_no, absl::StrCat("bad model config: ", s.message()));
-        // Bounds what the checks below may allocate.
-        if (m.model.n_layer > (1 << 16) || m.model.NumParameters() > kMaxParameters) {
+        // Bounds what the checks below may allocate (Validate bounds n_layer).
+        if (m.model.NumParameters() > kMaxParameters) {
           return Bad(source, line_no, "implausibly large model");
         }
         specs = GptParameterSpecs(m.model);

@@ -66,8 +66,15 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(LayoutFlags{}, *backend));
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, 0,
                                                  par.groups(LayoutFlags{})));
+  // The benchmark removes its directory when done, so it must be its own:
+  // never one that holds anything already.
   std::error_code ec;
-  std::filesystem::remove_all(f.dir, ec);
+  if (std::filesystem::exists(f.dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dir '", f.dir,
+                     "' exists; give a path that does not, which the benchmark creates and "
+                     "removes afterwards"));
+  }
   std::filesystem::create_directories(f.dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.dir, "'"));
 
@@ -156,7 +163,7 @@ int BenchCheckpointCommand(int argc, char** argv) {
                 "this disk's write rate, and a restore from memory against one from disk. The "
                 "last line is JSON.");
   flags.String("config", &f.config, "model config (required)");
-  flags.String("dir", &f.dir, "scratch directory (removed afterwards)");
+  flags.String("dir", &f.dir, "scratch directory, which must not exist (removed afterwards)");
   flags.Double("mtbf-hours", &f.mtbf_hours, "mean time between failures for the interval");
   return RunParallelCommand(flags, argc, argv, [&] { return Run(f); });
 }

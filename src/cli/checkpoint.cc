@@ -4,14 +4,12 @@
 #include "src/checkpoint/checkpoint.h"
 
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "src/cli/commands.h"
+#include "src/cli/model_dir.h"
 #include "src/core/flags.h"
 #include "src/core/status.h"
-#include "src/tokenizer/tokenizer_dir.h"
-#include "src/model/model_file.h"
 
 namespace ladder {
 namespace {
@@ -24,6 +22,9 @@ constexpr char kUsage[] =
 
 absl::Status Inspect(const std::string& dir) {
   ASSIGN_OR_RETURN(CheckpointSummary c, VerifyCheckpoint(dir));
+  // The tokenizer has no checksum in the manifest: it must at least load,
+  // with the model's vocabulary.
+  ASSIGN_OR_RETURN(const Tokenizer tokenizer, LoadTokenizerFor(c.manifest.model, c.step_dir));
   const Manifest& m = c.manifest;
   std::printf("checkpoint %s\n", c.step_dir.c_str());
   std::printf("step %lld, %lld tokens seen, seed %llu, data position epoch %llu window %llu\n",
@@ -36,26 +37,18 @@ absl::Status Inspect(const std::string& dir) {
               static_cast<long long>(m.model.NumParameters()));
   std::printf("written by dp %d x tp %d x pp %d, ZeRO-%d: %zu shard files, %zu pieces, %.1f MiB\n",
               m.dp, m.tp, m.pp, m.zero, m.files.size(), m.pieces.size(), c.bytes / 1048576.0);
-  std::printf("every file size and checksum verified\n");
+  std::printf("tokenizer: %s, %d tokens\n",
+              tokenizer.kind() == TokenizerKind::kGpt2 ? "GPT-2's" : "ladder's",
+              tokenizer.vocab_size());
+  std::printf("every file size and checksum verified; the tokenizer loads\n");
   return absl::OkStatus();
 }
 
 absl::Status Convert(const std::string& dir, const std::string& out) {
   ASSIGN_OR_RETURN(CheckpointSummary c, VerifyCheckpoint(dir));
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create '", out, "': ", ec.message()));
-  // The tokenizer's files, of either kind (src/tokenizer/tokenizer_dir.h).
-  for (TokenizerKind kind : {TokenizerKind::kLadder, TokenizerKind::kGpt2}) {
-    for (const std::string& name : TokenizerFileNames(kind)) {
-      const std::string tokenizer = c.step_dir + "/" + name;
-      if (!std::filesystem::exists(tokenizer)) continue;
-      std::filesystem::copy_file(tokenizer, out + "/" + name,
-                                 std::filesystem::copy_options::overwrite_existing, ec);
-      if (ec) return absl::InternalError(absl::StrCat("cannot copy '", tokenizer, "'"));
-    }
-  }
-  RETURN_IF_ERROR(SaveModelFile(out + "/model.bin", c.manifest.model, c.weights));
+  // Loaded (so verified) before anything is written, then saved afresh.
+  ASSIGN_OR_RETURN(const Tokenizer tokenizer, LoadTokenizerFor(c.manifest.model, c.step_dir));
+  RETURN_IF_ERROR(SaveModelDir(out, c.manifest.model, c.weights, tokenizer));
   std::printf("wrote %s/model.bin (step %lld)\n", out.c_str(),
               static_cast<long long>(c.manifest.step));
   return absl::OkStatus();

@@ -29,10 +29,6 @@ struct PrepareFlags {
 };
 
 absl::Status Prepare(const PrepareFlags& f, const FlagSet& flags) {
-  if (!flags.positional().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
-  }
   if (f.input.empty()) return absl::InvalidArgumentError("missing --input");
   if (f.out.empty()) return absl::InvalidArgumentError("missing --out");
   if (flags.IsSet("tokenizer") && flags.IsSet("vocab-size")) {

@@ -46,10 +46,11 @@ absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
 }
 
 int Hf(int argc, char** argv) {
-  FlagSet flags("ladder export hf MODEL DIR",
+  FlagSet flags("ladder export hf",
                 "Write a ladder model (run directory, checkpoint or model file) as a Hugging Face "
                 "GPT-2 directory DIR that GPT2LMHeadModel and GPT2Tokenizer load: config.json, "
-                "model.safetensors (fp32), vocab.json, merges.txt.");
+                "model.safetensors (fp32), vocab.json, merges.txt.",
+                "MODEL DIR");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     if (flags.positional().size() != 2) {
       return absl::InvalidArgumentError("expected two arguments: MODEL DIR");
@@ -83,9 +84,10 @@ absl::Status ExportGguf(const std::string& model_path, const std::string& file,
 
 int Gguf(int argc, char** argv) {
   std::string type = "f16";
-  FlagSet flags("ladder export gguf MODEL FILE",
+  FlagSet flags("ladder export gguf",
                 "Write a ladder model (run directory, checkpoint or model file) as one GGUF file "
-                "(architecture gpt2, GPT-2's tokenizer) that llama.cpp loads.");
+                "(architecture gpt2, GPT-2's tokenizer) that llama.cpp loads.",
+                "MODEL FILE");
   flags.String("type", &type,
                "the matrices' type: f32, f16 or q8_0 (norms, biases and positions stay f32)");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {

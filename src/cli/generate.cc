@@ -1,6 +1,7 @@
 // ladder generate: samples a continuation of a prompt from a trained model,
 // through the serving engine (src/serve/engine.h) that `ladder serve` runs.
 #include <cstdio>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/backend_factory.h"
@@ -32,6 +33,10 @@ absl::Status Generate(const GenerateFlags& f) {
         absl::StrCat("--max-tokens must be >= 0, got ", f.max_tokens));
   }
   if (f.prompt.empty()) return absl::InvalidArgumentError("--prompt must not be empty");
+  if (f.top_k < 0 || f.top_k > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--top-k must be in [0, ", std::numeric_limits<int>::max(), "], got ", f.top_k));
+  }
   SamplingParams sp{f.temperature, static_cast<int>(f.top_k), f.top_p};
   RETURN_IF_ERROR(sp.Validate());
   ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(f.formats.weights));

@@ -50,9 +50,10 @@ absl::Status ImportHf(const std::string& dir, const std::string& out) {
 }
 
 int Hf(int argc, char** argv) {
-  FlagSet flags("ladder import hf DIR OUT",
+  FlagSet flags("ladder import hf",
                 "Convert a Hugging Face GPT-2 directory (config.json, model.safetensors in fp32, "
-                "fp16 or bf16, vocab.json + merges.txt) into a ladder model directory OUT.");
+                "fp16 or bf16, vocab.json + merges.txt) into a ladder model directory OUT.",
+                "DIR OUT");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     if (flags.positional().size() != 2) {
       return absl::InvalidArgumentError("expected two arguments: DIR OUT");
@@ -82,9 +83,10 @@ absl::Status ImportLlmc(const std::string& model_path, const std::string& tokeni
 }
 
 int Llmc(int argc, char** argv) {
-  FlagSet flags("ladder import llmc MODEL TOKENIZER OUT",
+  FlagSet flags("ladder import llmc",
                 "Convert llm.c's model file (gpt2_124M.bin, fp32 or bf16) and tokenizer file "
-                "(gpt2_tokenizer.bin) into a ladder model directory OUT.");
+                "(gpt2_tokenizer.bin) into a ladder model directory OUT.",
+                "MODEL TOKENIZER OUT");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
     if (flags.positional().size() != 3) {
       return absl::InvalidArgumentError("expected three arguments: MODEL TOKENIZER OUT");

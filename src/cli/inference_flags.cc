@@ -5,6 +5,13 @@
 #include "src/core/status.h"
 
 namespace ladder {
+namespace {
+
+// Draft tokens per step, at most: far more than pays (a draft's proposals
+// are accepted less and less far out), and small enough for an int.
+constexpr int64_t kMaxSpeculate = 64;
+
+}  // namespace
 
 void AddFormatFlags(FlagSet& flags, FormatFlags* f) {
   flags.String("weights", &f->weights,
@@ -55,6 +62,10 @@ absl::StatusOr<std::unique_ptr<Gpt>> LoadDraftModel(const DraftFlags& f, Backend
   if (f.model.empty()) {
     if (f.speculate != 0) return absl::InvalidArgumentError("--speculate needs --draft");
     return std::unique_ptr<Gpt>();
+  }
+  if (f.speculate < 1 || f.speculate > kMaxSpeculate) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculate must be in [1, ", kMaxSpeculate, "], got ", f.speculate));
   }
   ASSIGN_OR_RETURN(ModelDir dir, LoadModelDir(f.model));
   ASSIGN_OR_RETURN(auto draft, CreateInferenceModel(dir.model, backend, format));

@@ -12,18 +12,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The tokenizer in `dir`, either kind (src/tokenizer/tokenizer_dir.h).
 absl::StatusOr<ModelDir> WithTokenizer(ModelFile model, const std::string& dir) {
-  ASSIGN_OR_RETURN(Tokenizer tok, LoadTokenizerDir(dir));
-  if (tok.vocab_size() != model.config.vocab_size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the tokenizer in '", dir, "' has ", tok.vocab_size(),
-                     " tokens but the model expects ", model.config.vocab_size));
-  }
+  ASSIGN_OR_RETURN(Tokenizer tok, LoadTokenizerFor(model.config, dir));
   return ModelDir{std::move(model), std::move(tok)};
 }
 
 }  // namespace
+
+absl::StatusOr<Tokenizer> LoadTokenizerFor(const GptConfig& cfg, const std::string& dir) {
+  ASSIGN_OR_RETURN(Tokenizer tok, LoadTokenizerDir(dir));  // either kind
+  if (tok.vocab_size() != cfg.vocab_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the tokenizer in '", dir, "' has ", tok.vocab_size(),
+                     " tokens but the model expects ", cfg.vocab_size));
+  }
+  return tok;
+}
 
 absl::StatusOr<ModelDir> LoadModelDir(const std::string& path) {
   std::error_code ec;

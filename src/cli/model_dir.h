@@ -31,6 +31,9 @@ struct ModelDir {
 };
 
 absl::StatusOr<ModelDir> LoadModelDir(const std::string& path);
+// The tokenizer in `dir` (either kind), checked against the model's
+// vocabulary: FailedPrecondition naming both sizes when they differ.
+absl::StatusOr<Tokenizer> LoadTokenizerFor(const GptConfig& cfg, const std::string& dir);
 absl::Status SaveModelDir(const std::string& dir, const GptConfig& cfg,
                           const std::vector<float>& weights, const Tokenizer& tokenizer);
 

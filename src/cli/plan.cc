@@ -74,11 +74,19 @@ absl::Status RunPlan(const PlanFlags& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("--precision must be fp32 or bf16, got '", f.precision, "'"));
   }
-  if (f.mtbf_hours < 0 || f.checkpoint_seconds < 0 ||
-      (f.mtbf_hours > 0) != (f.checkpoint_seconds > 0)) {
+  if (f.mtbf_hours < 0 || f.checkpoint_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mtbf-hours and --checkpoint-seconds must be >= 0, got ", f.mtbf_hours,
+                     " and ", f.checkpoint_seconds));
+  }
+  if ((f.mtbf_hours > 0) != (f.checkpoint_seconds > 0)) {
     return absl::InvalidArgumentError(
         "--mtbf-hours and --checkpoint-seconds go together (the cost C as `ladder bench "
         "checkpoint` measures it)");
+  }
+  if (f.max_rank_memory_mib < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-rank-memory must be >= 0 (0: no cap), got ", f.max_rank_memory_mib));
   }
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   if (f.largest_for != 0) {

@@ -27,12 +27,6 @@ constexpr char kUsage[] =
     "  encode  read bytes on stdin, print their token ids on one line\n"
     "  decode  read token ids on stdin, write their bytes to stdout\n";
 
-absl::Status NoPositional(const FlagSet& flags) {
-  if (flags.positional().empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
-}
-
 absl::Status Require(const std::string& value, absl::string_view flag) {
   if (!value.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("missing --", flag));
@@ -63,7 +57,6 @@ int Train(int argc, char** argv) {
   flags.Int("vocab-size", &vocab_size, "256 byte ids plus one per merge learned");
   flags.String("out", &out, "tokenizer file to write");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
-    RETURN_IF_ERROR(NoPositional(flags));
     RETURN_IF_ERROR(Require(input, "input"));
     RETURN_IF_ERROR(Require(out, "out"));
     if (vocab_size < 256 || vocab_size > Tokenizer::kMaxVocabSize) {
@@ -93,7 +86,6 @@ int RunOnStdin(int argc, char** argv, const char* command, const char* summary,
                "tokenizer file (ladder's), or a directory holding tokenizer.bpe or vocab.json + "
                "merges.txt (GPT-2's)");
   return RunCommand(flags, argc, argv, [&]() -> absl::Status {
-    RETURN_IF_ERROR(NoPositional(flags));
     RETURN_IF_ERROR(Require(path, "tokenizer"));
     ASSIGN_OR_RETURN(Tokenizer tok, std::filesystem::is_directory(path) ? LoadTokenizerDir(path)
                                                                         : Tokenizer::Load(path));

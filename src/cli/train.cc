@@ -2,6 +2,7 @@
 // shards, writes metrics as it goes and the model directory at the end.
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -138,6 +139,19 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
   RETURN_IF_ERROR(
       FitStepWindow(policy.trace_steps, policy.trace_steps_explicit, 1, rc.steps).status());
   RETURN_IF_ERROR(policy.Validate());
+  if (f.spike_z < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spike-z must be >= 0 (0: off), got ", f.spike_z));
+  }
+  if (f.max_bad_steps < 1 || f.max_bad_steps > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-bad-steps must be in [1, ",
+                                                   std::numeric_limits<int>::max(), "], got ",
+                                                   f.max_bad_steps));
+  }
+  if (f.max_rank_memory_mib < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-rank-memory must be >= 0 (0: no cap), got ", f.max_rank_memory_mib));
+  }
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {

@@ -1,22 +1,21 @@
 #include "src/core/config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "src/core/file_util.h"
 
 namespace ladder {
 
 absl::StatusOr<KeyValueConfig> KeyValueConfig::ParseFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file '", path, "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseText(ss.str(), path);
+  absl::StatusOr<std::string> text = ReadFile(path);  // a directory is refused
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("config file: ", text.status().message()));
+  }
+  return ParseText(*text, path);
 }
 
 absl::StatusOr<KeyValueConfig> KeyValueConfig::ParseText(absl::string_view text,

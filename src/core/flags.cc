@@ -1,6 +1,8 @@
 #include "src/core/flags.h"
 
+#include <cmath>
 #include <cstdio>
+#include <new>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -39,9 +41,11 @@ void FlagSet::Double(const std::string& name, double* target, const std::string&
                      const char* shown_default) {
   flags_.push_back({name, help, shown_default ? shown_default : absl::StrCat(*target), false,
                     [name, target](const std::string& v) {
-                      if (!absl::SimpleAtod(v, target)) {
-                        return absl::InvalidArgumentError(
-                            absl::StrCat("flag --", name, " expects a number, got '", v, "'"));
+                      // No flag means infinity or NaN by either: refused
+                      // here, rather than by each command's range check.
+                      if (!absl::SimpleAtod(v, target) || !std::isfinite(*target)) {
+                        return absl::InvalidArgumentError(absl::StrCat(
+                            "flag --", name, " expects a finite number, got '", v, "'"));
                       }
                       return absl::OkStatus();
                     }});
@@ -101,6 +105,12 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
     RETURN_IF_ERROR(flag->set(value));
     set_.insert(name);
   }
+  // A command that takes none refuses them, so that a typo such as
+  // `-max-tokens 5` is not silently dropped.
+  if (positional_usage_.empty() && !positional_.empty() && !help_requested_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", positional_[0], "' (see '", command_, " --help')"));
+  }
   return absl::OkStatus();
 }
 
@@ -124,7 +134,17 @@ int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::
     if (speak) std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
-  if (status.ok()) status = body();
+  if (status.ok()) {
+    // The last resort for an allocation the command did not bound first
+    // (a shape too large for this machine): one line, not an abort.
+    try {
+      status = body();
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError(
+          "out of memory: this machine cannot allocate what the command needs (is the model "
+          "or batch too large?)");
+    }
+  }
   if (status.ok()) return 0;
   if (speak)
     std::fprintf(stderr, "%s: %s\n", flags.command().c_str(),

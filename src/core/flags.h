@@ -4,7 +4,9 @@
 // train's flags and an unknown flag is named with its command), binding each
 // to a variable whose current value is the default. Accepted forms:
 // `--name value`, `--name=value`, and for booleans `--name` / `--name=false`.
-// Anything not starting with `--` is a positional argument.
+// Numbers must parse whole; a Double must be finite (no inf or nan).
+// Anything not starting with `--` is a positional argument; a command whose
+// FlagSet names no positional usage refuses them.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,10 @@ class FlagSet {
   void Bool(const std::string& name, bool* target, const std::string& help);
 
   // Parses argv[0..argc) (the arguments after the subcommand). Errors are
-  // InvalidArgument with one line naming the flag and the command.
+  // InvalidArgument with one line naming the flag and the command: an
+  // unknown flag, a missing or malformed value, or a positional argument
+  // when positional_usage is empty. Counting positional arguments is the
+  // command's business.
   absl::Status Parse(int argc, char** argv);
 
   bool help_requested() const { return help_requested_; }
@@ -63,7 +68,8 @@ class FlagSet {
 
 // Runs a subcommand: parses flags, prints --help to stdout (exit 0), or runs
 // `body`; a failed status becomes one line "<command>: <message>" on stderr
-// and exit code 2 (bad input) or 1 (runtime failure). With `speak` false
+// and exit code 2 (bad input) or 1 (runtime failure; std::bad_alloc from
+// `body` is one, "out of memory: ..."). With `speak` false
 // (every rank but 0 of a parallel job) the outcome is the same but silent.
 int RunCommand(FlagSet& flags, int argc, char** argv, const std::function<absl::Status()>& body,
                bool speak = true);

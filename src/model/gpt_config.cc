@@ -1,6 +1,7 @@
 #include "src/model/gpt_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/core/status.h"
 
 namespace ladder {
@@ -19,9 +20,23 @@ absl::Status GptConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("model: n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")"));
   }
-  if (vocab_size < 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model: vocab_size must be at least 256 (the byte alphabet), got ", vocab_size));
+  if (vocab_size < 256 || vocab_size > kMaxVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: vocab_size must be in [256 (the byte alphabet), ", kMaxVocab,
+                     "], got ", vocab_size));
+  }
+  if (n_layer > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: n_layer must be at most ", kMaxLayers, ", got ", n_layer));
+  }
+  const double C = n_embd;
+  const double params =
+      (static_cast<double>(vocab_size) + 128 + context) * C + n_layer * (12 * C * C + 13 * C);
+  if (params > kMaxParameters) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model: n_layer %d, n_embd %d, context %d and vocab_size %d make %.3g parameters, past "
+        "the %.0e ladder handles",
+        n_layer, n_embd, context, vocab_size, params, kMaxParameters));
   }
   return absl::OkStatus();
 }

@@ -151,6 +151,22 @@ absl::StatusOr<Tokenizer> Tokenizer::LoadGpt2(const std::string& vocab_path,
     tok.merges_.emplace_back(ids[0], ids[1]);
     tok.merge_ids_.push_back(made->second);
   }
+  // Every token is a byte, the end-of-text token or some merge's result: a
+  // token no merge makes could never come out of encoding, which is what a
+  // truncated merges.txt looks like (its text would encode differently).
+  std::vector<bool> reachable(tok.tokens_.size(), false);
+  for (int32_t id : tok.byte_ids_) reachable[id] = true;
+  for (int32_t id : tok.merge_ids_) reachable[id] = true;
+  if (tok.end_of_text_ >= 0) reachable[tok.end_of_text_] = true;
+  for (size_t id = 0; id < reachable.size(); ++id) {
+    if (!reachable[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(merges_path, ": no merge makes ", Quoted(key_of[id]), " (id ", id, ", of ",
+                       vocab_path, "); it has ", tok.merges_.size(), " merges for ",
+                       reachable.size() - 256 - (tok.end_of_text_ >= 0 ? 1 : 0),
+                       " tokens beyond the bytes (is it truncated?)"));
+    }
+  }
   return tok;
 }
 

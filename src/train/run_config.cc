@@ -1,5 +1,7 @@
 #include "src/train/run_config.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "src/core/status.h"
 
@@ -24,7 +26,7 @@ absl::Status RunConfig::Validate() const {
   }
   if (steps <= 0)
     return absl::InvalidArgumentError(absl::StrCat("steps must be positive, got ", steps));
-  if (!(lr > 0) || min_lr < 0 || min_lr > lr) {
+  if (!(lr > 0) || !std::isfinite(lr) || min_lr < 0 || min_lr > lr) {
     return absl::InvalidArgumentError(
         absl::StrCat("need 0 <= min_lr <= lr and lr > 0, got lr ", lr, ", min_lr ", min_lr));
   }
@@ -32,10 +34,23 @@ absl::Status RunConfig::Validate() const {
     return absl::InvalidArgumentError(
         "warmup_steps and eval_every must be >= 0, eval_batches and log_every > 0");
   }
-  if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && eps > 0 && weight_decay >= 0 &&
-        grad_clip >= 0)) {
-    return absl::InvalidArgumentError(
-        "need 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0, grad_clip >= 0");
+  // Each bound names its key (and `!(x >= 0)` also catches NaN).
+  struct Bound {
+    const char* key;
+    double value;
+    bool ok;
+    const char* want;
+  };
+  for (const Bound& b : {Bound{"beta1", beta1, beta1 >= 0 && beta1 < 1, "in [0, 1)"},
+                         Bound{"beta2", beta2, beta2 >= 0 && beta2 < 1, "in [0, 1)"},
+                         Bound{"eps", eps, eps > 0 && std::isfinite(eps), "positive and finite"},
+                         Bound{"weight_decay", weight_decay,
+                               weight_decay >= 0 && std::isfinite(weight_decay), ">= 0 and finite"},
+                         Bound{"grad_clip", grad_clip, grad_clip >= 0, ">= 0"}}) {
+    if (!b.ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(b.key, " must be ", b.want, ", got ", b.value));
+    }
   }
   if (!(val_fraction > 0 && val_fraction < 1)) {
     return absl::InvalidArgumentError(

@@ -159,6 +159,20 @@ grep -qF "$manifest" <<<"$err" || fail "truncated manifest not named: $err"
 "$ladder" checkpoint convert "$tmp/one/checkpoints" "$tmp/converted" >/dev/null || fail "convert"
 cmp -s "$tmp/converted/model.bin" "$tmp/ref/model.bin" || fail "converted model differs from the run's"
 "$ladder" generate --model "$tmp/converted" --max-tokens 8 --seed 1 >/dev/null || fail "generate on a converted checkpoint"
+# The tokenizer has no checksum in the manifest, but it must load: an empty
+# one fails inspect and convert, and convert leaves its output as it was.
+cp -r "$tmp/one/checkpoints" "$tmp/no_tokenizer"
+: >"$tmp/no_tokenizer/$(cat "$tmp/no_tokenizer/latest")/tokenizer.bpe"
+"$ladder" checkpoint inspect "$tmp/no_tokenizer" >/dev/null 2>&1 && fail "inspect passed an empty tokenizer"
+cp "$tmp/converted/tokenizer.bpe" "$tmp/tokenizer.good"
+"$ladder" checkpoint convert "$tmp/no_tokenizer" "$tmp/converted" >/dev/null 2>&1 &&
+  fail "convert passed an empty tokenizer"
+cmp -s "$tmp/converted/tokenizer.bpe" "$tmp/tokenizer.good" || fail "a failed convert changed its output"
+# bench checkpoint removes its --dir afterwards, so it refuses one that exists.
+mkdir -p "$tmp/keep" && echo precious >"$tmp/keep/notes"
+"$ladder" bench checkpoint --config "$src/tests/parallel/equivalence.conf" --dir "$tmp/keep" >/dev/null 2>&1 &&
+  fail "bench checkpoint took an existing --dir"
+[ -f "$tmp/keep/notes" ] || fail "bench checkpoint removed an existing --dir"
 
 # A straggler: rank 1 sleeps 100 ms after every step, so rank 0 waits about
 # that long in each later step's data-parallel all-reduce.

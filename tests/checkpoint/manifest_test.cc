@@ -104,7 +104,8 @@ TEST(ManifestTest, SealedButInconsistentIsRefusedByName) {
       {"rank-00000.bin", "../etc.bin", "malformed file line"},
       // Another model's tensor list.
       {"model n_embd = 16", "model n_embd = 32", "does not match the model config"},
-      {"model n_layer = 2", "model n_layer = 99999999", "implausibly large"},
+      {"model n_layer = 2", "model n_layer = 99999999", "n_layer must be at most 65536"},
+      {"model n_embd = 16", "model n_embd = 65536", "implausibly large"},
   };
   for (const Case& c : cases) {
     const std::string bad = Reseal(absl::StrReplaceAll(good, {{c.from, c.to}}));

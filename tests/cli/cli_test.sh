@@ -196,6 +196,24 @@ expect_error 2 "the global batch of 4 sequences does not split into dp (1) x mic
   -- train --config "$src/tests/cli/micro.conf" --data "$tmp/corpus.txt" --out "$tmp/x" --microbatches 3 \
   --device cpu
 expect_error 2 "missing --config FILE" -- plan
+# Typos and values that used to pass silently (or abort).
+expect_error 2 "unexpected argument '-max-tokens' (see 'ladder generate --help')" -- \
+  generate --model "$tmp/run" -max-tokens 5
+expect_error 2 "unexpected argument 'extra'" -- plan --config "$src/tests/cli/micro.conf" extra
+expect_error 2 "config file: '$src/tests/cli' is a directory, not a file" -- plan --config "$src/tests/cli"
+sed 's/^lr = .*/lr = inf/' "$src/tests/cli/micro.conf" >"$tmp/lrinf.conf"
+grep -q "^lr = inf" "$tmp/lrinf.conf" || echo "lr = inf" >>"$tmp/lrinf.conf"
+expect_error 2 "need 0 <= min_lr <= lr and lr > 0, got lr inf" -- plan --config "$tmp/lrinf.conf"
+printf 'n_layer = 1073741824\n' >"$tmp/deep.conf"
+expect_error 2 "n_layer must be at most 65536, got 1073741824" -- plan --config "$tmp/deep.conf"
+printf 'n_layer = 60000\nn_embd = 16384\nn_head = 16\n' >"$tmp/huge.conf"
+expect_error 2 "parameters, past the 1e+13 ladder handles" -- plan --config "$tmp/huge.conf"
+expect_error 2 "flag --spike-z expects a finite number, got 'nan'" -- train --config "$src/tests/cli/micro.conf" \
+  --data "$tmp/corpus.txt" --out "$tmp/x" --spike-z nan
+expect_error 2 "--max-bad-steps must be in [1, 2147483647], got 0" -- train --config "$src/tests/cli/micro.conf" \
+  --data "$tmp/corpus.txt" --out "$tmp/x" --max-bad-steps 0
+expect_error 2 "--top-k must be in [0, 2147483647], got 4294967297" -- generate --model "$tmp/run" --top-k 4294967297
+[ -e "$tmp/x" ] && fail "a refused train left its --out directory"
 expect_error 2 "--inject-fault 'boom@3' is not one of kill:RANK@STEP" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --inject-fault boom@3
 expect_error 2 "cannot open '/nonexistent/ck/latest'" -- checkpoint inspect /nonexistent/ck

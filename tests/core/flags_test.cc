@@ -1,7 +1,9 @@
 #include "src/core/flags.h"
 
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ladder {
@@ -18,7 +20,7 @@ TEST(FlagsTest, ParsesAllForms) {
   int64_t steps = 10;
   double temp = 1.0;
   bool verbose = false;
-  FlagSet f("ladder test", "a test");
+  FlagSet f("ladder test", "a test", "ARG");
   f.String("out", &out, "output");
   f.Int("steps", &steps, "steps");
   f.Double("temperature", &temp, "temperature");
@@ -48,6 +50,21 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
   h.Int("steps", &steps, "steps");
   s = ParseArgs(h, {"--steps"});
   EXPECT_EQ(s.message(), "flag --steps needs a value");
+  // A command that takes no positional arguments refuses them (a typo such
+  // as -steps would otherwise be dropped); doubles must be finite.
+  double temp = 1.0;
+  FlagSet k("ladder test", "a test");
+  k.Int("steps", &steps, "steps");
+  k.Double("temperature", &temp, "temperature");
+  s = ParseArgs(k, {"-steps", "3"});
+  EXPECT_EQ(s.message(), "unexpected argument '-steps' (see 'ladder test --help')");
+  for (const char* bad : {"inf", "nan", "-inf", "1e999"}) {
+    FlagSet d("ladder test", "a test");
+    d.Double("temperature", &temp, "temperature");
+    s = ParseArgs(d, {"--temperature", bad});
+    EXPECT_EQ(s.message(),
+              absl::StrCat("flag --temperature expects a finite number, got '", bad, "'"));
+  }
 }
 
 }  // namespace

@@ -272,6 +272,11 @@ TEST(Gpt2BpeTest, RefusesBadFiles) {
               HasSubstr("merges.txt:2: expected a merge 'A B' (two tokens, one space), got \"abc\""));
   EXPECT_THAT(error("spaces", good, "h  e\n"), HasSubstr("merges.txt:1: expected a merge"));
   EXPECT_THAT(error("dup", good, "h e\nb c\nh e\n"), HasSubstr("merges.txt:3: duplicate merge"));
+  // A truncated merges.txt (or an empty one) leaves tokens no merge makes.
+  EXPECT_THAT(error("truncated", good, "#version: 0.2\n\xC4\xA0 t\nh e\n"),
+              AllOf(HasSubstr("merges.txt: no merge makes"),
+                    HasSubstr("it has 2 merges for 6 tokens beyond the bytes (is it truncated?)")));
+  EXPECT_THAT(error("empty", good, ""), HasSubstr("it has 0 merges for 6 tokens"));
 }
 
 TEST(Gpt2BpeTest, LadderFormatRefusesToSaveGpt2Kind) {
