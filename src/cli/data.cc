@@ -43,6 +43,10 @@ absl::Status Prepare(const PrepareFlags& f, const FlagSet& flags) {
         absl::StrCat("--val-fraction ", f.val_fraction, " outside [0, 1)"));
   }
   ASSIGN_OR_RETURN(std::string text, ReadFile(f.input));
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input '", f.input, "' is empty: there is nothing to tokenize"));
+  }
 
   Tokenizer tok = Tokenizer::ByteLevel();
   if (!f.tokenizer.empty()) {

@@ -214,6 +214,9 @@ expect_error 2 "--max-bad-steps must be in [1, 2147483647], got 0" -- train --co
   --data "$tmp/corpus.txt" --out "$tmp/x" --max-bad-steps 0
 expect_error 2 "--top-k must be in [0, 2147483647], got 4294967297" -- generate --model "$tmp/run" --top-k 4294967297
 [ -e "$tmp/x" ] && fail "a refused train left its --out directory"
+: >"$tmp/empty.txt"
+expect_error 2 "--input '$tmp/empty.txt' is empty" -- data prepare --input "$tmp/empty.txt" --out "$tmp/empty_shards"
+[ -e "$tmp/empty_shards" ] && fail "a refused data prepare left its --out directory"
 expect_error 2 "--inject-fault 'boom@3' is not one of kill:RANK@STEP" -- train --config "$src/tests/cli/micro.conf" \
   --data "$tmp/corpus.txt" --out "$tmp/x" --inject-fault boom@3
 expect_error 2 "cannot open '/nonexistent/ck/latest'" -- checkpoint inspect /nonexistent/ck
