@@ -145,8 +145,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string
     } else if (key == "tensor") {
       if (specs.empty()) {
         ASSIGN_OR_RETURN(KeyValueConfig kv, KeyValueConfig::ParseText(model_text, source));
-        absl::Status s = m.model.ReadFrom(kv);
-        if (s.ok()) s = m.model.Validate();
+        const absl::Status s = m.model.ReadFrom(kv);  // validates the shape
         if (!s.ok()) return Bad(source, line_no, absl::StrCat("bad model config: ", s.message()));
         // Bounds what the checks below may allocate (Validate bounds n_layer).
         if (m.model.NumParameters() > kMaxParameters) {

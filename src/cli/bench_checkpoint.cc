@@ -56,6 +56,14 @@ void EvictFromPageCache(const std::string& dir) {
 absl::Status Run(const Flags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("missing --config FILE");
   if (!(f.mtbf_hours > 0)) return absl::InvalidArgumentError("--mtbf-hours must be positive");
+  // The benchmark removes its directory when done, so it must be its own:
+  // never one that holds anything already.
+  if (std::error_code ec; std::filesystem::exists(f.dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dir '", f.dir,
+                     "' exists; give a path that does not, which the benchmark creates and "
+                     "removes afterwards"));
+  }
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   rc.total_batch_tokens = 0;
   rc.batch_size = 1;  // activations do not enter a checkpoint
@@ -66,15 +74,7 @@ absl::Status Run(const Flags& f) {
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(LayoutFlags{}, *backend));
   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(rc, backend.get(), &tokens, &tokens, 0,
                                                  par.groups(LayoutFlags{})));
-  // The benchmark removes its directory when done, so it must be its own:
-  // never one that holds anything already.
   std::error_code ec;
-  if (std::filesystem::exists(f.dir, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dir '", f.dir,
-                     "' exists; give a path that does not, which the benchmark creates and "
-                     "removes afterwards"));
-  }
   std::filesystem::create_directories(f.dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", f.dir, "'"));
 

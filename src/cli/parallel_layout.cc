@@ -192,6 +192,12 @@ void AddRankMemoryFlag(FlagSet& flags, double* mib) {
                "no cap");
 }
 
+absl::Status CheckRankMemoryFlag(double mib) {
+  if (mib >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--max-rank-memory must be >= 0 (0: no cap), got ", mib));
+}
+
 absl::StatusOr<LayoutFlags> LargestLayout(const RunConfig& rc, const LayoutFlags& want, int world) {
   const int64_t global = int64_t{rc.batch_size} * rc.AccumulationSteps();
   const int64_t micro = want.microbatches > 0 ? want.microbatches : rc.AccumulationSteps();

@@ -58,8 +58,10 @@ absl::Status CheckLayout(const RunConfig& rc, const LayoutFlags& f, int world_si
 // The plan's view of a layout that passed CheckLayout, with activations
 // stored as `storage`.
 absl::StatusOr<PlanLayout> ToPlanLayout(const LayoutFlags& f, DType storage);
-// --max-rank-memory MIB (0: no cap), for train and plan.
+// --max-rank-memory MIB (0: no cap), for train and plan; the flag's value
+// is checked (>= 0, InvalidArgument otherwise) by CheckRankMemoryFlag.
 void AddRankMemoryFlag(FlagSet& flags, double* mib);
+absl::Status CheckRankMemoryFlag(double mib);
 
 // The layout a job that asked for `want` runs on when only `world` ranks
 // are left (or come back), as the elastic supervisor needs it

@@ -84,10 +84,7 @@ absl::Status RunPlan(const PlanFlags& f) {
         "--mtbf-hours and --checkpoint-seconds go together (the cost C as `ladder bench "
         "checkpoint` measures it)");
   }
-  if (f.max_rank_memory_mib < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-rank-memory must be >= 0 (0: no cap), got ", f.max_rank_memory_mib));
-  }
+  RETURN_IF_ERROR(CheckRankMemoryFlag(f.max_rank_memory_mib));
   ASSIGN_OR_RETURN(RunConfig rc, LoadRunConfig(f.config));
   if (f.largest_for != 0) {
     // One line of flags for `ladder train`, read by the elastic supervisor.

@@ -148,10 +148,7 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                                                    std::numeric_limits<int>::max(), "], got ",
                                                    f.max_bad_steps));
   }
-  if (f.max_rank_memory_mib < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-rank-memory must be >= 0 (0: no cap), got ", f.max_rank_memory_mib));
-  }
+  RETURN_IF_ERROR(CheckRankMemoryFlag(f.max_rank_memory_mib));
   const bool lead = MpiRuntime::world_rank() == 0;
   if (rc.data.empty()) return absl::InvalidArgumentError("no data: pass --data PATH");
   if (!std::filesystem::exists(rc.data)) {

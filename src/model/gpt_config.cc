@@ -29,9 +29,11 @@ absl::Status GptConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("model: n_layer must be at most ", kMaxLayers, ", got ", n_layer));
   }
-  const double C = n_embd;
-  const double params =
-      (static_cast<double>(vocab_size) + 128 + context) * C + n_layer * (12 * C * C + 13 * C);
+  if (n_embd > kMaxEmbd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: n_embd must be at most ", kMaxEmbd, ", got ", n_embd));
+  }
+  const double params = static_cast<double>(NumParameters());  // in range: bounds above
   if (params > kMaxParameters) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model: n_layer %d, n_embd %d, context %d and vocab_size %d make %.3g parameters, past "

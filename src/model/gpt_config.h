@@ -26,13 +26,16 @@ struct GptConfig {
 
   // Bounds far past any model a machine can hold, which keep every size
   // computed from the shape inside its integer type.
+  // (With these, NumParameters cannot overflow its int64.)
   static constexpr int kMaxLayers = 1 << 16;
+  static constexpr int kMaxEmbd = 1 << 20;
   static constexpr int kMaxVocab = 1 << 24;
   static constexpr double kMaxParameters = 1e13;
 
   // InvalidArgument naming the key for a non-positive size, n_embd not
-  // divisible by n_head, vocab_size below 256 or above kMaxVocab, n_layer
-  // above kMaxLayers, or more than kMaxParameters parameters.
+  // divisible by n_head or above kMaxEmbd, vocab_size below 256 or above
+  // kMaxVocab, n_layer above kMaxLayers, or more than kMaxParameters
+  // parameters.
   absl::Status Validate() const;
   // Reads the model keys (n_layer, n_head, n_embd, context, vocab_size,
   // attention) from a config; absent keys keep their current values.

@@ -35,10 +35,17 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // max_body_bytes, in the bytes one request may read.
 constexpr size_t kHeadBytes = 64 * 1024;
 
-// Why a request stopped when its client hung up (ConnectionAlive false).
-constexpr char kClientLeft[] =
-    "the client closed its end of the connection, which ladder takes as leaving: the request "
-    "was cancelled";
+// Why a request stopped when its client hung up (ConnectionAlive false):
+// read only by a client that closed just its sending half (a
+// shutdown(SHUT_WR)), which counts as gone.
+ApiError ClientLeft() {
+  ApiError e;
+  e.http_status = 400;
+  e.message =
+      "the client closed its end of the connection, which ladder takes as leaving: the request "
+      "was cancelled";
+  return e;
+}
 
 // One request's events (of all its candidates), filled by the loop thread,
 // drained by its handler.
@@ -638,10 +645,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     while (!g->done()) {
       if (!ConnectionAlive(g->socket)) {
         g->Abandon();
-        // Read only by a client that closed just its sending half (a
-        // shutdown(SHUT_WR)), which counts as gone: say so rather than
-        // answer 200 with nothing.
-        SetError(res, 400, kClientLeft);
+        SetError(res, ClientLeft());  // rather than 200 with nothing
         res.set_header("Connection", "close");
         return;
       }
@@ -686,10 +690,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
         for (;;) {
           if (!ConnectionAlive(g->socket)) {
             g->Abandon();
-            ApiError e;
-            e.http_status = 400;
-            e.message = kClientLeft;
-            write(SseEvent(ErrorJson(e)));  // as above; fails if it is gone
+            write(SseEvent(ErrorJson(ClientLeft())));  // fails if it is gone
             return false;
           }
           // Streaming has best_of == n: candidate c is choice c.
