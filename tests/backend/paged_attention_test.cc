@@ -7,7 +7,12 @@
 // reference ref::CausalAttention (within 1e-5, attention_test's forward
 // tolerance), for every token at once (a prefill) and for last tokens alone
 // (a decode). Shapes: T = 37 and 19 (not multiples of the 16-row block),
-// HS = 8 and 20 (a scalar tail). Outputs start as NaN.
+// HS = 8 and 20 (a scalar tail), and T = 300 (three splits of 128
+// positions, merged by log-sum-exp). Outputs start as NaN.
+//
+// Splits are fixed by position: a token's output is the same bits whether
+// it is attended in a prefill, in a decode batch, or alone (every backend),
+// and whatever the CPU's thread count.
 //
 // The int8 cache, on every backend (and, CPU-only, at every ISA level this
 // CPU supports, cpu_isa.h):
@@ -38,10 +43,13 @@
 // the cache, a slot outside it) are InvalidArgument on the CPU backend; they
 // live on the device, so the CUDA kernels cannot refuse them and instead
 // skip the slot or write NaN (src/backend/cuda/paged_attention.h).
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -105,7 +113,7 @@ TEST_P(PagedAttentionTest, EqualsFullAttention) {
   struct Shape {
     int B, T, NH, HS;
   };
-  for (Shape sh : {Shape{3, 37, 4, 8}, Shape{2, 19, 3, 20}}) {
+  for (Shape sh : {Shape{3, 37, 4, 8}, Shape{2, 19, 3, 20}, Shape{2, 300, 2, 8}}) {
     const int B = sh.B, T = sh.T, NH = sh.NH, HS = sh.HS, C = NH * HS;
     SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " HS=" << HS);
     std::mt19937 rng(7 + T);
@@ -150,6 +158,79 @@ TEST_P(PagedAttentionTest, EqualsFullAttention) {
   }
 }
 
+// B sequences of T tokens in a fresh fp32 cache; Attend(tokens) runs the
+// listed tokens (indices into the B x T) as one call and returns their rows.
+struct FilledCache {
+  static constexpr int B = 5, T = 300, NH = 3, HS = 16, C = NH * HS;
+  testing_backends::BackendHarness& h;
+  std::mt19937 rng{41};
+  Layout l{B, T, rng};
+  Floats qkv = testing_inputs::Uniform(B * T * 3 * C, 42);
+  testing_backends::DeviceArray<float> K = h.Out({l.blocks * kBlock, C}),
+                                       V = h.Out({l.blocks * kBlock, C});
+  PagedKv kv{K.t(), V.t(), Tensor(), Tensor()};
+
+  explicit FilledCache(testing_backends::BackendHarness& harness) : h(harness) {
+    EXPECT_TRUE(h.be()
+                    .KvCacheWrite(kv, h.Up(qkv, {B * T, 3 * C}).t(), h.Up(l.slots, {B * T}).t(), NH)
+                    .ok());
+  }
+  Floats Attend(const Ints& tokens) {
+    const int n = static_cast<int>(tokens.size());
+    Floats q(n * 3 * C);
+    Ints seq(n), pos(n);
+    for (int i = 0; i < n; ++i) {
+      std::copy_n(qkv.begin() + tokens[i] * 3 * C, 3 * C, q.begin() + i * 3 * C);
+      seq[i] = l.seq[tokens[i]];
+      pos[i] = l.pos[tokens[i]];
+    }
+    auto out = h.Out({n, C});
+    EXPECT_TRUE(h.be()
+                    .PagedAttentionForward(out.t(), h.Up(q, {n, 3 * C}).t(), kv,
+                                           h.Up(l.tables, {B, l.max_blocks}).t(),
+                                           h.Up(seq, {n}).t(), h.Up(pos, {n}).t(), NH)
+                    .ok());
+    return out.Get();
+  }
+  // Row r of Attend's result `rows`.
+  static Floats Row(const Floats& rows, int r) {
+    return Floats(rows.begin() + r * C, rows.begin() + (r + 1) * C);
+  }
+};
+
+TEST_P(PagedAttentionTest, SplitsAreFixedByPosition) {
+  FilledCache f(*this);
+  constexpr int T = FilledCache::T;
+  Ints all(FilledCache::B * T);
+  std::iota(all.begin(), all.end(), 0);
+  const Floats prefill = f.Attend(all);
+  const Ints last = {T - 1, 2 * T - 1, 3 * T - 1, 4 * T - 1, 5 * T - 1};
+  const Floats batch = f.Attend(last);
+  for (int b = 0; b < FilledCache::B; ++b) {
+    SCOPED_TRACE(b);
+    EXPECT_EQ(FilledCache::Row(batch, b), FilledCache::Row(prefill, last[b]));
+  }
+  // Alone, and beside a short sequence's token (one split) in another order.
+  EXPECT_EQ(f.Attend({last[2]}), FilledCache::Row(batch, 2));
+  const Floats pair = f.Attend({T + 5, last[2]});
+  EXPECT_EQ(FilledCache::Row(pair, 1), FilledCache::Row(batch, 2));
+  EXPECT_EQ(FilledCache::Row(pair, 0), FilledCache::Row(prefill, T + 5));
+}
+
+TEST_F(CpuOnlyPagedAttentionTest, OutputDoesNotDependOnTheThreadCount) {
+  FilledCache f(*this);
+  constexpr int T = FilledCache::T;
+  // 5 decode tokens: a job per token on one thread, a job per (token,
+  // split) on two or more (paged_attention.cc).
+  const Ints last = {T - 1, 2 * T - 1, 3 * T - 1, 4 * T - 1, 5 * T - 1};
+  const Floats threaded = f.Attend(last);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Floats one = f.Attend(last);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, threaded);
+}
+
 // Indices on the device: refused by the CPU backend only (header comment).
 TEST_F(CpuOnlyPagedAttentionTest, BadIndicesAreInvalidArgument) {
   const int B = 3, T = 37, NH = 4, HS = 8, C = NH * HS;
@@ -182,13 +263,13 @@ TEST_F(CpuOnlyPagedAttentionTest, BadIndicesAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// The int8 cache against fp32 attention (header comment) for head size HS,
-// on h's backend; for each of `levels` (CPU ISA levels) in turn, or once as
-// the backend is if `levels` is empty.
-void CheckInt8Cache(testing_backends::BackendHarness& h, int HS,
+// The int8 cache against fp32 attention (header comment) for head size HS
+// and sequences of T tokens, on h's backend; for each of `levels` (CPU ISA levels) in turn, or once
+// as the backend is if `levels` is empty.
+void CheckInt8Cache(testing_backends::BackendHarness& h, int HS, int T,
                     const std::vector<CpuIsa>& levels) {
-  SCOPED_TRACE(::testing::Message() << "HS=" << HS);
-  const int B = 2, T = 37, NH = 3, C = NH * HS;
+  SCOPED_TRACE(::testing::Message() << "HS=" << HS << " T=" << T);
+  const int B = 2, NH = 3, C = NH * HS;
   const int max_blocks = (T + kBlock - 1) / kBlock, S = B * max_blocks * kBlock, N = B * T;
   const Floats qkv = testing_inputs::Uniform(N * 3 * C, 11 + HS);
   // Sequence b owns blocks b * max_blocks + i, reversed so rows are not in order.
@@ -360,13 +441,16 @@ TEST_P(PagedAttentionTest, Bf16ActivationsAreTheRoundedFp32Results) {
   }
 }
 
-// HS 8, 20 and 64: under one AVX-512 register, one plus a scalar tail, four.
+// HS 8, 20 and 64: under one AVX-512 register, one plus a scalar tail, four;
+// T 37 (one split of positions) and 300 (three, merged).
+constexpr std::pair<int, int> kInt8Shapes[] = {{8, 37}, {20, 37}, {64, 37}, {20, 300}};
+
 TEST_P(PagedAttentionTest, Int8CacheMatchesFp32) {
-  for (const int HS : {8, 20, 64}) CheckInt8Cache(*this, HS, {});
+  for (const auto [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, {});
 }
 
 TEST_F(CpuOnlyPagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
-  for (const int HS : {8, 20, 64}) CheckInt8Cache(*this, HS, testing_inputs::Levels());
+  for (const auto [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, testing_inputs::Levels());
 }
 
 TEST_P(PagedAttentionTest, LargeChunkWritesItsRowsBitForBit) {

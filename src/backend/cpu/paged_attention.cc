@@ -13,15 +13,29 @@
 // scores s_p = q . k_p / sqrt(HS) (16 independent dot products, which the
 // core overlaps), the running max m raised to the block's max (rescaling
 // the output once per block rather than at every new maximum), then the
-// running sum l of exp(s_p - m) and the output sum exp(s_p - m) v_p;
-// O /= l at the end. Work is O(pos x HS) per query and head with O(HS)
-// state. Parallel over jobs of a token and a group of its heads, taken as
-// threads free up: the group is as many heads as still leave about 4 jobs
-// per thread, so that a job reads its heads' slices of a cached row as one
-// contiguous run (the hardware prefetcher streams it; one head's slice alone
-// is a short run per row, each a fresh memory latency). Each output element
-// is written by one thread in a fixed order (positions ascending), whatever
-// the grouping, so it does not depend on the batch or the thread count.
+// running sum l of exp(s_p - m) and the output sum exp(s_p - m) v_p. Work
+// is O(pos x HS) per query and head with O(HS) state.
+//
+// Split-K (flash-decoding), as kernels/paged_attention.cu does it: the
+// positions are cut into splits of kSplitBlocks cache blocks (128
+// positions); the loop above runs over one split at a time from a fresh
+// state and leaves a partial (m_j, l_j, unnormalized o_j) per head; then the
+// splits merge by their log-sum-exp: M = max m_j, w_j = exp(m_j - M),
+// L = sum l_j w_j, O = (sum o_j w_j) / L, splits in increasing order. (A
+// token of one split gets w = 1: O = o / l.) The splits are fixed by
+// position, never chosen from the batch or the thread count, so a token's
+// output depends only on its own sequence, bit for bit.
+//
+// Parallelism. A job always takes all heads of the rows it reads, so each
+// cached row is one contiguous run of 4C bytes (k), then again (v), which
+// the hardware prefetcher streams; a job that took a few heads would read
+// short runs with gaps, each a fresh memory latency, and measured about 4x
+// slower per byte. With many query tokens (a prefill chunk, a large batch)
+// a job is a token: its splits in order, the partials in the thread's own
+// scratch, then the merge. With few (a small decode batch, where a job per
+// token would leave threads idle) a job is a (token, split), the partials
+// in scratch shared by the call, and the merges follow as a second loop.
+// Both run the same two functions on the same partials: the same bits.
 //
 // The int8 cache's two inner loops, q . k_p and o += e_p v_p, widen 8 or 16
 // int8 values at a time to f32 and FMA them (AVX2, AVX-512; cpu_isa.h picks
@@ -46,6 +60,8 @@ namespace {
 constexpr char kWrite[] = "KvCacheWrite";
 constexpr char kAttn[] = "PagedAttentionForward";
 constexpr int64_t kBlock = 16;  // tokens per cache block (src/serve/kv_blocks.h)
+// Cache blocks per split (kernels/paged_attention.h's kPagedSplitBlocks).
+constexpr int64_t kSplitBlocks = 8;
 
 // The cache's format and shape: S rows of C channels, k and v alike, and for
 // int8 the [S, NH] scales.
@@ -154,6 +170,104 @@ Int8Loops Int8LoopsFor(CpuIsa isa) {
   return {&DotI8Portable, &AxpyI8Portable};
 }
 
+// One PagedAttentionForward call's inputs, and its two steps.
+struct PagedPass {
+  const PagedKv& cache;
+  const float* qkv;  // [N, 3C]
+  const int32_t* tables;
+  int64_t max_blocks, C, NH, HS;
+  float scale;  // 1 / sqrt(HS)
+  Int8Loops i8;
+
+  // Split j (positions [128 j, min(128 j + 128, p_last + 1))) of token n,
+  // sequence s: the partial dst = o [C], m [NH], l [NH], every head.
+  // scores: NH x kBlock floats of the thread's.
+  void Split(int64_t n, int32_t s, int32_t p_last, int64_t j, float* scores, float* dst) const {
+    // Locals, so that the stores below cannot be taken to change them.
+    const int64_t C = this->C, NH = this->NH, HS = this->HS;
+    const float scale = this->scale;
+    const bool int8 = cache.int8();
+    const float* q = qkv + n * 3 * C;
+    float* o = dst;
+    float* m = dst + C;
+    float* l = m + NH;
+    std::fill(o, o + C, 0.0f);
+    std::fill(m, m + NH, -std::numeric_limits<float>::infinity());
+    std::fill(l, l + NH, 0.0f);
+    const int64_t end = std::min<int64_t>((j + 1) * kSplitBlocks * kBlock, p_last + 1);
+    // A cache block (16 positions, contiguous rows) at a time: its scores
+    // first (independent dot products, a row's heads side by side), then
+    // per head one rescale of o if the block raised its max, then the
+    // values, row by row.
+    for (int64_t first = j * kSplitBlocks * kBlock; first < end; first += kBlock) {
+      const int64_t count = std::min<int64_t>(kBlock, end - first);
+      const int64_t row0 = int64_t{tables[s * max_blocks + first / kBlock]} * kBlock;
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t row = row0 + r;
+        for (int64_t h = 0; h < NH; ++h) {
+          float dot = 0.0f;
+          if (int8) {
+            dot = i8.dot(q + h * HS, cache.k.i8() + row * C + h * HS, HS) *
+                  cache.k_scale.f32()[row * NH + h];
+          } else {
+            const float* k = cache.k.f32() + row * C + h * HS;
+            const float* qh = q + h * HS;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t d = 0; d < HS; ++d) dot += qh[d] * k[d];
+          }
+          scores[h * kBlock + r] = dot * scale;
+        }
+      }
+      for (int64_t h = 0; h < NH; ++h) {
+        float block_max = -std::numeric_limits<float>::infinity();
+        for (int64_t r = 0; r < count; ++r) block_max = std::max(block_max, scores[h * kBlock + r]);
+        if (block_max > m[h]) {
+          const float correction = std::exp(m[h] - block_max);  // 0 on the first block
+          l[h] *= correction;
+          for (int64_t d = 0; d < HS; ++d) o[h * HS + d] *= correction;
+          m[h] = block_max;
+        }
+      }
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t row = row0 + r;
+        for (int64_t h = 0; h < NH; ++h) {
+          const float e = std::exp(scores[h * kBlock + r] - m[h]);
+          l[h] += e;
+          float* oh = o + h * HS;
+          if (int8) {
+            i8.axpy(e * cache.v_scale.f32()[row * NH + h], cache.v.i8() + row * C + h * HS, oh, HS);
+          } else {
+            const float* v = cache.v.f32() + row * C + h * HS;
+#pragma omp simd
+            for (int64_t d = 0; d < HS; ++d) oh[d] += e * v[d];
+          }
+        }
+      }
+    }
+  }
+
+  // out [C] = the merge of a token's `splits` partials (consecutive, each
+  // C + 2 NH floats), in increasing order.
+  void Merge(const float* partials, int64_t splits, float* out) const {
+    const int64_t stride = C + 2 * NH;
+    for (int64_t h = 0; h < NH; ++h) {
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < splits; ++j) M = std::max(M, partials[j * stride + C + h]);
+      float L = 0.0f;
+      float* oh = out + h * HS;
+      std::fill(oh, oh + HS, 0.0f);
+      for (int64_t j = 0; j < splits; ++j) {
+        const float* part = partials + j * stride;
+        const float w = std::exp(part[C + h] - M);
+        L += part[C + NH + h] * w;
+        for (int64_t d = 0; d < HS; ++d) oh[d] += part[h * HS + d] * w;
+      }
+      const float inv = 1.0f / L;
+      for (int64_t d = 0; d < HS; ++d) oh[d] *= inv;
+    }
+  }
+};
+
 }  // namespace
 
 absl::Status CpuBackend::KvCacheWrite(const PagedKv& cache, Tensor qkv, Tensor slots,
@@ -219,88 +333,57 @@ absl::Status CpuBackend::PagedAttentionForward(Tensor out, Tensor qkv, const Pag
     }
   }
   const int64_t HS = C / num_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const bool int8 = cache.int8();
-  const Int8Loops i8 = Int8LoopsFor(ActiveCpuIsa());
-  // Jobs (top of the file): token n and heads [h0, h0 + per), per chosen
-  // for about 4 jobs a thread. At batch 8 on 2 threads a job is all 12 heads
-  // of GPT-2 124M, 3 KiB of each cached row in one run.
+  const PagedPass pass{.cache = cache,
+                       .qkv = qkv.f32(),
+                       .tables = tables,
+                       .max_blocks = max_blocks,
+                       .C = C,
+                       .NH = num_heads,
+                       .HS = HS,
+                       .scale = 1.0f / std::sqrt(static_cast<float>(HS)),
+                       .i8 = Int8LoopsFor(ActiveCpuIsa())};
+  const int32_t* seqs = seq.i32();
+  const int32_t* positions = pos.i32();
+  float* o = out.f32();
+  const int64_t per_split = C + 2 * num_heads;  // a partial: o [C], m [NH], l [NH]
+  auto splits_of = [&](int64_t n) { return positions[n] / (kSplitBlocks * kBlock) + 1; };
   const int64_t threads = omp_get_max_threads();
-  const int64_t want = std::clamp<int64_t>((4 * threads + N - 1) / N, 1, num_heads);
-  const int64_t per = (num_heads + want - 1) / want;   // heads per job
-  const int64_t groups = (num_heads + per - 1) / per;  // the last may have fewer
+  if (N >= 4 * threads) {
+    // A job per token, its partials in the thread's scratch.
+    const int64_t most = (max_blocks + kSplitBlocks - 1) / kSplitBlocks;
+#pragma omp parallel
+    {
+      std::vector<float> partials(static_cast<size_t>(most * per_split)),
+          scores(static_cast<size_t>(num_heads * kBlock));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t splits = splits_of(n);
+        for (int64_t j = 0; j < splits; ++j) {
+          pass.Split(n, seqs[n], positions[n], j, scores.data(), &partials[j * per_split]);
+        }
+        pass.Merge(partials.data(), splits, o + n * C);
+      }
+    }
+    return absl::OkStatus();
+  }
+  // A job per (token, split), the partials in the call's scratch; then the
+  // merges.
+  std::vector<int64_t> first(static_cast<size_t>(N + 1), 0);  // token n's first job
+  for (int64_t n = 0; n < N; ++n) first[n + 1] = first[n] + splits_of(n);
+  const int64_t jobs = first[N];
+  std::vector<float> partials(static_cast<size_t>(jobs * per_split));
 #pragma omp parallel
   {
-    // Per head of the job: running max and sum, and one block's scores.
-    std::vector<float> m(static_cast<size_t>(per)), l(static_cast<size_t>(per)),
-        scores(static_cast<size_t>(per * kBlock));
+    std::vector<float> scores(static_cast<size_t>(num_heads * kBlock));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t job = 0; job < N * groups; ++job) {
-      const int64_t n = job / groups, h0 = job % groups * per;
-      const int64_t heads = std::min(per, num_heads - h0);
-      const int32_t s = seq.i32()[n], p_last = pos.i32()[n];
-      const float* q = qkv.f32() + n * C3 + h0 * HS;  // head h0 + g at q + g * HS
-      float* o = out.f32() + n * C + h0 * HS;
-      std::fill(o, o + heads * HS, 0.0f);
-      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-      std::fill(l.begin(), l.end(), 0.0f);
-      // A cache block (16 positions, contiguous rows) at a time: its scores
-      // first (independent dot products, a row's heads side by side), then
-      // per head one rescale of o if the block raised its max, then the
-      // values, row by row.
-      for (int64_t first = 0; first <= p_last; first += kBlock) {
-        const int64_t count = std::min<int64_t>(kBlock, p_last + 1 - first);
-        const int64_t row0 = int64_t{tables[s * max_blocks + first / kBlock]} * kBlock;
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t row = row0 + j;
-          for (int64_t g = 0; g < heads; ++g) {
-            const int64_t h = h0 + g;
-            float dot = 0.0f;
-            if (int8) {
-              dot = i8.dot(q + g * HS, cache.k.i8() + row * C + h * HS, HS) *
-                    cache.k_scale.f32()[row * num_heads + h];
-            } else {
-              const float* k = cache.k.f32() + row * C + h * HS;
-              const float* qg = q + g * HS;
-#pragma omp simd reduction(+ : dot)
-              for (int64_t d = 0; d < HS; ++d) dot += qg[d] * k[d];
-            }
-            scores[g * kBlock + j] = dot * scale;
-          }
-        }
-        for (int64_t g = 0; g < heads; ++g) {
-          float block_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < count; ++j)
-            block_max = std::max(block_max, scores[g * kBlock + j]);
-          if (block_max > m[g]) {
-            const float correction = std::exp(m[g] - block_max);  // 0 on the first block
-            l[g] *= correction;
-            for (int64_t d = 0; d < HS; ++d) o[g * HS + d] *= correction;
-            m[g] = block_max;
-          }
-        }
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t row = row0 + j;
-          for (int64_t g = 0; g < heads; ++g) {
-            const int64_t h = h0 + g;
-            const float e = std::exp(scores[g * kBlock + j] - m[g]);
-            l[g] += e;
-            float* og = o + g * HS;
-            if (int8) {
-              i8.axpy(e * cache.v_scale.f32()[row * num_heads + h], cache.v.i8() + row * C + h * HS,
-                      og, HS);
-            } else {
-              const float* v = cache.v.f32() + row * C + h * HS;
-#pragma omp simd
-              for (int64_t d = 0; d < HS; ++d) og[d] += e * v[d];
-            }
-          }
-        }
-      }
-      for (int64_t g = 0; g < heads; ++g) {
-        const float inv = 1.0f / l[g];
-        for (int64_t d = 0; d < HS; ++d) o[g * HS + d] *= inv;
-      }
+    for (int64_t job = 0; job < jobs; ++job) {
+      const int64_t n = std::upper_bound(first.begin(), first.end(), job) - first.begin() - 1;
+      pass.Split(n, seqs[n], positions[n], job - first[n], scores.data(),
+                 &partials[job * per_split]);
+    }
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      pass.Merge(&partials[first[n] * per_split], first[n + 1] - first[n], o + n * C);
     }
   }
   return absl::OkStatus();
