@@ -34,9 +34,8 @@ absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
   // Everything is converted before anything is written.
   ASSIGN_OR_RETURN(std::string weights, GptWeightsToHf(cfg, model.model.weights));
   const std::string config = HfJsonFromGptConfig(cfg, model.tokenizer.end_of_text());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  MadeDirs made;  // removed again if nothing could be written into it
+  RETURN_IF_ERROR(made.Create(dir));
   RETURN_IF_ERROR(model.tokenizer.SaveGpt2(dir + "/vocab.json", dir + "/merges.txt"));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/model.safetensors", weights));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config));

@@ -184,13 +184,9 @@ absl::Status Train(const TrainFlags& f, const FlagSet& flags) {
                                                    rc.model.vocab_size));
   }
   ASSIGN_OR_RETURN(TokenSplits data, LoadCorpus(rc.data, tok, rc.val_fraction));
-  if (lead) {
-    std::error_code ec;
-    std::filesystem::create_directories(f.policy.out, ec);
-    if (ec)
-      return absl::InternalError(
-          absl::StrCat("cannot create '", f.policy.out, "': ", ec.message()));
-  }
+  // Removed again if the run is refused before it writes anything there.
+  MadeDirs out_dir;
+  if (lead) RETURN_IF_ERROR(out_dir.Create(f.policy.out));
 
   ASSIGN_OR_RETURN(ParallelRun par, SetUpParallelRun(f.layout, *backend));
   const Grid& grid = par.grid;

@@ -27,15 +27,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  // Errors name `path`, the file the caller asked for, not the staging
+  // file beside it.
   const std::string tmp = path + ".tmp";
   auto fail = [&](const char* what) {
     const std::string reason = std::strerror(errno);
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot ", what, " '", tmp, "': ", reason));
+    return absl::InternalError(absl::StrCat("cannot ", what, " '", path, "': ", reason));
   };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("cannot create '", path, "': ", std::strerror(errno)));
   }
   size_t done = 0;
   while (done < contents.size()) {
@@ -52,8 +54,32 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     return fail("fsync");
   }
   if (::close(fd) != 0) return fail("close");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("replace");
   return absl::OkStatus();
+}
+
+absl::Status MadeDirs::Create(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> missing;  // innermost first
+  fs::path start = fs::absolute(dir, ec).lexically_normal();
+  if (start.filename().empty()) start = start.parent_path();  // "out/" is "out"
+  for (fs::path p = start; !ec && p.has_relative_path(); p = p.parent_path()) {
+    if (fs::exists(p, ec) || ec) break;
+    missing.push_back(p);
+  }
+  if (!ec) fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  made_.insert(made_.end(), missing.rbegin(), missing.rend());
+  return absl::OkStatus();
+}
+
+MadeDirs::~MadeDirs() {
+  for (auto p = made_.rbegin(); p != made_.rend(); ++p) {
+    std::error_code ec;
+    if (!std::filesystem::is_empty(*p, ec) || ec) return;
+    std::filesystem::remove(*p, ec);
+  }
 }
 
 }  // namespace ladder

@@ -638,6 +638,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
   g->meta.created = static_cast<int64_t>(std::time(nullptr));
   g->meta.model = r.model;
   g->meta.chat = chat;
+  g->meta.include_usage = r.include_usage;
   g->socket = ConnectionSocket();
 
   if (!r.stream) {
@@ -709,7 +710,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
             if (absl::Status error = g->error(); !error.ok()) {
               g->Abandon();
               out += SseEvent(ErrorJson(ErrorFromStatus(error)));
-            } else if (g->request.include_usage) {
+            } else if (g->meta.include_usage) {
               out += SseEvent(UsageChunkJson(g->meta, g->usage));
             }
             absl::StrAppend(&out, kSseDone);

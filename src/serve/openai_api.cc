@@ -805,6 +805,7 @@ std::string ChunkJson(const ResponseMeta& meta, const ChoiceDelta& c) {
   choice["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
   json j = Head(meta, meta.chat ? "chat.completion.chunk" : "text_completion");
   j["choices"] = json::array({std::move(choice)});
+  if (meta.include_usage) j["usage"] = nullptr;
   return Dump(j);
 }
 

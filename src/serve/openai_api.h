@@ -165,6 +165,9 @@ struct ResponseMeta {
   int64_t created = 0;
   std::string model;
   bool chat = false;
+  // stream_options.include_usage: every chunk carries "usage": null, as
+  // OpenAI's do, before the last one carries the totals.
+  bool include_usage = false;
 };
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;

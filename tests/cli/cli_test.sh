@@ -214,6 +214,11 @@ expect_error 2 "--max-bad-steps must be in [1, 2147483647], got 0" -- train --co
   --data "$tmp/corpus.txt" --out "$tmp/x" --max-bad-steps 0
 expect_error 2 "--top-k must be in [0, 2147483647], got 4294967297" -- generate --model "$tmp/run" --top-k 4294967297
 [ -e "$tmp/x" ] && fail "a refused train left its --out directory"
+# Refused by the trainer, after the output directory was made: it goes again.
+expect_error 2 "--overlap-grad-reduce overlaps the bucketed all-reduce: not with --zero 1" -- \
+  train --config "$src/tests/cli/micro.conf" --data "$tmp/shards" --out "$tmp/y/deep" --device cpu \
+  --overlap-grad-reduce --zero 1
+[ -e "$tmp/y" ] && fail "a train refused by the trainer left its --out directory"
 : >"$tmp/empty.txt"
 expect_error 2 "--input '$tmp/empty.txt' is empty" -- data prepare --input "$tmp/empty.txt" --out "$tmp/empty_shards"
 [ -e "$tmp/empty_shards" ] && fail "a refused data prepare left its --out directory"

@@ -375,6 +375,17 @@ TEST(OpenAiApiTest, ResponsesUseOpenAiFieldNames) {
   role.role = true;
   auto r = nlohmann::json::parse(ChunkJson(meta, role));
   EXPECT_EQ(r["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_FALSE(r.contains("usage"));
+  // With stream_options.include_usage, every chunk says "usage": null until
+  // the last one, which has no choices and the totals.
+  meta.include_usage = true;
+  auto with_usage = nlohmann::json::parse(ChunkJson(meta, x));
+  ASSERT_TRUE(with_usage.contains("usage"));
+  EXPECT_TRUE(with_usage["usage"].is_null());
+  auto totals = nlohmann::json::parse(UsageChunkJson(meta, {3, 2}));
+  EXPECT_TRUE(totals["choices"].empty());
+  EXPECT_EQ(totals["usage"]["total_tokens"], 5);
+  meta.include_usage = false;
   EXPECT_EQ(SseEvent("{}"), "data: {}\n\n");
   // Invalid UTF-8 never breaks the JSON.
   ChoiceDelta bad;

@@ -39,6 +39,7 @@ struct Answer {
   std::string finish_reason;
   bool done = false;  // streaming: saw data: [DONE]
   int chunks = 0;
+  int null_usage = 0;  // streaming: chunks with "usage": null
   json usage;
 };
 
@@ -127,6 +128,7 @@ class ServerTest : public ::testing::Test {
         json j = json::parse(data);
         ++a.chunks;
         if (j.contains("usage")) a.usage = j["usage"];
+        if (j.contains("usage") && j["usage"].is_null()) ++a.null_usage;
         if (j["choices"].empty()) continue;
         const json& c = j["choices"][0];
         if (chat) {
@@ -303,6 +305,10 @@ TEST_F(ServerTest, StopStringsCutTheText) {
     EXPECT_EQ(cut.text, want) << stream;
     EXPECT_EQ(cut.finish_reason, "stop") << stream;
     EXPECT_LT(cut.usage["completion_tokens"].get<int>(), 24) << stream;
+    // Every chunk but the totals' says "usage": null (OpenAI's streams do).
+    if (stream) {
+      EXPECT_EQ(cut.null_usage, cut.chunks - 1);
+    }
   }
   auto models = Client()->Get("/v1/models");
   ASSERT_TRUE(models);
