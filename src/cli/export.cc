@@ -34,11 +34,20 @@ absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
   // Everything is converted before anything is written.
   ASSIGN_OR_RETURN(std::string weights, GptWeightsToHf(cfg, model.model.weights));
   const std::string config = HfJsonFromGptConfig(cfg, model.tokenizer.end_of_text());
+  absl::StatusOr<Tokenizer::Gpt2Files> tokenizer = model.tokenizer.Gpt2FileContents();
+  if (!tokenizer.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write '", dir, "/vocab.json': ", tokenizer.status().message()));
+  }
   MadeDirs made;  // removed again if nothing could be written into it
   RETURN_IF_ERROR(made.Create(dir));
-  RETURN_IF_ERROR(model.tokenizer.SaveGpt2(dir + "/vocab.json", dir + "/merges.txt"));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/model.safetensors", weights));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config));
+  // All four staged before any replaces an old file (an export over an
+  // older one never mixes the two); config.json, which loaders look for
+  // first, goes last.
+  RETURN_IF_ERROR(WriteFilesAtomically({{dir + "/vocab.json", std::move(tokenizer->vocab_json)},
+                                        {dir + "/merges.txt", std::move(tokenizer->merges_txt)},
+                                        {dir + "/model.safetensors", std::move(weights)},
+                                        {dir + "/config.json", config}}));
   std::printf("exported %s (%d layers, n_embd %d, vocab %d) to %s\n", model_path.c_str(),
               cfg.n_layer, cfg.n_embd, cfg.vocab_size, dir.c_str());
   return absl::OkStatus();

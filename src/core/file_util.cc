@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "src/core/status.h"
 
 namespace ladder {
 
@@ -26,36 +27,77 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  // Errors name `path`, the file the caller asked for, not the staging
-  // file beside it.
+namespace {
+
+// Errors name `path`, the file the caller asked for, not the staging file
+// beside it.
+absl::Status FileError(const char* what, const std::string& path, int err) {
+  return absl::InternalError(absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(err)));
+}
+
+// Writes `contents` to path.tmp and flushes it to disk; on failure nothing
+// is left there.
+absl::Status Stage(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp";
-  auto fail = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot ", what, " '", path, "': ", reason));
-  };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot create '", path, "': ", std::strerror(errno)));
   }
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    std::remove(tmp.c_str());
+    return FileError(what, path, err);
+  };
   size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
       return fail("write");
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    return fail("fsync");
+  if (::fsync(fd) != 0) return fail("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return FileError("close", path, err);
   }
-  if (::close(fd) != 0) return fail("close");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("replace");
   return absl::OkStatus();
+}
+
+// Renames path.tmp over path; on failure removes path.tmp.
+absl::Status Commit(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  if (std::rename(tmp.c_str(), path.c_str()) == 0) return absl::OkStatus();
+  const int err = errno;
+  std::remove(tmp.c_str());
+  return FileError("replace", path, err);
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  RETURN_IF_ERROR(Stage(path, contents));
+  return Commit(path);
+}
+
+absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  size_t staged = 0;
+  absl::Status status;
+  for (; staged < files.size() && status.ok(); ++staged) {
+    status = Stage(files[staged].first, files[staged].second);
+  }
+  if (!status.ok()) --staged;  // the failed one left nothing
+  for (size_t i = 0; i < staged; ++i) {
+    if (status.ok()) {
+      status = Commit(files[i].first);
+    } else {
+      std::remove((files[i].first + ".tmp").c_str());
+    }
+  }
+  return status;
 }
 
 absl::Status MadeDirs::Create(const std::string& dir) {

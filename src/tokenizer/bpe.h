@@ -85,10 +85,16 @@ class Tokenizer {
   // kind of ordering).
   static absl::StatusOr<Tokenizer> FromGpt2TokenBytes(std::vector<std::string> tokens,
                                                       int32_t end_of_text);
-  // Writes those two files (vocab.json in id order). Works for both kinds: a
-  // ladder tokenizer written this way loads back as GPT-2's kind, with the
+  // Writes those two files (vocab.json in id order), both staged before
+  // either replaces an old one (WriteFilesAtomically). Works for both kinds:
+  // a ladder tokenizer written this way loads back as GPT-2's kind, with the
   // same tokens and merges but GPT-2's pre-tokenizer.
   absl::Status SaveGpt2(const std::string& vocab_path, const std::string& merges_path) const;
+  // What SaveGpt2 writes, for a caller that writes them with other files.
+  struct Gpt2Files {
+    std::string vocab_json, merges_txt;
+  };
+  absl::StatusOr<Gpt2Files> Gpt2FileContents() const;
   // The tokens and merges as GPT-2's files spell them (byte_unicode.h; the
   // end-of-text token literally): token i's string, and each merge as
   // "a b" in rank order. What SaveGpt2 writes, and what GGUF's tokenizer

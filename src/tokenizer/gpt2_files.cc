@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -240,23 +241,29 @@ std::vector<std::string> Tokenizer::Gpt2Merges() const {
   return lines;
 }
 
+absl::StatusOr<Tokenizer::Gpt2Files> Tokenizer::Gpt2FileContents() const {
+  ASSIGN_OR_RETURN(const std::vector<std::string> tokens, Gpt2Tokens());
+  // Written by hand, in id order, one token a line.
+  Gpt2Files files;
+  files.vocab_json = "{";
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    absl::StrAppend(&files.vocab_json, id == 0 ? "\n" : ",\n", Quoted(tokens[id]), ": ", id);
+  }
+  files.vocab_json += "\n}\n";
+  files.merges_txt = "#version: 0.2\n";
+  for (const std::string& line : Gpt2Merges()) absl::StrAppend(&files.merges_txt, line, "\n");
+  return files;
+}
+
 absl::Status Tokenizer::SaveGpt2(const std::string& vocab_path,
                                  const std::string& merges_path) const {
-  absl::StatusOr<std::vector<std::string>> tokens = Gpt2Tokens();
-  if (!tokens.ok()) {
+  absl::StatusOr<Gpt2Files> files = Gpt2FileContents();
+  if (!files.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", vocab_path, "': ", tokens.status().message()));
+        absl::StrCat("cannot write '", vocab_path, "': ", files.status().message()));
   }
-  // Written by hand, in id order, one token a line.
-  std::string vocab = "{";
-  for (size_t id = 0; id < tokens->size(); ++id) {
-    absl::StrAppend(&vocab, id == 0 ? "\n" : ",\n", Quoted((*tokens)[id]), ": ", id);
-  }
-  vocab += "\n}\n";
-  RETURN_IF_ERROR(WriteFileAtomically(vocab_path, vocab));
-  std::string merges = "#version: 0.2\n";
-  for (const std::string& line : Gpt2Merges()) absl::StrAppend(&merges, line, "\n");
-  return WriteFileAtomically(merges_path, merges);
+  return WriteFilesAtomically(
+      {{vocab_path, std::move(files->vocab_json)}, {merges_path, std::move(files->merges_txt)}});
 }
 
 }  // namespace ladder

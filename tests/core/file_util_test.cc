@@ -1,6 +1,7 @@
 // Whole-file reads and atomic writes: contents round-trip, a failed write
 // leaves the old file and no staging file, and every error names the path
-// the caller gave (never the staging file beside it). MadeDirs removes the
+// the caller gave (never the staging file beside it). Files written
+// together are all replaced or none. MadeDirs removes the
 // directories it made, and only those, while they are empty.
 #include "src/core/file_util.h"
 
@@ -55,6 +56,27 @@ TEST_F(FileUtilTest, FailedReplaceKeepsTheOldEntryAndNoStagingFile) {
   EXPECT_THAT(s.message(), Not(HasSubstr(".tmp")));
   EXPECT_TRUE(fs::is_directory(path / "inside"));
   EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+}
+
+TEST_F(FileUtilTest, FilesThatBelongTogetherAreAllOldOrAllNew) {
+  const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+  ASSERT_TRUE(WriteFilesAtomically({{a, "old a"}, {b, "old b"}}).ok());
+  EXPECT_EQ(*ReadFile(a), "old a");
+  EXPECT_EQ(*ReadFile(b), "old b");
+  // The third cannot be written (its directory is missing): the first two
+  // keep their old contents, and nothing staged is left.
+  const std::string c = (dir_ / "no" / "c").string();
+  absl::Status s = WriteFilesAtomically({{a, "new a"}, {b, "new b"}, {c, "new c"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("'" + c + "'"));
+  EXPECT_EQ(*ReadFile(a), "old a");
+  EXPECT_EQ(*ReadFile(b), "old b");
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  }
+  ASSERT_TRUE(WriteFilesAtomically({{a, "new a"}, {b, "new b"}}).ok());
+  EXPECT_EQ(*ReadFile(a), "new a");
+  EXPECT_EQ(*ReadFile(b), "new b");
 }
 
 TEST_F(FileUtilTest, MadeDirsRemovesWhatItMadeWhileEmpty) {

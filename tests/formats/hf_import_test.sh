@@ -89,6 +89,17 @@ again=$("$ladder" eval --model "$tmp/again" --text "$tmp/hf/text.txt" --device c
   python3 -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
 [ "$again" = "$loss" ] || fail "re-imported loss $again differs from $loss"
 
+# An export that fails partway (here its last file, config.json, cannot be
+# staged) replaces none of an older export's files and leaves nothing staged.
+mkdir "$tmp/torn" "$tmp/torn/config.json.tmp"
+echo old >"$tmp/torn/vocab.json"
+"$ladder" export hf "$tmp/model" "$tmp/torn" >/dev/null 2>"$tmp/err" &&
+  fail "export hf over an unwritable config.json succeeded"
+grep -q "cannot create '$tmp/torn/config.json'" "$tmp/err" || fail "export hf: $(cat "$tmp/err")"
+[ "$(cat "$tmp/torn/vocab.json")" = old ] || fail "a failed export hf replaced vocab.json"
+[ "$(ls "$tmp/torn")" = "$(printf 'config.json.tmp\nvocab.json')" ] ||
+  fail "a failed export hf left: $(ls "$tmp/torn")"
+
 # GGUF for llama.cpp, read back by an independent reader (Python, from the
 # format's definition): the header, every key's type, the GPT-2 tokenizer
 # with <|endoftext|> as a control token and bos/eos, every tensor's name,
