@@ -509,13 +509,19 @@ absl::StatusOr<std::string> WriteRunReport(const std::string& run_dir, const std
     return absl::NotFoundError(
         absl::StrCat("the report's directory '", dir.string(), "' does not exist"));
   }
-  ASSIGN_OR_RETURN(const report::RenderedReport rendered,
-                   report::RenderRunReport(run, p.stem().string()));
-  // The pictures first and the page last: a page on disk always has its PNGs.
-  for (const auto& [name, bytes] : rendered.pngs) {
-    RETURN_IF_ERROR(WriteFileAtomically((dir / name).string(), bytes));
+  if (std::filesystem::is_directory(p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is a directory: --out names the HTML file to write"));
   }
-  RETURN_IF_ERROR(WriteFileAtomically(path, rendered.html));
+  ASSIGN_OR_RETURN(report::RenderedReport rendered,
+                   report::RenderRunReport(run, p.stem().string()));
+  // All staged before any is renamed, the pictures first and the page last:
+  // a page on disk always has its PNGs, and a failed write leaves none.
+  std::vector<std::pair<std::string, std::string>> files;
+  for (auto& [name, bytes] : rendered.pngs)
+    files.emplace_back((dir / name).string(), std::move(bytes));
+  files.emplace_back(path, std::move(rendered.html));
+  RETURN_IF_ERROR(WriteFilesAtomically(files));
   if (warnings != nullptr) {
     warnings->insert(warnings->end(), run.warnings.begin(), run.warnings.end());
   }

@@ -138,6 +138,20 @@ TEST_F(RunDataTest, ReportWritesPageAndPicturesOrNothing) {
   Write("metrics.jsonl", "oops\n");
   EXPECT_FALSE(WriteRunReport(dir_, "").ok());
   EXPECT_FALSE(std::filesystem::exists(*path));
+
+  // An --out that is a directory is refused before anything is written.
+  Write("metrics.jsonl", std::string(kStep1) + "\n");
+  std::filesystem::create_directories(dir_ + "/pages");
+  absl::StatusOr<std::string> into_dir = WriteRunReport(dir_, dir_ + "/pages");
+  ASSERT_FALSE(into_dir.ok());
+  EXPECT_EQ(into_dir.status().message(),
+            "'" + dir_ + "/pages' is a directory: --out names the HTML file to write");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/pages-loss.png"));
+  // A page that cannot be written takes its pictures with it.
+  std::filesystem::create_directories(dir_ + "/stuck.html.tmp");
+  ASSERT_FALSE(WriteRunReport(dir_, dir_ + "/stuck.html").ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/stuck-loss.png"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/stuck-loss.png.tmp"));
 }
 
 TEST_F(RunDataTest, APlotWithNothingFiniteBecomesANote) {
