@@ -199,7 +199,10 @@ absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
   fs::rename(tmp, final_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot commit checkpoint '", final_dir, "': ", ec.message()));
+  }
   RETURN_IF_ERROR(SyncDir(dir));
   RETURN_IF_ERROR(env->WriteFileAtomically(dir + "/latest", LatestFileContents(step)));
   RETURN_IF_ERROR(SyncDir(dir));
@@ -518,7 +521,8 @@ absl::Status CheckpointWriter::Start(const std::string& dir, Trainer& trainer,
     fs::create_directories(dir, ec);
     fs::remove_all(tmp, ec);
     if (!fs::create_directory(tmp, ec) || ec) {
-      made = absl::InternalError(absl::StrCat("cannot create '", tmp, "'"));
+      made = absl::InternalError(absl::StrCat("cannot create checkpoint '", dir, "/", name,
+                                              "': ", ec ? ec.message() : "already exists"));
     }
   }
   RETURN_IF_ERROR(Agree(world, made, "creating the checkpoint directory"));

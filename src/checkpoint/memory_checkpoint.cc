@@ -59,7 +59,9 @@ absl::Status MemoryStore::Begin(int64_t step) {
   }
   const std::string tmp = dir_ + "/" + CheckpointStepName(step) + ".tmp";
   if (!fs::create_directory(tmp, ec) || ec) {
-    return absl::InternalError(absl::StrCat("cannot create '", tmp, "'"));
+    return absl::InternalError(absl::StrCat("cannot create checkpoint '", dir_, "/",
+                                            CheckpointStepName(step),
+                                            "': ", ec ? ec.message() : "already exists"));
   }
   return absl::OkStatus();
 }
@@ -76,7 +78,10 @@ absl::Status MemoryStore::Commit(int64_t step, const std::string& manifest, int 
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // the same step from an earlier attempt
   fs::rename(tmp, final_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename '", tmp, "': ", ec.message()));
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot commit checkpoint '", final_dir, "': ", ec.message()));
+  }
   RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/latest", LatestFileContents(step)));
   std::vector<std::string> steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
