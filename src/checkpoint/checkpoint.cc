@@ -191,11 +191,14 @@ std::vector<std::pair<int64_t, std::string>> CommittedSteps(const std::string& d
   return steps;
 }
 
-absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
-                    const std::string& final_dir, int64_t step, const std::string& manifest,
-                    int keep) {
-  RETURN_IF_ERROR(env->WriteFileAtomically(tmp + "/manifest", manifest));
-  RETURN_IF_ERROR(SyncDir(tmp));
+}  // namespace
+
+absl::Status CommitCheckpointStep(const std::string& dir, int64_t step, const std::string& manifest,
+                                  int keep, const FileWriter& write, bool durable) {
+  const std::string final_dir = dir + "/" + CheckpointStepName(step), tmp = final_dir + ".tmp";
+  auto sync = [durable](const std::string& d) { return durable ? SyncDir(d) : absl::OkStatus(); };
+  RETURN_IF_ERROR(write(tmp + "/manifest", manifest));
+  RETURN_IF_ERROR(sync(tmp));
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
   fs::rename(tmp, final_dir, ec);
@@ -203,9 +206,9 @@ absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
     return absl::InternalError(
         absl::StrCat("cannot commit checkpoint '", final_dir, "': ", ec.message()));
   }
-  RETURN_IF_ERROR(SyncDir(dir));
-  RETURN_IF_ERROR(env->WriteFileAtomically(dir + "/latest", LatestFileContents(step)));
-  RETURN_IF_ERROR(SyncDir(dir));
+  RETURN_IF_ERROR(sync(dir));
+  RETURN_IF_ERROR(write(dir + "/latest", LatestFileContents(step)));
+  RETURN_IF_ERROR(sync(dir));
   // Only now may old checkpoints go; the newest is never among them.
   std::vector<std::pair<int64_t, std::string>> steps = CommittedSteps(dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
@@ -213,6 +216,8 @@ absl::Status Commit(Env* env, const std::string& dir, const std::string& tmp,
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // ---- loading ------------------------------------------------------------
 
@@ -575,8 +580,13 @@ absl::StatusOr<std::string> CheckpointWriter::Finish() {
     } else {
       committed = p->ctx.write_extra ? p->ctx.write_extra(p->tmp) : absl::OkStatus();
       if (committed.ok()) {
-        committed = Commit(p->ctx.env, p->dir, p->tmp, p->final_dir, p->manifest.step,
-                           SerializeManifest(p->manifest), p->keep);
+        Env* env = p->ctx.env;
+        committed = CommitCheckpointStep(
+            p->dir, p->manifest.step, SerializeManifest(p->manifest), p->keep,
+            [env](const std::string& path, const std::string& contents) {
+              return env->WriteFileAtomically(path, contents);
+            },
+            /*durable=*/true);
       }
     }
   }

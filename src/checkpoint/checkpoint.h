@@ -159,6 +159,20 @@ std::string CheckpointStepName(int64_t step);
 // checkpoints alike; LatestCheckpointStep reads it back).
 std::string LatestFileContents(int64_t step);
 
+// Commits step `step` of the checkpoint directory `dir`, on disk or in
+// memory alike: writes `manifest` into the step directory being written
+// (CheckpointStepName(step) + ".tmp") through `write` (a
+// WriteFileAtomically: an Env's, so tests can fail it), renames that
+// directory to its final name (replacing a same-step one from an earlier
+// attempt), points `latest` at it, then removes all but the max(keep, 1)
+// newest committed steps. With `durable`, each change is flushed to disk
+// (the directories fsynced) before the next. On failure, Internal naming
+// the checkpoint, and `latest` still names the step it named before.
+using FileWriter =
+    std::function<absl::Status(const std::string& path, const std::string& contents)>;
+absl::Status CommitCheckpointStep(const std::string& dir, int64_t step, const std::string& manifest,
+                                  int keep, const FileWriter& write, bool durable);
+
 // The step of the checkpoint `dir`'s `latest` names; NotFound when there is
 // none, DataLoss when `latest` does not name a step directory.
 absl::StatusOr<int64_t> LatestCheckpointStep(const std::string& dir);

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/checkpoint/manifest.h"
@@ -72,29 +71,9 @@ absl::Status MemoryStore::Put(int64_t step, const std::string& name,
 }
 
 absl::Status MemoryStore::Commit(int64_t step, const std::string& manifest, int keep) {
-  const std::string name = CheckpointStepName(step);
-  const std::string tmp = dir_ + "/" + name + ".tmp", final_dir = dir_ + "/" + name;
-  RETURN_IF_ERROR(WriteFileAtomically(tmp + "/manifest", manifest));
-  std::error_code ec;
-  fs::remove_all(final_dir, ec);  // the same step from an earlier attempt
-  fs::rename(tmp, final_dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot commit checkpoint '", final_dir, "': ", ec.message()));
-  }
-  RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/latest", LatestFileContents(step)));
-  std::vector<std::string> steps;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && absl::StartsWith(n, "step-") && e.path().extension() != ".tmp") {
-      steps.push_back(n);
-    }
-  }
-  std::sort(steps.rbegin(), steps.rend());  // fixed-width names: newest first
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < steps.size(); ++i) {
-    fs::remove_all(dir_ + "/" + steps[i], ec);
-  }
-  return absl::OkStatus();
+  // Node memory: nothing to flush.
+  return CommitCheckpointStep(dir_, step, manifest, keep, WriteFileAtomically,
+                              /*durable=*/false);
 }
 
 absl::StatusOr<int64_t> MemoryStore::Latest() const {
