@@ -446,11 +446,11 @@ TEST_P(PagedAttentionTest, Bf16ActivationsAreTheRoundedFp32Results) {
 constexpr std::pair<int, int> kInt8Shapes[] = {{8, 37}, {20, 37}, {64, 37}, {20, 300}};
 
 TEST_P(PagedAttentionTest, Int8CacheMatchesFp32) {
-  for (const auto [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, {});
+  for (const auto& [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, {});
 }
 
 TEST_F(CpuOnlyPagedAttentionTest, Int8CacheMatchesFp32AtEveryLevel) {
-  for (const auto [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, testing_inputs::Levels());
+  for (const auto& [HS, T] : kInt8Shapes) CheckInt8Cache(*this, HS, T, testing_inputs::Levels());
 }
 
 TEST_P(PagedAttentionTest, LargeChunkWritesItsRowsBitForBit) {
