@@ -34,18 +34,15 @@ absl::Status ExportHf(const std::string& model_path, const std::string& dir) {
   // Everything is converted before anything is written.
   ASSIGN_OR_RETURN(std::string weights, GptWeightsToHf(cfg, model.model.weights));
   const std::string config = HfJsonFromGptConfig(cfg, model.tokenizer.end_of_text());
-  absl::StatusOr<Tokenizer::Gpt2Files> tokenizer = model.tokenizer.Gpt2FileContents();
-  if (!tokenizer.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", dir, "/vocab.json': ", tokenizer.status().message()));
-  }
+  ASSIGN_OR_RETURN(Tokenizer::Gpt2Files tokenizer,
+                   model.tokenizer.Gpt2FileContents(dir + "/vocab.json"));
   MadeDirs made;  // removed again if nothing could be written into it
   RETURN_IF_ERROR(made.Create(dir));
   // All four staged before any replaces an old file (an export over an
   // older one never mixes the two); config.json, which loaders look for
   // first, goes last.
-  RETURN_IF_ERROR(WriteFilesAtomically({{dir + "/vocab.json", std::move(tokenizer->vocab_json)},
-                                        {dir + "/merges.txt", std::move(tokenizer->merges_txt)},
+  RETURN_IF_ERROR(WriteFilesAtomically({{dir + "/vocab.json", std::move(tokenizer.vocab_json)},
+                                        {dir + "/merges.txt", std::move(tokenizer.merges_txt)},
                                         {dir + "/model.safetensors", std::move(weights)},
                                         {dir + "/config.json", config}}));
   std::printf("exported %s (%d layers, n_embd %d, vocab %d) to %s\n", model_path.c_str(),
@@ -82,8 +79,8 @@ absl::Status ExportGguf(const std::string& model_path, const std::string& file,
   }
   ASSIGN_OR_RETURN(ModelDir model, LoadModelDir(model_path));
   const std::string name = std::filesystem::path(model_path).filename().string();
-  ASSIGN_OR_RETURN(std::string bytes, GptToGguf(model.model.config, model.model.weights,
-                                                model.tokenizer, type, name));
+  ASSIGN_OR_RETURN(std::string bytes,
+                   GptToGguf(model.model.config, model.model.weights, model.tokenizer, type, name));
   RETURN_IF_ERROR(WriteFileAtomically(file, bytes));
   std::printf("exported %s to %s (%s, %.1f MiB)\n", model_path.c_str(), file.c_str(),
               type_name.c_str(), bytes.size() / 1048576.0);

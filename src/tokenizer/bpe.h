@@ -90,11 +90,12 @@ class Tokenizer {
   // a ladder tokenizer written this way loads back as GPT-2's kind, with the
   // same tokens and merges but GPT-2's pre-tokenizer.
   absl::Status SaveGpt2(const std::string& vocab_path, const std::string& merges_path) const;
-  // What SaveGpt2 writes, for a caller that writes them with other files.
+  // What SaveGpt2 writes, for a caller that writes them with other files;
+  // Gpt2Tokens' FailedPrecondition, as "cannot write 'vocab_path': ...".
   struct Gpt2Files {
     std::string vocab_json, merges_txt;
   };
-  absl::StatusOr<Gpt2Files> Gpt2FileContents() const;
+  absl::StatusOr<Gpt2Files> Gpt2FileContents(const std::string& vocab_path) const;
   // The tokens and merges as GPT-2's files spell them (byte_unicode.h; the
   // end-of-text token literally): token i's string, and each merge as
   // "a b" in rank order. What SaveGpt2 writes, and what GGUF's tokenizer

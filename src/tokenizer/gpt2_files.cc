@@ -35,8 +35,8 @@ std::string Spell(const std::string& bytes) {
 }
 
 std::string Quoted(absl::string_view text) {
-  return nlohmann::json(std::string(text)).dump(-1, ' ', false,
-                                                nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(std::string(text))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ absl::StatusOr<Tokenizer> Tokenizer::LoadGpt2(const std::string& vocab_path,
   tok.kind_ = TokenizerKind::kGpt2;
   tok.tokens_.assign(static_cast<size_t>(size), std::string());
   std::vector<std::string> key_of(static_cast<size_t>(size));  // to name duplicates
-  std::unordered_map<std::string, int32_t> id_of;  // spelled token -> id
+  std::unordered_map<std::string, int32_t> id_of;              // spelled token -> id
   id_of.reserve(static_cast<size_t>(size));
   for (const auto& item : vocab.items()) {
     const std::string& key = item.key();
@@ -226,9 +226,9 @@ absl::StatusOr<std::vector<std::string>> Tokenizer::Gpt2Tokens() const {
   for (int32_t id = 0; id < vocab_size(); ++id) {
     std::string key = Spell(tokens_[id]);
     if (auto [it, added] = seen.emplace(key, id); !added) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ids ", it->second, " and ", id, " are the same token ", Quoted(it->first),
-          ", which GPT-2's vocabulary cannot hold twice"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ids ", it->second, " and ", id, " are the same token ", Quoted(it->first),
+                       ", which GPT-2's vocabulary cannot hold twice"));
     }
     spelled.push_back(std::move(key));
   }
@@ -241,8 +241,14 @@ std::vector<std::string> Tokenizer::Gpt2Merges() const {
   return lines;
 }
 
-absl::StatusOr<Tokenizer::Gpt2Files> Tokenizer::Gpt2FileContents() const {
-  ASSIGN_OR_RETURN(const std::vector<std::string> tokens, Gpt2Tokens());
+absl::StatusOr<Tokenizer::Gpt2Files> Tokenizer::Gpt2FileContents(
+    const std::string& vocab_path) const {
+  absl::StatusOr<std::vector<std::string>> spelled = Gpt2Tokens();
+  if (!spelled.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write '", vocab_path, "': ", spelled.status().message()));
+  }
+  const std::vector<std::string>& tokens = *spelled;
   // Written by hand, in id order, one token a line.
   Gpt2Files files;
   files.vocab_json = "{";
@@ -257,13 +263,9 @@ absl::StatusOr<Tokenizer::Gpt2Files> Tokenizer::Gpt2FileContents() const {
 
 absl::Status Tokenizer::SaveGpt2(const std::string& vocab_path,
                                  const std::string& merges_path) const {
-  absl::StatusOr<Gpt2Files> files = Gpt2FileContents();
-  if (!files.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", vocab_path, "': ", files.status().message()));
-  }
+  ASSIGN_OR_RETURN(Gpt2Files files, Gpt2FileContents(vocab_path));
   return WriteFilesAtomically(
-      {{vocab_path, std::move(files->vocab_json)}, {merges_path, std::move(files->merges_txt)}});
+      {{vocab_path, std::move(files.vocab_json)}, {merges_path, std::move(files.merges_txt)}});
 }
 
 }  // namespace ladder
