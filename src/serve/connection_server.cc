@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ladder {
@@ -49,6 +50,9 @@ class ConnectionServer::Connection : public httplib::Stream {
   bool timed_out() const { return timed_out_; }
   // This request asked for more than max_request_bytes.
   bool too_large() const { return too_large_; }
+  // The connection closes after this request's answer.
+  void CloseAfterRequest() { close_after_ = true; }
+  bool close_after() const { return close_after_; }
   // Bytes read but not yet consumed (a pipelined next request).
   bool buffered() const { return read_off_ < read_buf_.size(); }
 
@@ -127,6 +131,7 @@ class ConnectionServer::Connection : public httplib::Stream {
   const size_t max_request_bytes_;
   size_t request_bytes_ = 0;  // taken by the current request
   bool too_large_ = false;    // sticky: the connection closes after it
+  bool close_after_ = false;  // sticky: set by CloseAfterRequest
   std::string read_buf_;
   size_t read_off_ = 0;
   Clock::time_point read_deadline_;
@@ -277,7 +282,7 @@ class ConnectionServer::Queue : public httplib::TaskQueue {
   std::deque<Expiry> expiry_;
 };
 
-thread_local const ConnectionServer::Connection* ConnectionServer::current_ = nullptr;
+thread_local ConnectionServer::Connection* ConnectionServer::current_ = nullptr;
 
 absl::StatusOr<std::unique_ptr<ConnectionServer>> ConnectionServer::Create(
     const ConnectionLimits& limits) {
@@ -336,8 +341,52 @@ void ConnectionServer::ServeRequest(std::shared_ptr<Connection> c) {
   current_ = c.get();
   const bool ok = process_request(*c, last, closed, [](httplib::Request&) {});
   current_ = nullptr;
-  if (ok && !closed && !last && !c->timed_out() && !c->too_large()) queue_->Park(std::move(c));
+  if (ok && !closed && !last && !c->timed_out() && !c->too_large() && !c->close_after()) {
+    queue_->Park(std::move(c));
+  }
 }
+
+namespace {
+
+// CheckBodyFraming's rules. httplib reads a body for POST, PUT and PATCH
+// (by Content-Length, or chunked, or else until the client closes), for
+// DELETE only by Content-Length, and never for other methods.
+std::optional<Refusal> FramingRefusal(const httplib::Request& req) {
+  const std::string& m = req.method;
+  const bool body_method = m == "POST" || m == "PUT" || m == "PATCH" || m == "PRI";
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  const size_t codings = req.get_header_value_count("Transfer-Encoding");
+  if (lengths > 0 && codings > 0) {
+    return Refusal{400, "the request has both Content-Length and Transfer-Encoding"};
+  }
+  if (lengths > 1) return Refusal{400, "the request has Content-Length more than once"};
+  if (codings > 1) return Refusal{400, "the request has Transfer-Encoding more than once"};
+  if (codings == 1) {
+    const std::string coding = req.get_header_value("Transfer-Encoding");
+    if (!body_method) {
+      return Refusal{400, absl::StrCat(m, " with Transfer-Encoding is not supported")};
+    }
+    if (absl::EqualsIgnoreCase(coding, "chunked")) return std::nullopt;
+    return Refusal{501, absl::StrCat("Transfer-Encoding '", coding,
+                                     "' is not supported: send the body chunked or with a "
+                                     "Content-Length")};
+  }
+  if (lengths == 0) {
+    if (!body_method) return std::nullopt;
+    return Refusal{411, absl::StrCat(m, " needs a Content-Length (or Transfer-Encoding: chunked)")};
+  }
+  const std::string length = req.get_header_value("Content-Length");
+  if (length.empty() || length.size() > 18 ||
+      !std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return Refusal{400, absl::StrCat("Content-Length '", length, "' is not a number of bytes")};
+  }
+  if (!body_method && m != "DELETE" && std::stoll(length) != 0) {
+    return Refusal{400, absl::StrCat("a ", m, " request cannot have a body")};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int ConnectionSocket() {
   const auto* c = ConnectionServer::current_;
@@ -359,6 +408,14 @@ bool RequestTimedOut() {
 bool RequestTooLarge() {
   const auto* c = ConnectionServer::current_;
   return c != nullptr && c->too_large();
+}
+
+std::optional<Refusal> CheckBodyFraming(const httplib::Request& req) {
+  std::optional<Refusal> refusal = FramingRefusal(req);
+  if (refusal.has_value() && ConnectionServer::current_ != nullptr) {
+    ConnectionServer::current_->CloseAfterRequest();
+  }
+  return refusal;
 }
 
 }  // namespace ladder

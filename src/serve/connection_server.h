@@ -22,6 +22,8 @@
 //     and then the connection closes.
 //   - A write that cannot make progress for write_timeout fails (and with it
 //     the request's answer).
+//   - A request whose body has no certain end is refused before its body is
+//     read, and then the connection closes (CheckBodyFraming).
 // So the pool's threads are held only by requests being read (bounded by
 // request_timeout) or being answered (the handlers' business).
 //
@@ -33,11 +35,20 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "httplib.h"
 
 namespace ladder {
+
+// Why a request cannot be read: the HTTP status to answer and a one-line
+// message for the client.
+struct Refusal {
+  int status;
+  std::string message;
+};
 
 struct ConnectionLimits {
   int threads = 64;                                    // requests read or answered at once (>= 1)
@@ -75,7 +86,8 @@ class ConnectionServer : public httplib::Server {
   void ServeRequest(std::shared_ptr<Connection> c);
 
   // The connection whose request this thread is serving, if any.
-  static thread_local const Connection* current_;
+  static thread_local Connection* current_;
+  friend std::optional<Refusal> CheckBodyFraming(const httplib::Request& req);
   friend int ConnectionSocket();
   friend bool RequestTimedOut();
   friend bool RequestTooLarge();
@@ -103,5 +115,22 @@ bool RequestTimedOut();
 // True in a handler (normally the error handler) when the current request
 // was longer than ConnectionLimits::max_request_bytes.
 bool RequestTooLarge();
+
+// Where a request's body ends must be certain before any of it is read: the
+// bytes after it are the connection's next request, and a proxy in front
+// that read the head differently would pass on a request hidden in a body
+// (RFC 9112, section 6). So a request may carry at most one of
+// Content-Length (once, a decimal number) or Transfer-Encoding (once), and
+// only the framings httplib reads. Refuses:
+//   411 a POST, PUT or PATCH with neither (httplib would read until the
+//       client closed, so the client would wait request_timeout for a 408);
+//   400 both headers, either twice, a length that is not a number, a
+//       Transfer-Encoding on another method, a body on GET, HEAD or OPTIONS;
+//   501 a transfer coding other than chunked (the only one httplib reads).
+// On a refusal the current connection closes after the answer, since what
+// follows the head cannot be told apart from a next request. nullopt for a
+// request that may be read. Call from the pre-routing handler (the head has
+// been read, the body not yet), on the thread serving the request.
+std::optional<Refusal> CheckBodyFraming(const httplib::Request& req);
 
 }  // namespace ladder

@@ -382,6 +382,11 @@ void HttpServer::Routes() {
   s.set_payload_max_length(options_.max_body_bytes);
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (std::optional<Refusal> r = CheckBodyFraming(req)) {
+      SetError(res, r->status, r->message);
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options_.api_key.empty() || req.path == "/health" || req.path == "/metrics") {
       return httplib::Server::HandlerResponse::Unhandled;
     }

@@ -4,7 +4,8 @@
 // that does not arrive within the request timeout is refused (408) or its
 // connection closed; idle connections close after the keep-alive timeout and
 // serve further requests until then; a client that closes its sending half
-// is taken as gone, and told so if it still reads.
+// is taken as gone, and told so if it still reads; a request whose body has
+// no certain end is refused at once and its connection closed.
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -351,6 +352,67 @@ TEST_F(ConnectionsTest, BodyLimitHoldsForChunkedAndFormBodies) {
     std::string body;
     EXPECT_EQ(c.Read(std::chrono::seconds(30), &body), 413) << body;
     EXPECT_NE(body.find("send Content-Type: application/json"), std::string::npos) << body;
+  }
+}
+
+// A request whose body has no certain end is answered at once, without
+// waiting for a body (the request timeout here is 60 s; each answer must
+// come within 10), and its connection closes: what follows its head, here a
+// request for /health, is never answered. A DELETE without a length has no
+// body, and a GET may say Content-Length: 0.
+TEST_F(ConnectionsTest, RequestsWithoutACertainBodyEndAreRefused) {
+  ServerOptions so;
+  so.request_timeout = std::chrono::seconds(60);
+  Start(so);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  struct Case {
+    std::string request;
+    int status;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {head + "\r\n" + kCompletion, 411,
+       "POST needs a Content-Length (or Transfer-Encoding: chunked)"},
+      {"PUT /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411,
+       "PUT needs a Content-Length (or Transfer-Encoding: chunked)"},
+      {head + "Content-Length: 0\r\nContent-Length: " + std::to_string(strlen(kHealth)) +
+           "\r\n\r\n" + kHealth,
+       400, "the request has Content-Length more than once"},
+      {head + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + kHealth, 400,
+       "the request has both Content-Length and Transfer-Encoding"},
+      {head + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+       "the request has Transfer-Encoding more than once"},
+      {head + "Content-Length: 1e3\r\n\r\n", 400, "Content-Length '1e3' is not a number of bytes"},
+      {head + "Content-Length: -1\r\n\r\n", 400, "Content-Length '-1' is not a number of bytes"},
+      {head + "Transfer-Encoding: gzip\r\n\r\n", 501,
+       "Transfer-Encoding 'gzip' is not supported: send the body chunked or with a "
+       "Content-Length"},
+      {"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(strlen(kHealth)) +
+           "\r\n\r\n" + kHealth,
+       400, "a GET request cannot have a body"},
+      {"DELETE /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+       "DELETE with Transfer-Encoding is not supported"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.request.substr(0, c.request.find("\r\n\r\n")));
+    Conn conn(server_->port());
+    ASSERT_TRUE(conn.Send(c.request));
+    std::string body, got_head;
+    ASSERT_EQ(conn.Read(std::chrono::seconds(10), &body, &got_head), c.status) << body;
+    EXPECT_EQ(json::parse(body)["error"]["message"], c.message);
+    EXPECT_NE(got_head.find("Connection: close"), std::string::npos) << got_head;
+    EXPECT_TRUE(conn.ClosedWithin(std::chrono::seconds(10)));
+    EXPECT_EQ(conn.ReadToClose(std::chrono::milliseconds(0)), "");
+  }
+  // Well-framed requests on one connection, which stays open between them.
+  Conn conn(server_->port());
+  for (const std::string& request :
+       {std::string("DELETE /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"),
+        std::string("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+        Post("/v1/completions", kCompletion)}) {
+    ASSERT_TRUE(conn.Send(request));
+    std::string body;
+    EXPECT_EQ(conn.Read(std::chrono::seconds(10), &body), request[0] == 'D' ? 405 : 200) << body;
   }
 }
 
