@@ -539,7 +539,7 @@ void HttpServer::Embeddings(const httplib::Request& req, httplib::Response& res)
   res.set_content(EmbeddingsJson(r->model, vectors, r->base64, tokens), "application/json");
 }
 
-absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
+absl::StatusOr<std::shared_ptr<JsonConstraint>> HttpServer::MakeConstraint(
     const CompletionRequest& r) const {
   std::shared_ptr<JsonConstraint> c;
   switch (r.response_format.type) {
@@ -574,7 +574,7 @@ absl::StatusOr<std::shared_ptr<TokenConstraint>> HttpServer::MakeConstraint(
     s.SetPayload(kParamPayload, absl::Cord("max_tokens"));
     return s;
   }
-  return std::shared_ptr<TokenConstraint>(std::move(c));
+  return c;
 }
 
 ModelLimits HttpServer::ApiLimits() const {
@@ -607,6 +607,12 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     SetError(res, ErrorFromStatus(s));
     return;
   }
+  // The schema compiles once; each candidate walks it with its own state.
+  absl::StatusOr<std::shared_ptr<JsonConstraint>> constraint = MakeConstraint(r);
+  if (!constraint.ok()) {
+    SetError(res, ErrorFromStatus(constraint.status()));
+    return;
+  }
   // Each candidate is its own engine request.
   for (size_t c = 0; c < g->cands.size(); ++c) {
     EngineRequest& er = g->cands[c].request;
@@ -619,12 +625,7 @@ void HttpServer::Generate(const httplib::Request& req, httplib::Response& res, b
     // A max_tokens 0 request (echo) is its prompt alone, which the engine
     // answers by scoring the prompt; the scores are sent only with logprobs.
     er.echo_logprobs = r.echo && (r.logprobs >= 0 || r.max_tokens == 0);
-    absl::StatusOr<std::shared_ptr<TokenConstraint>> constraint = MakeConstraint(r);
-    if (!constraint.ok()) {
-      SetError(res, ErrorFromStatus(constraint.status()));
-      return;
-    }
-    er.constraint = *std::move(constraint);
+    if (*constraint != nullptr) er.constraint = c == 0 ? *constraint : (*constraint)->Fresh();
   }
   // The first candidate of each prompt goes first; the others follow once
   // it has run the prompt (Generation::Advance), so they find its blocks in

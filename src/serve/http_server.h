@@ -52,6 +52,7 @@ struct Response;
 
 namespace ladder {
 
+class JsonConstraint;
 class JsonConstraintFactory;
 
 class ConnectionServer;
@@ -101,10 +102,10 @@ class HttpServer {
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void Embeddings(const httplib::Request& req, httplib::Response& res);
   ModelLimits ApiLimits() const;
-  // The constraint response_format asks for (null for text); InvalidArgument
-  // (param response_format) for a schema outside the supported subset.
-  absl::StatusOr<std::shared_ptr<TokenConstraint>> MakeConstraint(
-      const CompletionRequest& r) const;
+  // The constraint response_format asks for (null for text), for the first
+  // candidate; the others take its Fresh() copies. InvalidArgument (param
+  // response_format) for a schema outside the supported subset.
+  absl::StatusOr<std::shared_ptr<JsonConstraint>> MakeConstraint(const CompletionRequest& r) const;
   std::string Metrics() const;
   // A token held while a generation request (and its answer) is in flight.
   std::shared_ptr<void> Enter();

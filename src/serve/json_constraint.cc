@@ -1149,6 +1149,10 @@ class JsonConstraintImpl final : public JsonConstraint {
     stacks_.push_back({root});
   }
 
+  std::shared_ptr<JsonConstraint> Fresh() const override {
+    return std::make_shared<JsonConstraintImpl>(vocab_, grammar_);
+  }
+
   void Allowed(int budget, std::vector<char>* allowed) const override {
     allowed->assign(vocab_->tokens.size(), 0);
     if (Done()) return;

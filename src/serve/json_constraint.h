@@ -85,6 +85,11 @@ class JsonConstraint : public TokenConstraint {
   // after them. Empty bytes: whether the constraint is not Done, and its
   // shortest completion now.
   virtual bool Lookahead(absl::string_view bytes, int* shortest) const = 0;
+  // A new constraint at the start of the text, for the same language: it
+  // shares this one's vocabulary and compiled schema (nothing is compiled
+  // again) and has its own state, whatever this one has accepted. The n
+  // candidates of one request each take one.
+  virtual std::shared_ptr<JsonConstraint> Fresh() const = 0;
 };
 
 class JsonConstraintFactory {

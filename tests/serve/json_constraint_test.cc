@@ -385,6 +385,43 @@ TEST(JsonConstraintTest, SchemaShapesTheObject) {
   EXPECT_EQ(Ids(allowed), std::vector<int32_t>{'{'});
 }
 
+// Fresh() starts over on the same compiled schema: a copy made from a
+// constraint halfway through its text accepts what a newly compiled one
+// accepts and allows what it allows, and neither copy's steps move the
+// other.
+TEST(JsonConstraintTest, FreshStartsOverOnTheSameSchema) {
+  const Tokenizer tok = SmallBpe();
+  JsonConstraintFactory factory(tok);
+  const json schema = json::parse(kSchemas[0]);
+  auto used = *factory.Schema(schema);
+  ASSERT_TRUE(AcceptText(used.get(), R"({"age": 3, "na)").ok());
+  std::vector<char> used_allowed;
+  used->Allowed(1000, &used_allowed);
+  const int used_shortest = Shortest(used);
+
+  auto fresh = used->Fresh();
+  auto compiled = *factory.Schema(schema);
+  std::vector<char> a, b;
+  fresh->Allowed(1000, &a);
+  compiled->Allowed(1000, &b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(Shortest(fresh), Shortest(compiled));
+  EXPECT_EQ(Shortest(fresh), 33);
+  const std::string text = R"({"age": 3, "name": "x", "tags": ["a"]})";
+  ASSERT_TRUE(AcceptText(fresh.get(), text).ok());
+  EXPECT_TRUE(fresh->Done());
+  EXPECT_FALSE(AcceptText(fresh->Fresh().get(), R"({"age": 3.5)").ok());
+
+  // The first constraint is where it was.
+  used->Allowed(1000, &a);
+  EXPECT_EQ(a, used_allowed);
+  EXPECT_EQ(Shortest(used), used_shortest);
+  ASSERT_TRUE(AcceptText(used.get(), R"(me": "x", "tags": ["a"]})").ok());
+  EXPECT_TRUE(used->Done());
+  // So is an Object() copy's language: any object.
+  EXPECT_TRUE(AcceptsAll(factory.Object()->Fresh(), R"({"q": [1, {"r": null}]})"));
+}
+
 TEST(JsonConstraintTest, LengthsCountCodePoints) {
   JsonConstraintFactory factory(Tokenizer::ByteLevel());
   auto one = [&] { return *factory.Schema(json::parse(R"({"type": "string", "maxLength": 1})")); };
