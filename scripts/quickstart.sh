@@ -3,7 +3,7 @@
 # CPU (about two minutes on 2 cores), then print a sample from the model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build
+scripts/setup.sh --target ladder build  # the program alone; scripts/test.sh builds the tests
 build/ladder train --config configs/tiny.conf --out runs/tiny
 echo
 echo "--- sample from runs/tiny ---"

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs what ladder needs (Debian packages only), writes the default
 # corpus and builds. Safe to rerun: it skips what is already there.
-#   scripts/setup.sh [BUILD_DIR] [extra meson options...]
+#   scripts/setup.sh [--target NAME] [BUILD_DIR] [extra meson options...]
+# --target builds that ninja target alone (the quick start builds `ladder`,
+# about half the build: none of the test programs); by default, everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+targets=()
+if [ "${1:-}" = --target ]; then
+  [ -n "${2:-}" ] || { echo "setup: --target needs a ninja target, e.g. ladder" >&2; exit 2; }
+  targets=("$2")
+  shift 2
+fi
 build_dir=${1:-build}
 shift || true
 
@@ -36,5 +44,5 @@ if [ ! -f "$build_dir/build.ninja" ]; then
 else
   run_quietly meson configure "$build_dir" "$@"
 fi
-run_quietly ninja -C "$build_dir"
+run_quietly ninja -C "$build_dir" "${targets[@]}"
 echo "setup: built $build_dir/ladder"
