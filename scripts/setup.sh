@@ -18,7 +18,7 @@ shift || true
 source scripts/lib/packages.sh
 install_missing_packages meson ninja-build g++ pkg-config libabsl-dev libgtest-dev libgmock-dev \
   libopenblas-openmp-dev openmpi-bin libopenmpi-dev bible-kjv python3 \
-  libcpp-httplib-dev nlohmann-json3-dev libicu-dev zlib1g-dev curl chromium
+  libcpp-httplib-dev nlohmann-json3-dev libicu-dev zlib1g-dev curl
 
 # The default corpus: the King James Bible from Debian's bible-kjv (data/README.md).
 if [ ! -s data/kjv.txt ]; then

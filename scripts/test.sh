@@ -10,6 +10,13 @@ scripts/setup.sh "$build_dir" -Dwerror=true -Dcuda="${LADDER_CUDA:-auto}" || {
   echo "0 passed, 1 failed"
   exit 1
 }
+# Only the tests need a browser: tests/report/report_browser_test.sh loads
+# the report page in headless Chromium.
+source scripts/lib/packages.sh
+install_missing_packages chromium || {
+  echo "0 passed, 1 failed"
+  exit 1
+}
 # On a CPU whose OpenBLAS picks older kernels than the CPU runs, every
 # ladder command restarts itself once with better ones and says so in one
 # stderr line (docs/ARCHITECTURE.md "The BLAS library's kernel set"). The
