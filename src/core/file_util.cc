@@ -84,12 +84,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 }
 
 absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
-  size_t staged = 0;
+  size_t staged = 0;  // the failed one, if any, left nothing
   absl::Status status;
-  for (; staged < files.size() && status.ok(); ++staged) {
+  while (staged < files.size() && status.ok()) {
     status = Stage(files[staged].first, files[staged].second);
+    if (status.ok()) ++staged;
   }
-  if (!status.ok()) --staged;  // the failed one left nothing
   for (size_t i = 0; i < staged; ++i) {
     if (status.ok()) {
       status = Commit(files[i].first);

@@ -207,12 +207,10 @@ LADDER_AVX512_BEGIN
 
 // A one-token tile streams its panels from memory, and the hardware
 // prefetcher alone kept two threads at 0.58-0.78 of the read bandwidth
-// (`ladder bench matmul --tokens 1`, int8, 2-core Zen 4); asking for the
-// bytes 1.5 KiB ahead of the 64 it loads raised that to 0.68-0.83, as it did
-// for small_matmul.cc's bf16 rows. A tile of several tokens computes long
-// enough per byte that it does not need to.
-constexpr int64_t kPrefetchAhead = 1536;
-
+// (`ladder bench matmul --tokens 1`, int8, a 2-core AMD EPYC); asking for
+// the bytes kStreamPrefetchBytes (1.5 KiB) ahead of the 64 it loads raised
+// that to 0.68-0.83, as it did for small_matmul.cc's bf16 rows. A tile of
+// several tokens computes long enough per byte that it does not need to.
 template <int P, int T>
 LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
   const int64_t panel_bytes = kPanel * m.C, panel_scales = kPanel * m.groups;
@@ -236,7 +234,8 @@ LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
         const int64_t at = (b * kBlock / 4 + k) * (kPanel * 4);
         __m512i w[P];
         for (int i = 0; i < P; ++i) {
-          if constexpr (T == 1) __builtin_prefetch(panel + i * panel_bytes + at + kPrefetchAhead);
+          if constexpr (T == 1)
+            __builtin_prefetch(panel + i * panel_bytes + at + cpu::kStreamPrefetchBytes);
           w[i] = _mm512_xor_si512(_mm512_loadu_si512(panel + i * panel_bytes + at), flip);
         }
         for (int t = 0; t < T; ++t) {
@@ -333,7 +332,7 @@ Kernel KernelFor(CpuIsa isa) {
 // thread slowed by another process on its core does not hold the others at
 // the barrier; within a run the token tiles reuse its weights from cache.
 void RunTiles(const Int8Gemm& m, const Kernel& k) {
-  const int64_t panels = m.OC / kPanel, runs = (panels + k.P - 1) / k.P;
+  const int64_t panels = m.OC / kPanel;
   if (m.N == 1) {
     // One token reads each weight once, so a tile of two panels saves
     // nothing and splits the read into two streams: panels one at a time in
@@ -345,6 +344,7 @@ void RunTiles(const Int8Gemm& m, const Kernel& k) {
     for (int64_t p = 0; p < panels; ++p) k.one[0](m, p, 0);
     return;
   }
+  const int64_t runs = (panels + k.P - 1) / k.P;
 #pragma omp parallel for schedule(dynamic, 2) if (m.N * m.OC * m.C >= cpu::kParallelMin)
   for (int64_t r = 0; r < runs; ++r) {
     const int64_t p0 = r * k.P, p1 = std::min(p0 + k.P, panels);

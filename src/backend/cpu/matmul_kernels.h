@@ -30,6 +30,13 @@ namespace ladder::cpu {
 
 inline constexpr int64_t kSmallBatch = 16;
 
+// How far ahead of the weights it is about to use a one-token kernel asks
+// for the next ones, in bytes (about one row of a 768-wide bf16 matrix): the
+// hardware prefetcher alone left the bf16 rows of small_matmul.cc and the
+// int8 panels of int8_matmul.cc short of the read bandwidth (each file has
+// its figures).
+inline constexpr int64_t kStreamPrefetchBytes = 1536;
+
 // int8 weights go through the integer W8A8 kernel (int8_matmul.cc) up to
 // this many tokens, and through the widened sgemm above. With AVX-512 VNNI
 // one instruction does 64 int8 multiply-adds, four times an fp32 FMA's 16,
