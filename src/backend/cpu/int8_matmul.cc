@@ -25,10 +25,12 @@
 // batch, the tile nor the thread count (decoding is batch-invariant).
 //
 // The portable path is the reference: those loops, one token by 16 rows at
-// a time. The SIMD paths compute a panel (16 output channels, one lane
-// each) for T tokens: per 4 input channels they load the panel's 64 weight
-// bytes once and, per token, broadcast the token's 4 int8 activations to
-// every lane and multiply-add them into that token's 16 lane sums:
+// a time. The SIMD paths, one source for both levels (int8_matmul-inl.h,
+// simd.h), compute a panel (16 output channels, one lane each) for T
+// tokens: per 4 input channels they load the panel's 64 weight bytes once
+// and, per token, broadcast the token's 4 int8 activations to every lane
+// and multiply-add them into that token's 16 lane sums (Avx2::DotBytes,
+// Avx512::DotBytes):
 //   AVX-512: VPDPBUSD, unsigned x signed bytes. Each weight register is
 //            made unsigned, q + 128 (its top bit flipped, shared by the T
 //            tokens), and the 128 * sum(xq) that adds to a block's dot is
@@ -46,7 +48,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -56,6 +57,7 @@
 #include "src/backend/cpu/cpu_common.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
+#include "src/backend/cpu/simd.h"
 #include "src/backend/quantize.h"
 
 namespace ladder {
@@ -100,7 +102,7 @@ struct Int8Gemm {
 
 // Step 1: quantizes every token's activations in blocks of 32 into
 // (xq, xs), and keeps 128 times each block's sum in xc for the AVX-512
-// path's unsigned weights (see TileAvx512).
+// level's unsigned weights (Avx512::BlockDot).
 void QuantizeActivations(const float* x, int64_t N, int64_t C, std::vector<int8_t>* xq,
                          std::vector<float>* xs, std::vector<int32_t>* xc) {
   const int64_t blocks = C / kBlock;
@@ -146,124 +148,6 @@ void TilePortable(const Int8Gemm& m, int64_t p, int64_t n) {
   }
 }
 
-// The 4 activation bytes of token row x at channel c, as one int32 to
-// broadcast.
-inline int32_t Four(const int8_t* x, int64_t c) {
-  int32_t v;
-  std::memcpy(&v, x + c, 4);
-  return v;
-}
-
-// ---- AVX2: a panel as two 8-row halves --------------------------------------
-
-template <int T>
-LADDER_TARGET_AVX2 void TileAvx2(const Int8Gemm& m, int64_t p, int64_t n) {
-  const int8_t* panel = m.q + p * kPanel * m.C;
-  const float* scales = m.s + p * kPanel * m.groups;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[T][2];
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < m.groups; ++g) {
-    const float* sg = scales + g * kPanel;
-    const __m256 sw[2] = {_mm256_loadu_ps(sg), _mm256_loadu_ps(sg + 8)};
-    for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
-      __m256i dot[T][2];
-      for (int t = 0; t < T; ++t) dot[t][0] = dot[t][1] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int64_t k = 0; k < kBlock / 4; ++k) {
-        const int8_t* wk = panel + (b * kBlock / 4 + k) * (kPanel * 4);
-        const __m256i w[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk)),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wk + 32))};
-        for (int t = 0; t < T; ++t) {
-          const __m256i xv = _mm256_set1_epi32(Four(m.xq + (n + t) * m.C, b * kBlock + 4 * k));
-          const __m256i xabs = _mm256_sign_epi8(xv, xv);
-          for (int h = 0; h < 2; ++h) {
-            const __m256i pairs = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w[h], xv));
-            dot[t][h] = _mm256_add_epi32(dot[t][h], _mm256_madd_epi16(pairs, ones));
-          }
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const __m256 xs = _mm256_set1_ps(m.xs[(n + t) * m.blocks + b]);
-        for (int h = 0; h < 2; ++h) {
-          acc[t][h] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t][h]), _mm256_mul_ps(sw[h], xs), acc[t][h]);
-        }
-      }
-    }
-  }
-  for (int h = 0; h < 2; ++h) {
-    const int64_t o = p * kPanel + 8 * h;
-    const __m256 bias = m.b ? _mm256_loadu_ps(m.b + o) : _mm256_setzero_ps();
-    for (int t = 0; t < T; ++t) {
-      _mm256_storeu_ps(m.y + (n + t) * m.OC + o, _mm256_add_ps(acc[t][h], bias));
-    }
-  }
-}
-
-// ---- AVX-512 VNNI: a panel per register -------------------------------------
-
-LADDER_AVX512_BEGIN
-
-// A one-token tile streams its panels from memory, and the hardware
-// prefetcher alone kept two threads at 0.58-0.78 of the read bandwidth
-// (`ladder bench matmul --tokens 1`, int8, a 2-core AMD EPYC); asking for
-// the bytes kStreamPrefetchBytes (1.5 KiB) ahead of the 64 it loads raised
-// that to 0.68-0.83, as it did for small_matmul.cc's bf16 rows. A tile of
-// several tokens computes long enough per byte that it does not need to.
-template <int P, int T>
-LADDER_TARGET_AVX512 void TileAvx512(const Int8Gemm& m, int64_t p, int64_t n) {
-  const int64_t panel_bytes = kPanel * m.C, panel_scales = kPanel * m.groups;
-  const int8_t* panel = m.q + p * panel_bytes;
-  const float* scales = m.s + p * panel_scales;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[P][T];
-  for (int i = 0; i < P; ++i) {
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
-  }
-  for (int64_t g = 0; g < m.groups; ++g) {
-    __m512 sw[P];
-    for (int i = 0; i < P; ++i) sw[i] = _mm512_loadu_ps(scales + i * panel_scales + g * kPanel);
-    for (int64_t b = g * m.blocks_per_group; b < (g + 1) * m.blocks_per_group; ++b) {
-      __m512i dot[P][T];
-      for (int i = 0; i < P; ++i) {
-        for (int t = 0; t < T; ++t) dot[i][t] = _mm512_setzero_si512();
-      }
-#pragma GCC unroll 8
-      for (int64_t k = 0; k < kBlock / 4; ++k) {
-        const int64_t at = (b * kBlock / 4 + k) * (kPanel * 4);
-        __m512i w[P];
-        for (int i = 0; i < P; ++i) {
-          if constexpr (T == 1)
-            __builtin_prefetch(panel + i * panel_bytes + at + cpu::kStreamPrefetchBytes);
-          w[i] = _mm512_xor_si512(_mm512_loadu_si512(panel + i * panel_bytes + at), flip);
-        }
-        for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_set1_epi32(Four(m.xq + (n + t) * m.C, b * kBlock + 4 * k));
-          for (int i = 0; i < P; ++i) dot[i][t] = _mm512_dpbusd_epi32(dot[i][t], w[i], xv);
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const __m512 xs = _mm512_set1_ps(m.xs[(n + t) * m.blocks + b]);
-        const __m512i xc = _mm512_set1_epi32(m.xc[(n + t) * m.blocks + b]);
-        for (int i = 0; i < P; ++i) {
-          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[i][t], xc));
-          acc[i][t] = _mm512_fmadd_ps(exact, _mm512_mul_ps(sw[i], xs), acc[i][t]);
-        }
-      }
-    }
-  }
-  for (int i = 0; i < P; ++i) {
-    const int64_t o = (p + i) * kPanel;
-    const __m512 bias = m.b ? _mm512_loadu_ps(m.b + o) : _mm512_setzero_ps();
-    for (int t = 0; t < T; ++t) {
-      _mm512_storeu_ps(m.y + (n + t) * m.OC + o, _mm512_add_ps(acc[i][t], bias));
-    }
-  }
-}
-
-LADDER_AVX512_END
-
 // ---- prefill: one panel widened to fp32 ----------------------------------------
 
 // dst [16, C] row-major = the 16 rows of panel p as q * scale. The inner
@@ -296,31 +180,31 @@ struct Kernel {
   const TileFn* one;
 };
 
-template <size_t... I>
-constexpr std::array<TileFn, sizeof...(I)> Avx2Tiles(std::index_sequence<I...>) {
-  return {&TileAvx2<static_cast<int>(I) + 1>...};
-}
-template <int P, size_t... I>
-constexpr std::array<TileFn, sizeof...(I)> Avx512Tiles(std::index_sequence<I...>) {
-  return {&TileAvx512<P, static_cast<int>(I) + 1>...};
-}
+// The SIMD levels' tiles: one source, int8_matmul-inl.h.
+#define LADDER_SIMD_KERNELS "src/backend/cpu/int8_matmul-inl.h"
+#include "src/backend/cpu/foreach_simd_level.h"
 
 // Tile sizes: the accumulators (an integer and a float one per panel and
 // token; two of each per token for AVX2's halves) plus the weights and
 // constants must fit in the register file (16 ymm for AVX2, 32 zmm for
 // AVX-512). Two panels per AVX-512 tile use each broadcast activation twice.
-constexpr int kAvx2T = 2, kAvx512P = 2, kAvx512T = 6;
+constexpr int kAvx2P = 1, kAvx2T = 2, kAvx512P = 2, kAvx512T = 6;
+// Whether one-token tiles prefetch (int8_matmul-inl.h). With AVX-512 the
+// hardware prefetcher alone kept two threads at 0.58-0.78 of the read
+// bandwidth (`ladder bench matmul --tokens 1`, int8, a 2-core AMD EPYC),
+// and asking 1.5 KiB ahead raised that to 0.68-0.83, as it did for
+// small_matmul.cc's bf16 rows. AVX2's tile, which computes twice as long
+// per byte, decoded GPT-2 124M at 224-240 tokens/s with it against 232-250
+// without.
+constexpr bool kAvx2Prefetch = false, kAvx512Prefetch = true;
 constexpr std::array<TileFn, 1> kPortableTiles = {&TilePortable};
-constexpr auto kAvx2Tiles = Avx2Tiles(std::make_index_sequence<kAvx2T>());
-constexpr auto kAvx512Full = Avx512Tiles<kAvx512P>(std::make_index_sequence<kAvx512T>());
-constexpr auto kAvx512One = Avx512Tiles<1>(std::make_index_sequence<kAvx512T>());
 
 Kernel KernelFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {kAvx512P, kAvx512T, kAvx512Full.data(), kAvx512One.data()};
+      return avx512::Kernels<kAvx512P, kAvx512T, kAvx512Prefetch>();
     case CpuIsa::kAvx2:
-      return {1, kAvx2T, kAvx2Tiles.data(), kAvx2Tiles.data()};
+      return avx2::Kernels<kAvx2P, kAvx2T, kAvx2Prefetch>();
     case CpuIsa::kPortable:
       break;
   }

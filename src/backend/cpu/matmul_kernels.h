@@ -52,7 +52,7 @@ int64_t Int8KernelMaxTokens(CpuIsa isa);
 //   1. 64 lanes: lane l accumulates w[o, c] * x[n, c] with fma over the
 //      channels c = 64 k + l, k = 0, 1, ... in order (C rounded down to 64);
 //   2. the lanes fold pairwise: l + (l + 32), then + 16, + 8, + 4, + 2, + 1
-//      (the last three are SumAvx2's and SumAvx512's tree);
+//      (the last three are Avx2::Sum's and Avx512::Sum's tree, simd.h);
 //   3. the last C % 64 channels join with fma, in order; then + bias[o].
 // Any N works; it is fast for N <= kSmallBatch.
 void SmallMatmul(const float* x, int64_t N, int64_t C, const float* w, int64_t OC,

@@ -38,9 +38,9 @@
 // Both run the same two functions on the same partials: the same bits.
 //
 // The int8 cache's two inner loops, q . k_p and o += e_p v_p, widen 8 or 16
-// int8 values at a time to f32 and FMA them (AVX2, AVX-512; cpu_isa.h picks
-// the level per call, the remainder of HS runs as scalars); the row's scale
-// is applied once per position, outside the loops.
+// int8 values at a time to f32 and FMA them (paged_attention-inl.h, one
+// source for AVX2 and AVX-512, simd.h; cpu_isa.h picks the level per call);
+// the row's scale is applied once per position, outside the loops.
 #include <omp.h>
 
 #include <algorithm>
@@ -52,6 +52,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/cpu_common.h"
 #include "src/backend/cpu/cpu_isa.h"
+#include "src/backend/cpu/simd.h"
 #include "src/backend/quantize.h"
 
 namespace ladder {
@@ -96,8 +97,10 @@ void StoreHead(const float* x, int64_t n, const PagedKv& c, bool is_k, int64_t r
   (is_k ? c.k_scale : c.v_scale).f32()[row * num_heads + head] = scale;
 }
 
-// ---- int8 inner loops, one per ISA level ------------------------------------
+// ---- int8 inner loops -----------------------------------------------------
 // DotI8: sum_d q[d] * k[d].  AxpyI8: o[d] += a * v[d].  (n = HS values.)
+// The portable loops are the reference; paged_attention-inl.h is the same
+// per SIMD level.
 
 float DotI8Portable(const float* q, const int8_t* k, int64_t n) {
   float dot = 0.0f;
@@ -111,47 +114,8 @@ void AxpyI8Portable(float a, const int8_t* v, float* o, int64_t n) {
   for (int64_t d = 0; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
 }
 
-LADDER_TARGET_AVX2 float DotI8Avx2(const float* q, const int8_t* k, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), WidenAvx2(k + d), acc);
-  float dot = SumAvx2(acc);
-  for (; d < n; ++d) dot += q[d] * static_cast<float>(k[d]);
-  return dot;
-}
-
-LADDER_TARGET_AVX2 void AxpyI8Avx2(float a, const int8_t* v, float* o, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) {
-    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(av, WidenAvx2(v + d), _mm256_loadu_ps(o + d)));
-  }
-  for (; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
-}
-
-LADDER_AVX512_BEGIN
-
-LADDER_TARGET_AVX512 float DotI8Avx512(const float* q, const int8_t* k, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t d = 0;
-  for (; d + 16 <= n; d += 16) {
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), WidenAvx512(k + d), acc);
-  }
-  float dot = SumAvx512(acc);
-  for (; d < n; ++d) dot += q[d] * static_cast<float>(k[d]);
-  return dot;
-}
-
-LADDER_TARGET_AVX512 void AxpyI8Avx512(float a, const int8_t* v, float* o, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  int64_t d = 0;
-  for (; d + 16 <= n; d += 16) {
-    _mm512_storeu_ps(o + d, _mm512_fmadd_ps(av, WidenAvx512(v + d), _mm512_loadu_ps(o + d)));
-  }
-  for (; d < n; ++d) o[d] += a * static_cast<float>(v[d]);
-}
-
-LADDER_AVX512_END
+#define LADDER_SIMD_KERNELS "src/backend/cpu/paged_attention-inl.h"
+#include "src/backend/cpu/foreach_simd_level.h"
 
 struct Int8Loops {
   float (*dot)(const float* q, const int8_t* k, int64_t n);
@@ -161,9 +125,9 @@ struct Int8Loops {
 Int8Loops Int8LoopsFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {&DotI8Avx512, &AxpyI8Avx512};
+      return {&avx512::Dot, &avx512::Axpy};
     case CpuIsa::kAvx2:
-      return {&DotI8Avx2, &AxpyI8Avx2};
+      return {&avx2::Dot, &avx2::Axpy};
     case CpuIsa::kPortable:
       break;
   }

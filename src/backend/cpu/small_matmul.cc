@@ -13,7 +13,8 @@
 // the bound, so the kernel does not use it.)
 //
 // What is computed is written once, in matmul_kernels.h; the portable loops
-// below are that definition and the reference for the SIMD tiles. For one
+// below are that definition and the reference for the SIMD tiles, which are
+// one source for AVX2 and AVX-512 (small_matmul-inl.h, simd.h). For one
 // token a tile is one row of W: per 64 channels it loads the row's 64
 // weights and the token's 64 activations and does 64 fmas into
 // accumulators holding the 64 lanes of step 1 (eight ymm registers on
@@ -22,7 +23,7 @@
 // accumulators let the core run eight fma chains at once (measured on a
 // 2-core Zen 3: 0.82 of a read's bandwidth with two chains, 0.90 with eight).
 // For several tokens a tile is R rows by T tokens, a stripe of 16 lanes at
-// a time (StripedAvx2). Every tile folds the lanes in the same tree, so
+// a time (Striped). Every tile folds the lanes in the same tree, so
 // AVX2 and AVX-512 agree with the portable loops bit for bit.
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "src/backend/cpu/cpu_common.h"
 #include "src/backend/cpu/cpu_isa.h"
 #include "src/backend/cpu/matmul_kernels.h"
+#include "src/backend/cpu/simd.h"
 
 namespace ladder::cpu {
 namespace {
@@ -107,161 +109,6 @@ void TilePortable(const Operands<W>& m, int64_t o, int64_t n) {  // one row, one
   m.y[n * m.OC + o] = Finish(m, lanes[0], o, n);
 }
 
-// ---- AVX2 -------------------------------------------------------------------------
-
-LADDER_TARGET_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-LADDER_TARGET_AVX2 inline __m256 Load8(const bf16* p) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-// Step 2 on 64 lanes held as acc[i] = lanes 8 i .. 8 i + 7: lanes l + 32,
-// + 16, + 8 (registers i + 4, + 2, + 1), then SumAvx2's tree.
-LADDER_TARGET_AVX2 inline float FoldAvx2(__m256* acc) {
-  for (int width = 4; width > 0; width /= 2) {
-    for (int i = 0; i < width; ++i) acc[i] = _mm256_add_ps(acc[i], acc[i + width]);
-  }
-  return SumAvx2(acc[0]);
-}
-
-// One token (decoding): rows [o0, o1) one after another, each row's 64
-// lanes in eight ymm accumulators, eight independent fma chains.
-template <class W>
-LADDER_TARGET_AVX2 void StreamAvx2(const Operands<W>& m, int64_t o0, int64_t o1) {
-  const float* x = m.x;
-  for (int64_t o = o0; o < o1; ++o) {
-    const W* w = m.w + o * m.C;
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t c = 0; c + kLanes <= m.C; c += kLanes) {
-      PrefetchAhead(w + c);
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        acc[i] = _mm256_fmadd_ps(Load8(w + c + 8 * i), _mm256_loadu_ps(x + c + 8 * i), acc[i]);
-      }
-    }
-    m.y[o] = Finish(m, FoldAvx2(acc), o, 0);
-  }
-}
-
-// Several tokens: R rows x T tokens share their loads (each weight used T
-// times, each activation R times), which 64 lanes per pair would not leave
-// registers for. So the lanes go a stripe of 16 at a time (lanes
-// [g, g + 16) take the channels 64 k + g .. 64 k + g + 15), two ymm
-// registers per pair, and each stripe's sums are stored until the fold.
-// Each lane still sums its own channels in order: the same sequence.
-template <class W, int R, int T>
-LADDER_TARGET_AVX2 void StripedAvx2(const Operands<W>& m, int64_t o, int64_t n) {
-  const W* w = m.w + o * m.C;
-  const float* x = m.x + n * m.C;
-  const int64_t end = m.C / kLanes * kLanes;
-  float lanes[R][T][kLanes];
-  for (int64_t g = 0; g < kLanes; g += 16) {
-    __m256 acc[R][T][2];
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
-    }
-    for (int64_t c = g; c < end; c += kLanes) {
-      if (g == 0) TouchChunk(w, R, m.C, c);
-      for (int r = 0; r < R; ++r) {
-        const __m256 w0 = Load8(w + r * m.C + c), w1 = Load8(w + r * m.C + c + 8);
-        for (int t = 0; t < T; ++t) {
-          acc[r][t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * m.C + c), acc[r][t][0]);
-          acc[r][t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * m.C + c + 8), acc[r][t][1]);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) {
-        _mm256_storeu_ps(&lanes[r][t][g], acc[r][t][0]);
-        _mm256_storeu_ps(&lanes[r][t][g + 8], acc[r][t][1]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      __m256 acc[8];
-      for (int i = 0; i < 8; ++i) acc[i] = _mm256_loadu_ps(&lanes[r][t][8 * i]);
-      m.y[(n + t) * m.OC + o + r] = Finish(m, FoldAvx2(acc), o + r, n + t);
-    }
-  }
-}
-
-// ---- AVX-512: as AVX2, with 16 lanes per register ---------------------------------
-
-LADDER_AVX512_BEGIN
-
-LADDER_TARGET_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-LADDER_TARGET_AVX512 inline __m512 Load16(const bf16* p) {
-  const __m512i wide =
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-// Step 2 on 64 lanes held as acc[i] = lanes 16 i .. 16 i + 15: lanes l + 32,
-// + 16 (registers i + 2, + 1), then SumAvx512's tree.
-LADDER_TARGET_AVX512 inline float FoldAvx512(__m512* acc) {
-  for (int width = 2; width > 0; width /= 2) {
-    for (int i = 0; i < width; ++i) acc[i] = _mm512_add_ps(acc[i], acc[i + width]);
-  }
-  return SumAvx512(acc[0]);
-}
-
-template <class W>
-LADDER_TARGET_AVX512 void StreamAvx512(const Operands<W>& m, int64_t o0, int64_t o1) {
-  const float* x = m.x;
-  for (int64_t o = o0; o < o1; ++o) {
-    const W* w = m.w + o * m.C;
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t c = 0; c + kLanes <= m.C; c += kLanes) {
-      PrefetchAhead(w + c);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        acc[i] = _mm512_fmadd_ps(Load16(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), acc[i]);
-      }
-    }
-    m.y[o] = Finish(m, FoldAvx512(acc), o, 0);
-  }
-}
-
-template <class W, int R, int T>
-LADDER_TARGET_AVX512 void StripedAvx512(const Operands<W>& m, int64_t o, int64_t n) {
-  const W* w = m.w + o * m.C;
-  const float* x = m.x + n * m.C;
-  const int64_t end = m.C / kLanes * kLanes;
-  float lanes[R][T][kLanes];
-  for (int64_t g = 0; g < kLanes; g += 16) {
-    __m512 acc[R][T];
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-    }
-    for (int64_t c = g; c < end; c += kLanes) {
-      if (g == 0) TouchChunk(w, R, m.C, c);
-      for (int r = 0; r < R; ++r) {
-        const __m512 wv = Load16(w + r * m.C + c);
-        for (int t = 0; t < T; ++t) {
-          acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * m.C + c), acc[r][t]);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int t = 0; t < T; ++t) _mm512_storeu_ps(&lanes[r][t][g], acc[r][t]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      __m512 acc[4];
-      for (int i = 0; i < 4; ++i) acc[i] = _mm512_loadu_ps(&lanes[r][t][16 * i]);
-      m.y[(n + t) * m.OC + o + r] = Finish(m, FoldAvx512(acc), o + r, n + t);
-    }
-  }
-}
-
-LADDER_AVX512_END
-
 // ---- dispatch --------------------------------------------------------------------
 
 template <class W>
@@ -280,33 +127,23 @@ struct Kernel {
   const TileFn<W>* one;
 };
 
-// Striped tile sizes: R x T accumulator pairs (AVX2) or registers (AVX-512)
-// plus R weight registers within the 16 ymm or 32 zmm; the activations are
-// fma memory operands.
-constexpr int kAvx2R = 2, kAvx2T = 3, kAvx512R = 4, kAvx512T = 4;
+// The SIMD levels' Stream and Striped tiles: one source, small_matmul-inl.h.
+#define LADDER_SIMD_KERNELS "src/backend/cpu/small_matmul-inl.h"
+#include "src/backend/cpu/foreach_simd_level.h"
 
-template <class W, int R, size_t... I>
-constexpr std::array<TileFn<W>, sizeof...(I)> Avx2Tiles(std::index_sequence<I...>) {
-  return {&StripedAvx2<W, R, static_cast<int>(I) + 1>...};
-}
-template <class W, int R, size_t... I>
-constexpr std::array<TileFn<W>, sizeof...(I)> Avx512Tiles(std::index_sequence<I...>) {
-  return {&StripedAvx512<W, R, static_cast<int>(I) + 1>...};
-}
+// Striped tile sizes: R x T accumulators of 16 lanes (two ymm or one zmm
+// each) plus R weight stripes within the 16 ymm or 32 zmm registers; the
+// activations are fma memory operands.
+constexpr int kAvx2R = 2, kAvx2T = 3, kAvx512R = 4, kAvx512T = 4;
 
 template <class W>
 Kernel<W> KernelFor(CpuIsa isa) {
   static constexpr std::array<TileFn<W>, 1> kPortable = {&TilePortable<W>};
-  static constexpr auto kAvx2Full = Avx2Tiles<W, kAvx2R>(std::make_index_sequence<kAvx2T>());
-  static constexpr auto kAvx2One = Avx2Tiles<W, 1>(std::make_index_sequence<kAvx2T>());
-  static constexpr auto kAvx512Full =
-      Avx512Tiles<W, kAvx512R>(std::make_index_sequence<kAvx512T>());
-  static constexpr auto kAvx512One = Avx512Tiles<W, 1>(std::make_index_sequence<kAvx512T>());
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {&StreamAvx512<W>, kAvx512R, kAvx512T, kAvx512Full.data(), kAvx512One.data()};
+      return avx512::Kernels<W, kAvx512R, kAvx512T>();
     case CpuIsa::kAvx2:
-      return {&StreamAvx2<W>, kAvx2R, kAvx2T, kAvx2Full.data(), kAvx2One.data()};
+      return avx2::Kernels<W, kAvx2R, kAvx2T>();
     case CpuIsa::kPortable:
       break;
   }
