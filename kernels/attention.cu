@@ -43,9 +43,10 @@
 // element from exactly one block (below) instead of adding dQ with atomics.
 //
 // ---- flash: launch shape, and why -----------------------------------------
-// (The tiles and the device helpers below are shared with the by-positions
-// kernels of context parallelism, kernels/attention_part.cu, through
-// kernels/attention_tiles.cuh.)
+// (The flash kernels are written once, in kernels/attention_flash.cuh, for
+// this causal mask (CausalMask) and for context parallelism's attention by
+// positions (kernels/attention_part.cu); the tiles and device helpers they
+// use are kernels/attention_tiles.cuh's.)
 // A block is 4 warps (128 threads) and owns one 32-row tile of one (b, h):
 // grid (B*NH, tiles). A tile of 32 keys is one warp wide, so in every score
 // block lane = key (or lane = query, in the backward's key-tile kernel) and
@@ -106,6 +107,7 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_flash.cuh"
 #include "kernels/attention_tiles.cuh"
 #include "kernels/common.cuh"
 #include "kernels/launch.cuh"
@@ -114,240 +116,6 @@ LADDER_KERNELS_BEGIN
 namespace {
 
 constexpr int kNaiveThreads = 256;
-
-// ---- flash forward ------------------------------------------------------------
-
-// Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
-// Q, K [kTile][ld] | V, O [kTile][HS] | P [kWarps][kRows][kTile].
-template <typename Storage>
-__global__ void __launch_bounds__(kThreads)
-    FlashForwardKernel(Storage* __restrict__ out, float* __restrict__ lse,
-                       const Storage* __restrict__ qkv, int T, int NH, int HS, float scale) {
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
-  const int i0 = tile * kTile;
-  const int C = NH * HS;
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;  // q; k at +C, v at +2C
-  const int ld = TileStride(HS);
-  float* sQ = DynamicShared<float>();
-  float* sK = sQ + kTile * ld;
-  float* sV = sK + kTile * ld;
-  float* sO = sV + kTile * HS;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  float* sP = sO + kTile * HS + warp * kRows * kTile;  // this warp's 8 rows of P
-
-  LoadTile(sQ, ld, base, C3, i0, T, HS);
-  ZeroRows(sO, kTile * HS);
-
-  // Row statistics of the warp's 8 query rows, the same in every lane.
-  float m[kRows], l[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) m[i] = -INFINITY, l[i] = 0.0f;
-  // Rows past T compute as if they were row T-1 (finite, never stored), so
-  // every warp runs the same loop and reaches every barrier.
-  const int row0 = i0 + warp * kRows;
-  const int last_query = MinInt(i0 + kTile, T) - 1;
-
-  for (int j0 = 0; j0 <= last_query; j0 += kTile) {
-    __syncthreads();  // the previous tile's K/V are no longer read
-    LoadTile(sK, ld, base + C, C3, j0, T, HS);
-    LoadTile(sV, HS, base + 2 * C, C3, j0, T, HS);
-    __syncthreads();
-
-    // S = Q K^T for the warp's 8 rows; lane = key.
-    float s[kRows];
-    ScoreDots(sQ + warp * kRows * ld, sK, ld, HS, lane, s);
-
-    // Online softmax, one row per step, the row spread over the warp. Every
-    // tile holds a valid key for every row (tiles are aligned and j0 <= i0),
-    // so the max is finite from the first tile on.
-    const int key = j0 + lane;
-    float corr[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const bool valid = key <= MinInt(row0 + i, T - 1);  // causal (and key < T)
-      sP[i * kTile + lane] = OnlineSoftmaxStep(s[i] * scale, valid, m[i], l[i], corr[i]);
-    }
-    __syncwarp();
-
-    // O = O * corr + P V for the warp's rows.
-    AddTileProducts<true>(sO, warp * kRows, sP, sV, HS, HS, lane, corr);
-    __syncwarp();  // P is rewritten by the next tile
-  }
-
-  // out = O / l, lse = m + log(l). The warp wrote its rows of O itself.
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int row = row0 + i;
-    if (row >= T) continue;
-    const float inv = 1.0f / l[i];
-    Storage* dst = out + (static_cast<size_t>(b) * T + row) * C + h * HS;
-    for (int col = lane; col < HS; col += kWarpSize) {
-      dst[col] = FromFloat<Storage>(sO[(warp * kRows + i) * HS + col] * inv);
-    }
-    if (lane == 0) lse[static_cast<size_t>(bh) * T + row] = m[i] + logf(l[i]);
-  }
-}
-
-// ---- flash backward: dQ over query tiles ----------------------------------------
-
-// Grid (B*NH, query tiles), kThreads threads. Shared memory (floats):
-// Q, dO, K, V [kTile][ld] | dQ [kTile][HS] | dS [kWarps][kRows][kTile].
-template <typename Storage>
-__global__ void __launch_bounds__(kThreads)
-    FlashBackwardDqKernel(Storage* __restrict__ dqkv, const Storage* __restrict__ dout,
-                          const Storage* __restrict__ qkv, const Storage* __restrict__ out,
-                          const float* __restrict__ lse, int T, int NH, int HS, float scale) {
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int tile = gridDim.y - 1 - blockIdx.y;  // longest (last) tile first
-  const int i0 = tile * kTile;
-  const int C = NH * HS;
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
-  const Storage* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
-  const Storage* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
-  const int ld = TileStride(HS);
-  float* sQ = DynamicShared<float>();
-  float* sdO = sQ + kTile * ld;
-  float* sK = sdO + kTile * ld;
-  float* sV = sK + kTile * ld;
-  float* sdQ = sV + kTile * ld;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  float* sS = sdQ + kTile * HS + warp * kRows * kTile;
-
-  LoadTile(sQ, ld, base, C3, i0, T, HS);
-  LoadTile(sdO, ld, dout_base, C, i0, T, HS);
-  ZeroRows(sdQ, kTile * HS);
-
-  // D and lse of the warp's rows (rows past T: zero dO, so D = 0 and dS = 0).
-  const int row0 = i0 + warp * kRows;
-  float D[kRows], L[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int row = row0 + i;
-    D[i] = RowDoutDotOut(dout_base, out_base, row, T, C, HS, lane);
-    L[i] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;
-  }
-  const int last_query = MinInt(i0 + kTile, T) - 1;
-
-  for (int j0 = 0; j0 <= last_query; j0 += kTile) {
-    __syncthreads();  // Q/dO loaded (first tile); the previous K/V no longer read
-    LoadTile(sK, ld, base + C, C3, j0, T, HS);
-    LoadTile(sV, ld, base + 2 * C, C3, j0, T, HS);
-    __syncthreads();
-
-    // S = Q K^T and dP = dO V^T for the warp's 8 rows; lane = key.
-    float s[kRows], dp[kRows];
-    ScoreAndGradDots(sQ + warp * kRows * ld, sdO + warp * kRows * ld, sK, sV, ld, HS, lane, s, dp);
-    const int key = j0 + lane;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const bool valid = key <= MinInt(row0 + i, T - 1);
-      const float p = valid ? expf(s[i] * scale - L[i]) : 0.0f;
-      sS[i * kTile + lane] = p * (dp[i] - D[i]) * scale;  // scale * dS
-    }
-    __syncwarp();
-
-    // dQ += (scale * dS) K for the warp's rows.
-    AddTileProducts<false>(sdQ, warp * kRows, sS, sK, ld, HS, lane);
-    __syncwarp();
-  }
-
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int row = row0 + i;
-    if (row >= T) continue;
-    Storage* dst = dqkv + (static_cast<size_t>(b) * T + row) * C3 + h * HS;
-    for (int col = lane; col < HS; col += kWarpSize) {
-      dst[col] = FromFloat<Storage>(sdQ[(warp * kRows + i) * HS + col]);
-    }
-  }
-}
-
-// ---- flash backward: dK, dV over key tiles --------------------------------------
-
-// Grid (B*NH, key tiles), kThreads threads; warp w owns keys j0 + 8w .. + 7,
-// lane = query of the current query tile. Shared memory (floats):
-// K, V, Q, dO [kTile][ld] | dK, dV [kTile][HS] | P, dS [kWarps][kRows][kTile] |
-// D, lse [kTile].
-template <typename Storage>
-__global__ void __launch_bounds__(kThreads)
-    FlashBackwardDkDvKernel(Storage* __restrict__ dqkv, const Storage* __restrict__ dout,
-                            const Storage* __restrict__ qkv, const Storage* __restrict__ out,
-                            const float* __restrict__ lse, int T, int NH, int HS, float scale) {
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int j0 = blockIdx.y * kTile;  // key tile 0 is seen by every query tile: first
-  const int C = NH * HS;
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const Storage* base = qkv + static_cast<size_t>(b) * T * C3 + h * HS;
-  const Storage* dout_base = dout + static_cast<size_t>(b) * T * C + h * HS;
-  const Storage* out_base = out + static_cast<size_t>(b) * T * C + h * HS;
-  const int ld = TileStride(HS);
-  float* sK = DynamicShared<float>();
-  float* sV = sK + kTile * ld;
-  float* sQ = sV + kTile * ld;
-  float* sdO = sQ + kTile * ld;
-  float* sdK = sdO + kTile * ld;
-  float* sdV = sdK + kTile * HS;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  float* sP = sdV + kTile * HS + warp * kRows * kTile;
-  float* sS = sdV + kTile * HS + kTile * kTile + warp * kRows * kTile;
-  float* sD = sdV + kTile * HS + 2 * kTile * kTile;
-  float* sL = sD + kTile;
-
-  LoadTile(sK, ld, base + C, C3, j0, T, HS);
-  LoadTile(sV, ld, base + 2 * C, C3, j0, T, HS);
-  ZeroRows(sdK, 2 * kTile * HS);  // dK and dV
-
-  const int key0 = j0 + warp * kRows;  // the warp's first key
-  for (int i0 = j0; i0 < T; i0 += kTile) {
-    __syncthreads();  // the previous query tile is no longer read
-    LoadTile(sQ, ld, base, C3, i0, T, HS);
-    LoadTile(sdO, ld, dout_base, C, i0, T, HS);
-    // D and lse of the tile's queries: warp w computes rows 8w .. 8w + 7.
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int r = warp * kRows + i, row = i0 + r;
-      const float D = RowDoutDotOut(dout_base, out_base, row, T, C, HS, lane);
-      if (lane == 0) {
-        sD[r] = D;
-        sL[r] = row < T ? lse[static_cast<size_t>(bh) * T + row] : 0.0f;
-      }
-    }
-    __syncthreads();
-
-    // S^T = K Q^T and dP^T = V dO^T for the warp's 8 keys; lane = query.
-    float s[kRows], dp[kRows];
-    ScoreAndGradDots(sK + warp * kRows * ld, sV + warp * kRows * ld, sQ, sdO, ld, HS, lane, s, dp);
-    const int query = i0 + lane;
-    const float Dq = sD[lane], Lq = sL[lane];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const bool valid = key0 + i <= query && query < T;  // (key < T follows)
-      const float p = valid ? expf(s[i] * scale - Lq) : 0.0f;
-      sP[i * kTile + lane] = p;
-      sS[i * kTile + lane] = p * (dp[i] - Dq) * scale;  // scale * dS
-    }
-    __syncwarp();
-
-    // dV += P^T dO and dK += (scale * dS)^T Q for the warp's keys; the sums
-    // run over the tile's 32 queries in order.
-    AddTileProductPair(sdV, sP, sdO, sdK, sS, sQ, warp * kRows, ld, HS, lane);
-    __syncwarp();
-  }
-
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int key = key0 + i;
-    if (key >= T) continue;
-    Storage* dst = dqkv + (static_cast<size_t>(b) * T + key) * C3 + h * HS;
-    for (int col = lane; col < HS; col += kWarpSize) {
-      dst[C + col] = FromFloat<Storage>(sdK[(warp * kRows + i) * HS + col]);
-      dst[2 * C + col] = FromFloat<Storage>(sdV[(warp * kRows + i) * HS + col]);
-    }
-  }
-}
 
 // ---- naive -----------------------------------------------------------------------
 
@@ -526,13 +294,13 @@ cudaError_t LaunchFlashAttentionForward(Storage* out, float* lse, const Storage*
   if (Empty(B, T, NH, HS)) return cudaSuccess;
   if (HS > kMaxFlashHeadSize) return cudaErrorInvalidValue;
   const size_t smem = FlashForwardSmem(HS);
-  constexpr auto kernel = FlashForwardKernel<Storage>;
+  constexpr auto kernel = FlashForwardKernel<Storage, CausalMask>;
   cudaError_t err = AllowDynamicShared<kernel>(smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
-  return Launch<kernel>(grid, kThreads, smem, stream, out, lse, qkv, T, NH, HS,
-                        1.0f / sqrtf(static_cast<float>(HS)));
+  return Launch<kernel>(grid, kThreads, smem, stream, out, lse, qkv, qkv, CausalMask{T}, T, T, NH,
+                        HS, 1.0f / sqrtf(static_cast<float>(HS)), /*merge=*/false);
 }
 
 template <typename Storage>
@@ -544,17 +312,20 @@ cudaError_t LaunchFlashAttentionBackward(Storage* dqkv, const Storage* dout, con
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const dim3 grid(B * NH, (T + kTile - 1) / kTile);
   if (grid.y > kMaxGridY) return cudaErrorInvalidValue;
+  const CausalMask mask{T};
   const size_t smem_kv = FlashBackwardDkDvSmem(HS);
-  constexpr auto dkdv = FlashBackwardDkDvKernel<Storage>;
+  constexpr auto dkdv = FlashBackwardDkDvKernel<Storage, CausalMask>;
   cudaError_t err = AllowDynamicShared<dkdv>(smem_kv);
   if (err != cudaSuccess) return err;
-  err = Launch<dkdv>(grid, kThreads, smem_kv, stream, dqkv, dout, qkv, out, lse, T, NH, HS, scale);
+  err = Launch<dkdv>(grid, kThreads, smem_kv, stream, dqkv, dout, qkv, qkv, out, lse, mask, T, T,
+                     NH, HS, scale);
   if (err != cudaSuccess) return err;
   const size_t smem_q = FlashBackwardDqSmem(HS);
-  constexpr auto dq = FlashBackwardDqKernel<Storage>;
+  constexpr auto dq = FlashBackwardDqKernel<Storage, CausalMask>;
   err = AllowDynamicShared<dq>(smem_q);
   if (err != cudaSuccess) return err;
-  return Launch<dq>(grid, kThreads, smem_q, stream, dqkv, dout, qkv, out, lse, T, NH, HS, scale);
+  return Launch<dq>(grid, kThreads, smem_q, stream, dqkv, dout, qkv, qkv, out, lse, mask, T, T, NH,
+                    HS, scale);
 }
 
 template <typename Storage>

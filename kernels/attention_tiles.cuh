@@ -1,11 +1,10 @@
-// The tiles of the scalar flash-attention kernels and the device helpers
-// they share: kernels/attention.cu (causal self-attention) and
-// kernels/attention_part.cu (attention by positions, context parallelism's
-// ring steps) run one launch shape over one shared-memory layout, and differ
-// only in which (query, key) pairs they let through and in where the results
-// go. attention.cu's opening comment explains the layout and its reasons
-// (lane = key, a warp per 8 rows, odd row strides); only those two kernel
-// files include this header.
+// The tiles of the scalar flash-attention kernels (kernels/attention_flash.cuh)
+// and the device helpers they use: one launch shape over one shared-memory
+// layout, for causal self-attention (kernels/attention.cu) and attention by
+// positions (kernels/attention_part.cu, context parallelism's ring steps).
+// attention.cu's opening comment explains the layout and its reasons
+// (lane = key, a warp per 8 rows, odd row strides); only those kernel files
+// include this header.
 #pragma once
 
 #include <cmath>
